@@ -1,0 +1,3 @@
+fn main() -> anyhow::Result<()> {
+    muster_cli::run()
+}

@@ -1,0 +1,1 @@
+//! Slurm value syntaxes (placeholder until the library lands).

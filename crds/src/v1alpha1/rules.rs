@@ -1,0 +1,88 @@
+//! CEL validation rules shared by the CRDs: each Slurm value syntax once, with a message that
+//! says what is allowed. The Rust parsers in [`crate::slurm`] are the full grammar; these rules
+//! catch malformed values at `kubectl apply` time, on the API server.
+//!
+//! Regular expressions avoid backslashes (a literal `.` is `[.]`) so they read the same in
+//! Rust, CEL and YAML.
+
+use kube::core::{Reason, Rule};
+
+/// A rule with its message and the `FieldValueInvalid` reason.
+pub fn rule(expr: &str, message: &str) -> Rule {
+    Rule::new(expr)
+        .message(message)
+        .reason(Reason::FieldValueInvalid)
+}
+
+#[cfg(test)]
+const TIME_BODY: &str = "[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}";
+
+/// `--time`: an int-or-string (an integer is minutes); `string(self)` reads either form.
+pub const TIME: &str = "string(self).matches('^((?i:unlimited|infinite)|[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2})$')";
+/// Message for [`TIME`].
+pub const TIME_MSG: &str = "time must be MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED (e.g. 30, \"4:00:00\" or \"2-00:00:00\")";
+
+/// `--nodes`: N or MIN-MAX, 1 <= MIN <= MAX.
+pub const NODES: &str = "string(self).matches('^[0-9]*[1-9][0-9]*(-[0-9]*[1-9][0-9]*)?$') && (!string(self).contains('-') || int(string(self).split('-')[0]) <= int(string(self).split('-')[1]))";
+
+/// Memory sizes: integer with optional K/M/G/T unit and optional B.
+pub const MEM: &str = "self.matches('^[0-9]+([KMGTkmgt][Bb]?)?$')";
+/// Message for [`MEM`].
+pub const MEM_MSG: &str =
+    "memory must be an integer with an optional unit K, M, G or T (default M), e.g. 16G or 64000";
+
+/// `--gpus*`: `[TYPE:]COUNT`.
+pub const GPUS: &str = "string(self).matches('^([A-Za-z0-9_.-]+:)?[0-9]+$')";
+/// Message for [`GPUS`].
+pub const GPUS_MSG: &str = "GPU counts must be COUNT or TYPE:COUNT (e.g. 8 or \"a100:8\")";
+
+/// `--gres`: only the gpu resource is scheduled.
+pub const GRES: &str = "self.matches('^gpu(:[A-Za-z0-9_.-]+)?(:[0-9]+)?$')";
+
+/// A GPU type on its own.
+pub const GPU_TYPE: &str = "self.matches('^[A-Za-z0-9_.-]+$')";
+
+/// `--constraint`: the characters of the constraint language (the parser checks the rest).
+pub const CONSTRAINT: &str = "self.matches('^[A-Za-z0-9_.:=,&|*()\\\\[\\\\]-]+$') && !self.matches('(^[&|,])|([&|,]$)|([&|,][&|,])')";
+
+/// `--array`: index list and optional throttle.
+pub const ARRAY: &str = "string(self).matches('^[0-9]+(-[0-9]+(:[0-9]*[1-9][0-9]*)?)?(,[0-9]+(-[0-9]+(:[0-9]*[1-9][0-9]*)?)?)*(%[0-9]*[1-9][0-9]*)?$')";
+
+#[cfg(test)]
+const DEP_REF: &str = "([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?";
+
+/// `--dependency`: items joined by `,` or by `?`, not both.
+pub const DEPENDENCY: &str = concat!(
+    "self.matches('^(singleton|[0-9]+|(after|afterany|afterok|afternotok|aftercorr):",
+    "([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?(:([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?)*)",
+    "((,(singleton|[0-9]+|(after|afterany|afterok|afternotok|aftercorr):",
+    "([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?(:([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?)*))*",
+    "|([?](singleton|[0-9]+|(after|afterany|afterok|afternotok|aftercorr):",
+    "([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?(:([0-9]+|[a-z0-9]([-a-z0-9.]*[a-z0-9])?)([+][0-9]+)?)*))*)$')"
+);
+
+/// `--switches`: COUNT[@MAX_WAIT].
+pub const SWITCHES: &str = "string(self).matches('^[0-9]*[1-9][0-9]*(@([0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}))?$')";
+
+/// `--gpu-bind`.
+pub const GPU_BIND: &str = "self.matches('^(verbose,)?(closest|none|map_gpu:[0-9]+([*][0-9]+)?(,[0-9]+([*][0-9]+)?)*|mask_gpu:(0x)?[0-9a-fA-F]+([*][0-9]+)?(,(0x)?[0-9a-fA-F]+([*][0-9]+)?)*|per_task:[0-9]*[1-9][0-9]*|single:[0-9]*[1-9][0-9]*)$')";
+
+/// A DNS-1123 subdomain (object names).
+pub const DNS_SUBDOMAIN: &str =
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
+
+/// A Kubernetes label key: optional DNS prefix and `/`, then a name of at most 63 characters.
+pub const LABEL_KEY: &str = "self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependency_rule_is_built_from_its_parts() {
+        // DEPENDENCY is spelled out (concat! needs literals); keep it in step with DEP_REF.
+        assert_eq!(DEPENDENCY.matches(DEP_REF).count(), 6);
+        assert!(TIME.contains(TIME_BODY));
+        assert!(SWITCHES.contains(TIME_BODY));
+    }
+}
