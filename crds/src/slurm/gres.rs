@@ -137,6 +137,11 @@ impl GresItem {
             Some((n, r)) => (n, Some(r)),
             None => (body, None),
         };
+        if name == "gres" {
+            return Err(err(format!(
+                "\"gres\" is not a resource name (Slurm reads gres: as a prefix); {expected}"
+            )));
+        }
         if !valid_name(name) {
             return Err(err(format!(
                 "{name:?} is not a resource name (letters, digits, _ . -, starting with a \

@@ -499,8 +499,11 @@ where
 /// Compresses host names into a sorted hostlist without duplicates: names sort by prefix in
 /// natural order (`a9b` before `a10b`), then by zero-padding width, then by number.
 ///
-/// For distinct names this is exactly `scontrol show hostlistsorted`; that command keeps
-/// duplicates (`tux2,tux1,tux2` → `tux[1-2,2]`) where this gives `tux[1-2]`.
+/// Repeated names are dropped first (the first one stays); from there this is exactly
+/// `scontrol show hostlistsorted`, which itself keeps duplicates (`tux2,tux1,tux2` →
+/// `tux[1-2,2]`) where this gives `tux[1-2]`. As in Slurm, ranges form in input order before
+/// sorting, so where zero padding differs the result can depend on the order:
+/// `n99,n100,n099` → `n[99-100,099]` but `n99,n099,n100` → `n[99,099-100]`.
 ///
 /// ```
 /// use muster_crds::slurm::hostlist::compress_sorted;
@@ -513,9 +516,14 @@ where
     S: AsRef<str>,
 {
     let names: Vec<S> = names.into_iter().collect();
+    // Drop repeats first: a name could otherwise sit in two ranges of different widths
+    // (`node-99,node-100` and `node-100` with width 3), which sorting would not merge.
+    let mut seen = std::collections::HashSet::new();
     let mut ranges = Vec::with_capacity(names.len());
     for n in &names {
-        push_range(&mut ranges, HostRange::of_name(n.as_ref()));
+        if seen.insert(n.as_ref()) {
+            push_range(&mut ranges, HostRange::of_name(n.as_ref()));
+        }
     }
     sort_uniq(&mut ranges);
     format_ranges(&ranges)
@@ -856,6 +864,8 @@ mod tests {
         // Where hostlistsorted keeps duplicates ("tux[1-2,2]", "a,a,a1"), we drop them.
         assert_eq!(c("tux2,tux1,tux2"), "tux[1-2]");
         assert_eq!(c("a,a1,a"), "a,a1");
+        // Slurm 22.05 hostlistsorted gives node-[99,000,100] for the distinct names.
+        assert_eq!(c("node-100,node-000,node-99,node-100"), "node-[99,000,100]");
     }
 
     #[test]
