@@ -483,6 +483,16 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "container main",
         ),
         (
+            "CUDA_VISIBLE_DEVICES from a Secret (an empty value would be allowed, this is not empty)",
+            create_pod(
+                USER,
+                pod("ml", "default", json!([container("main", vec![json!({"name": "CUDA_VISIBLE_DEVICES",
+                    "valueFrom": {"secretKeyRef": {"name": "gpus", "key": "list"}}})])]), Value::Null),
+            ),
+            false,
+            "container main",
+        ),
+        (
             "two offending containers are both named",
             create_pod(
                 USER,
