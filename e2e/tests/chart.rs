@@ -201,7 +201,8 @@ fn default_install_has_every_component() {
             assert_eq!(ns, Some(NAMESPACE), "{} {}", o.kind(), o.name());
         }
         assert_eq!(
-            o.value["metadata"]["labels"]["app.kubernetes.io/instance"], "muster",
+            o.value["metadata"]["labels"]["app.kubernetes.io/instance"],
+            "muster",
             "{} {} lacks the instance label",
             o.kind(),
             o.name()
@@ -213,12 +214,18 @@ fn default_install_has_every_component() {
 fn operator_deployment_is_hardened_and_wired_to_its_flags() {
     let Some(r) = render(json!({})) else { return };
     let d = r.get("Deployment", "muster-operator");
-    assert_eq!(d["spec"]["replicas"], 2, "two replicas with leader election");
+    assert_eq!(
+        d["spec"]["replicas"], 2,
+        "two replicas with leader election"
+    );
     assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
     let pod = &d["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "muster-operator");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     assert!(pod["hostPID"].is_null() && pod["hostNetwork"].is_null());
     let c = container(d, "operator");
     assert_eq!(
@@ -290,7 +297,10 @@ fn operator_values_reach_its_command_line() {
     let c = container(d, "operator");
     assert_eq!(
         c["image"],
-        format!("registry.example.com/muster/operator@sha256:{}", "a".repeat(64))
+        format!(
+            "registry.example.com/muster/operator@sha256:{}",
+            "a".repeat(64)
+        )
     );
     assert_eq!(c["imagePullPolicy"], "Always");
     let a = args(c);
@@ -303,7 +313,11 @@ fn operator_values_reach_its_command_line() {
     ] {
         assert!(a.contains(&want.to_string()), "missing {want} in {a:?}");
     }
-    assert_eq!(a.last().unwrap(), "--some-future-flag", "extra args come last");
+    assert_eq!(
+        a.last().unwrap(),
+        "--some-future-flag",
+        "extra args come last"
+    );
     assert_eq!(
         env(c, "RUST_LOG").unwrap()["value"],
         "info,muster_operator=debug"
@@ -346,7 +360,10 @@ fn node_agent_gets_only_the_privileges_its_policy_needs() {
     assert!(pod["volumes"].is_null(), "no host paths, no volumes");
     assert_eq!(pod["runtimeClassName"], "nvidia");
     assert_eq!(pod["serviceAccountName"], "muster-node-agent");
-    assert_eq!(pod["nodeSelector"], json!({"nvidia.com/gpu.present": "true"}));
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({"nvidia.com/gpu.present": "true"})
+    );
     assert_eq!(
         pod["tolerations"],
         json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
@@ -428,7 +445,10 @@ fn node_agent_fixture_mode_runs_without_nvidia() {
     };
     let ds = r.get("DaemonSet", "muster-node-agent");
     let pod = &ds["spec"]["template"]["spec"];
-    assert!(pod["runtimeClassName"].is_null(), "no NVIDIA runtime on kind");
+    assert!(
+        pod["runtimeClassName"].is_null(),
+        "no NVIDIA runtime on kind"
+    );
     assert_eq!(pod["nodeSelector"], json!({"muster.dev/fake-gpu": "true"}));
     let c = container(ds, "node-agent");
     assert!(env(c, "NVIDIA_VISIBLE_DEVICES").is_none());
@@ -437,8 +457,14 @@ fn node_agent_fixture_mode_runs_without_nvidia() {
     let cm = r.get("ConfigMap", "muster-node-agent-fixture");
     let bundled =
         std::fs::read_to_string(chart_dir().join("files/fixtures/dgx-h100.yaml")).unwrap();
-    assert_eq!(cm["data"]["fixture.yaml"].as_str().unwrap().trim(), bundled.trim());
-    assert_eq!(pod["volumes"][0]["configMap"]["name"], "muster-node-agent-fixture");
+    assert_eq!(
+        cm["data"]["fixture.yaml"].as_str().unwrap().trim(),
+        bundled.trim()
+    );
+    assert_eq!(
+        pod["volumes"][0]["configMap"]["name"],
+        "muster-node-agent-fixture"
+    );
     assert!(
         ds["spec"]["template"]["metadata"]["annotations"]["checksum/fixture"].is_string(),
         "agents roll when the fixture changes"
@@ -448,7 +474,8 @@ fn node_agent_fixture_mode_runs_without_nvidia() {
     assert!(p["spec"]["runtimeClassName"].is_null() && p["spec"]["tolerations"].is_null());
 
     // An inline fixture wins over a bundled name.
-    let Some(r) = render(json!({"nodeAgent": {"fixture": {"name": "dgx-h100", "content": "gpus: []\n"}}}))
+    let Some(r) =
+        render(json!({"nodeAgent": {"fixture": {"name": "dgx-h100", "content": "gpus: []\n"}}}))
     else {
         return;
     };
@@ -620,7 +647,8 @@ fn rbac_bindings_name_the_service_accounts_the_pods_run_as() {
         .as_str()
         .unwrap();
     let subject = |kind: &str, name: &str| r.get(kind, name)["subjects"].clone();
-    let want = |sa: &str| json!([{"kind": "ServiceAccount", "name": sa, "namespace": "batch-system"}]);
+    let want =
+        |sa: &str| json!([{"kind": "ServiceAccount", "name": sa, "namespace": "batch-system"}]);
     assert_eq!(
         subject("ClusterRoleBinding", "gpu-sched-muster-operator"),
         want(op_sa)
@@ -695,11 +723,20 @@ fn helm_lint_is_clean() {
 #[test]
 fn values_schema_refuses_bad_values_naming_the_key() {
     let bad = [
-        (json!({"nodeAgent": {"policy": "maim"}}), "/nodeAgent/policy"),
+        (
+            json!({"nodeAgent": {"policy": "maim"}}),
+            "/nodeAgent/policy",
+        ),
         (json!({"operator": {"replicas": 0}}), "/operator/replicas"),
         (json!({"operatr": {}}), "operatr"),
-        (json!({"operator": {"cycleInterval": "soon"}}), "/operator/cycleInterval"),
-        (json!({"operator": {"logFormat": "xml"}}), "/operator/logFormat"),
+        (
+            json!({"operator": {"cycleInterval": "soon"}}),
+            "/operator/cycleInterval",
+        ),
+        (
+            json!({"operator": {"logFormat": "xml"}}),
+            "/operator/logFormat",
+        ),
         (
             json!({"operator": {"image": {"pullPolicy": "Sometimes"}}}),
             "/operator/image/pullPolicy",
@@ -708,13 +745,22 @@ fn values_schema_refuses_bad_values_naming_the_key() {
             json!({"operator": {"image": {"digest": "latest"}}}),
             "/operator/image/digest",
         ),
-        (json!({"nodeAgent": {"quietPeriod": "5 min"}}), "/nodeAgent/quietPeriod"),
-        (json!({"nodeAgent": {"criticalXids": "48,x"}}), "/nodeAgent/criticalXids"),
+        (
+            json!({"nodeAgent": {"quietPeriod": "5 min"}}),
+            "/nodeAgent/quietPeriod",
+        ),
+        (
+            json!({"nodeAgent": {"criticalXids": "48,x"}}),
+            "/nodeAgent/criticalXids",
+        ),
         (
             json!({"nodeAgent": {"fixture": {"name": "dgx-a100"}}}),
             "/nodeAgent/fixture/name",
         ),
-        (json!({"nodeAgent": {"runtimeClassName": "NVIDIA"}}), "/nodeAgent/runtimeClassName"),
+        (
+            json!({"nodeAgent": {"runtimeClassName": "NVIDIA"}}),
+            "/nodeAgent/runtimeClassName",
+        ),
         (
             json!({"partitions": {"gpu": {"state": "Sideways"}}}),
             "/partitions/gpu/state",
@@ -737,22 +783,32 @@ fn values_schema_refuses_bad_values_naming_the_key() {
             "/admissionPolicies/gpuBinding/exemptNamespaces",
         ),
     ];
-    for (values, key) in bad {
-        let Some(answer) = helm(json!({"op": "schema", "values": values})) else {
-            return;
-        };
-        assert_eq!(answer["ok"], false, "{values} was accepted");
-        let msg = answer["error"].as_str().unwrap();
-        assert!(msg.contains(key), "{values}: message does not name {key}: {msg}");
-        // helm install/template refuse it too.
-        let rendered = render_as(values.clone(), "muster", NAMESPACE).unwrap();
-        let err = rendered.expect_err(&format!("{values} rendered"));
+    // One Helm process for all of it: validate, and render (helm install/template refuse
+    // bad values too).
+    let mut reqs = Vec::new();
+    for (values, _) in &bad {
+        reqs.push(json!({"op": "schema", "values": values}));
+        reqs.push(render_request(values.clone(), "muster", NAMESPACE));
+    }
+    for (_, values) in scenarios() {
+        reqs.push(json!({"op": "schema", "values": values}));
+    }
+    let Some(answers) = helm_many(reqs) else {
+        return;
+    };
+    for (i, (values, key)) in bad.iter().enumerate() {
+        let schema = &answers[2 * i];
+        assert_eq!(schema["ok"], false, "{values} was accepted");
+        let msg = schema["error"].as_str().unwrap();
+        assert!(
+            msg.contains(key),
+            "{values}: message does not name {key}: {msg}"
+        );
+        let err = rendered(&answers[2 * i + 1]).expect_err(&format!("{values} rendered"));
         assert!(err.contains(key), "{values}: {err}");
     }
-    for (what, values) in scenarios() {
-        let Some(answer) = helm(json!({"op": "schema", "values": values})) else {
-            return;
-        };
+    for (n, (what, _)) in scenarios().iter().enumerate() {
+        let answer = &answers[2 * bad.len() + n];
         assert_eq!(answer["ok"], true, "{what}: {answer}");
     }
 }
@@ -829,10 +885,8 @@ fn chart_crds_are_crds_yaml() {
 }
 
 fn values_schema() -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap(),
-    )
-    .unwrap()
+    serde_json::from_str(&std::fs::read_to_string(chart_dir().join("values.schema.json")).unwrap())
+        .unwrap()
 }
 
 fn partition_spec_schema() -> Value {
@@ -874,7 +928,11 @@ fn rendered_partitions_pass_the_crd_schema_and_cel() {
         let typed: muster_crds::v1alpha1::Partition = typed(&p.value).unwrap();
         assert_eq!(
             typed.spec.topology,
-            ["muster.dev/spine", "muster.dev/leaf", "kubernetes.io/hostname"]
+            [
+                "muster.dev/spine",
+                "muster.dev/leaf",
+                "kubernetes.io/hostname"
+            ]
         );
     }
     // A topology the API server would refuse fails the same check here.
@@ -883,7 +941,8 @@ fn rendered_partitions_pass_the_crd_schema_and_cel() {
     };
     let errs = crd_errors(r.get("Partition", "gpu"));
     assert!(
-        errs.iter().any(|e| e.contains("end with kubernetes.io/hostname")),
+        errs.iter()
+            .any(|e| e.contains("end with kubernetes.io/hostname")),
         "{errs:?}"
     );
 }
@@ -969,7 +1028,11 @@ fn dashboard_shows_every_metric_and_only_real_ones() {
         assert!(x + w <= 24, "panel {} is wider than the grid", p["title"]);
         for cx in x..x + w {
             for cy in y..y + h {
-                assert!(cells.insert((cx, cy)), "panel {} overlaps another", p["title"]);
+                assert!(
+                    cells.insert((cx, cy)),
+                    "panel {} overlaps another",
+                    p["title"]
+                );
             }
         }
         if p["type"] != "row" {

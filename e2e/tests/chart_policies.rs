@@ -331,7 +331,9 @@ impl Policy {
             match engine.eval_bool(req, &vars, c["expression"].as_str().unwrap()) {
                 Ok(true) => {}
                 Ok(false) => return Outcome::NotMatched,
-                Err(e) => return Outcome::Denied(vec![format!("matchCondition {}: {e}", c["name"])]),
+                Err(e) => {
+                    return Outcome::Denied(vec![format!("matchCondition {}: {e}", c["name"])]);
+                }
             }
         }
         let mut denied = Vec::new();
@@ -395,7 +397,8 @@ fn env(name: &str, value: &str) -> Value {
 }
 
 fn pod(namespace: &str, sa: &str, containers: Value, init: Value) -> Value {
-    let mut spec = json!({"serviceAccountName": sa, "containers": containers, "restartPolicy": "Never"});
+    let mut spec =
+        json!({"serviceAccountName": sa, "containers": containers, "restartPolicy": "Never"});
     if !init.is_null() {
         spec["initContainers"] = init;
     }
@@ -439,14 +442,26 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             pod(
                 "ml",
                 "default",
-                json!([container("task", vec![env("NVIDIA_VISIBLE_DEVICES", uuid), env("CUDA_VISIBLE_DEVICES", "0"), env("RANK", "0")])]),
+                json!([container(
+                    "task",
+                    vec![
+                        env("NVIDIA_VISIBLE_DEVICES", uuid),
+                        env("CUDA_VISIBLE_DEVICES", "0"),
+                        env("RANK", "0")
+                    ]
+                )]),
                 Value::Null,
             ),
         )
     };
     // (case, request, admitted, words of the message)
     let cases: Vec<(&str, Req, bool, &str)> = vec![
-        ("the operator creates a task pod with its GPUs", task(OPERATOR), true, ""),
+        (
+            "the operator creates a task pod with its GPUs",
+            task(OPERATOR),
+            true,
+            "",
+        ),
         (
             "a user copies the task pod",
             task(USER),
@@ -457,7 +472,15 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "a ReplicaSet's pod asks for all GPUs",
             create_pod(
                 "system:serviceaccount:kube-system:replicaset-controller",
-                pod("ml", "default", json!([container("main", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]), Value::Null),
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "main",
+                        vec![env("NVIDIA_VISIBLE_DEVICES", "all")]
+                    )]),
+                    Value::Null,
+                ),
             ),
             false,
             "GPUs are assigned by the Muster scheduler",
@@ -466,8 +489,12 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "CUDA_VISIBLE_DEVICES in an init container",
             create_pod(
                 USER,
-                pod("ml", "default", json!([container("main", vec![])]),
-                    json!([container("warmup", vec![env("CUDA_VISIBLE_DEVICES", "3")])])),
+                pod(
+                    "ml",
+                    "default",
+                    json!([container("main", vec![])]),
+                    json!([container("warmup", vec![env("CUDA_VISIBLE_DEVICES", "3")])]),
+                ),
             ),
             false,
             "init container warmup",
@@ -476,8 +503,16 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "NVIDIA_VISIBLE_DEVICES from a ConfigMap (value unknown at admission)",
             create_pod(
                 USER,
-                pod("ml", "default", json!([container("main", vec![json!({"name": "NVIDIA_VISIBLE_DEVICES",
-                    "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "list"}}})])]), Value::Null),
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "main",
+                        vec![json!({"name": "NVIDIA_VISIBLE_DEVICES",
+                    "valueFrom": {"configMapKeyRef": {"name": "gpus", "key": "list"}}})]
+                    )]),
+                    Value::Null,
+                ),
             ),
             false,
             "container main",
@@ -486,8 +521,16 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "CUDA_VISIBLE_DEVICES from a Secret (an empty value would be allowed, this is not empty)",
             create_pod(
                 USER,
-                pod("ml", "default", json!([container("main", vec![json!({"name": "CUDA_VISIBLE_DEVICES",
-                    "valueFrom": {"secretKeyRef": {"name": "gpus", "key": "list"}}})])]), Value::Null),
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "main",
+                        vec![json!({"name": "CUDA_VISIBLE_DEVICES",
+                    "valueFrom": {"secretKeyRef": {"name": "gpus", "key": "list"}}})]
+                    )]),
+                    Value::Null,
+                ),
             ),
             false,
             "container main",
@@ -496,53 +539,127 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "two offending containers are both named",
             create_pod(
                 USER,
-                pod("ml", "default", json!([
-                    container("a", vec![env("NVIDIA_VISIBLE_DEVICES", "0")]),
-                    container("ok", vec![env("PATH", "/bin")]),
-                    container("b", vec![env("CUDA_VISIBLE_DEVICES", "1")])]), Value::Null),
+                pod(
+                    "ml",
+                    "default",
+                    json!([
+                        container("a", vec![env("NVIDIA_VISIBLE_DEVICES", "0")]),
+                        container("ok", vec![env("PATH", "/bin")]),
+                        container("b", vec![env("CUDA_VISIBLE_DEVICES", "1")])
+                    ]),
+                    Value::Null,
+                ),
             ),
             false,
             "container a, b set",
         ),
         (
             "NVIDIA_VISIBLE_DEVICES=void hides every GPU",
-            create_pod(USER, pod("ml", "default", json!([container("cpu", vec![env("NVIDIA_VISIBLE_DEVICES", "void")])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "cpu",
+                        vec![env("NVIDIA_VISIBLE_DEVICES", "void")]
+                    )]),
+                    Value::Null,
+                ),
+            ),
             true,
             "",
         ),
         (
             "NVIDIA_VISIBLE_DEVICES=none hides every GPU",
-            create_pod(USER, pod("ml", "default", json!([container("cpu", vec![env("NVIDIA_VISIBLE_DEVICES", "none")])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "cpu",
+                        vec![env("NVIDIA_VISIBLE_DEVICES", "none")]
+                    )]),
+                    Value::Null,
+                ),
+            ),
             true,
             "",
         ),
         (
             "an empty CUDA_VISIBLE_DEVICES hides every GPU (the API server omits empty values)",
-            create_pod(USER, pod("ml", "default", json!([container("cpu", vec![json!({"name": "CUDA_VISIBLE_DEVICES"})])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "cpu",
+                        vec![json!({"name": "CUDA_VISIBLE_DEVICES"})]
+                    )]),
+                    Value::Null,
+                ),
+            ),
             true,
             "",
         ),
         (
             "CUDA_VISIBLE_DEVICES=-1 hides every GPU",
-            create_pod(USER, pod("ml", "default", json!([container("cpu", vec![env("CUDA_VISIBLE_DEVICES", "-1")])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container("cpu", vec![env("CUDA_VISIBLE_DEVICES", "-1")])]),
+                    Value::Null,
+                ),
+            ),
             true,
             "",
         ),
         (
             "NVIDIA_VISIBLE_DEVICES empty is not a documented 'no GPU'",
-            create_pod(USER, pod("ml", "default", json!([container("c", vec![json!({"name": "NVIDIA_VISIBLE_DEVICES"})])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container(
+                        "c",
+                        vec![json!({"name": "NVIDIA_VISIBLE_DEVICES"})]
+                    )]),
+                    Value::Null,
+                ),
+            ),
             false,
             "container c",
         ),
         (
             "an ordinary pod",
-            create_pod(USER, pod("ml", "default", json!([container("web", vec![env("PORT", "8080")])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container("web", vec![env("PORT", "8080")])]),
+                    Value::Null,
+                ),
+            ),
             true,
             "",
         ),
         (
             "a pod without env",
-            create_pod(USER, pod("ml", "default", json!([container("web", vec![])]), Value::Null)),
+            create_pod(
+                USER,
+                pod(
+                    "ml",
+                    "default",
+                    json!([container("web", vec![])]),
+                    Value::Null,
+                ),
+            ),
             true,
             "",
         ),
@@ -550,7 +667,15 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "the node agent's own pod (daemon set controller, agent account, release namespace)",
             create_pod(
                 "system:serviceaccount:kube-system:daemon-set-controller",
-                pod(NAMESPACE, "muster-node-agent", json!([container("node-agent", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]), Value::Null),
+                pod(
+                    NAMESPACE,
+                    "muster-node-agent",
+                    json!([container(
+                        "node-agent",
+                        vec![env("NVIDIA_VISIBLE_DEVICES", "all")]
+                    )]),
+                    Value::Null,
+                ),
             ),
             true,
             "",
@@ -559,7 +684,12 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "the agent's account name in another namespace is no exemption",
             create_pod(
                 USER,
-                pod("ml", "muster-node-agent", json!([container("x", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]), Value::Null),
+                pod(
+                    "ml",
+                    "muster-node-agent",
+                    json!([container("x", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]),
+                    Value::Null,
+                ),
             ),
             false,
             "container x",
@@ -568,7 +698,12 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "another account in the release namespace is no exemption",
             create_pod(
                 USER,
-                pod(NAMESPACE, "default", json!([container("x", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]), Value::Null),
+                pod(
+                    NAMESPACE,
+                    "default",
+                    json!([container("x", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]),
+                    Value::Null,
+                ),
             ),
             false,
             "container x",
@@ -577,7 +712,15 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
             "GPU infrastructure namespaces are exempt (GPU Operator validator)",
             create_pod(
                 "system:serviceaccount:kube-system:daemon-set-controller",
-                pod("gpu-operator", "nvidia-operator-validator", json!([container("cuda-validation", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]), Value::Null),
+                pod(
+                    "gpu-operator",
+                    "nvidia-operator-validator",
+                    json!([container(
+                        "cuda-validation",
+                        vec![env("NVIDIA_VISIBLE_DEVICES", "all")]
+                    )]),
+                    Value::Null,
+                ),
             ),
             true,
             "",
@@ -592,10 +735,14 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
     }
 
     // kubectl debug adds an ephemeral container through the subresource (an UPDATE).
-    let mut debugged = pod("ml", "default", json!([container("task", vec![])]), Value::Null);
+    let mut debugged = pod(
+        "ml",
+        "default",
+        json!([container("task", vec![])]),
+        Value::Null,
+    );
     let old = debugged.clone();
-    debugged["spec"]["ephemeralContainers"] =
-        json!([{"name": "debugger", "image": "busybox", "env": [env("NVIDIA_VISIBLE_DEVICES", "all")]}]);
+    debugged["spec"]["ephemeralContainers"] = json!([{"name": "debugger", "image": "busybox", "env": [env("NVIDIA_VISIBLE_DEVICES", "all")]}]);
     let req = Req {
         operation: "UPDATE",
         sub_resource: "ephemeralcontainers",
@@ -604,7 +751,10 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
     };
     for engine in [&FullEngine as &dyn Engine, &VapEngine] {
         let out = p.decide(engine, &req);
-        assert!(out.message().contains("ephemeral container debugger"), "{out:?}");
+        assert!(
+            out.message().contains("ephemeral container debugger"),
+            "{out:?}"
+        );
     }
 
     // Other updates of an operator-made pod (labels, GC removing owner references) are not
@@ -614,7 +764,10 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
     let req = Req {
         operation: "UPDATE",
         old_object: task(OPERATOR).object,
-        ..create_pod("system:serviceaccount:kube-system:generic-garbage-collector", relabelled)
+        ..create_pod(
+            "system:serviceaccount:kube-system:generic-garbage-collector",
+            relabelled,
+        )
     };
     assert_eq!(p.decide(&FullEngine, &req), Outcome::NotMatched);
 }
@@ -626,25 +779,43 @@ fn gpu_binding_policy_follows_the_release_and_values() {
         return;
     };
     let p = policy(&r.unwrap(), "gpu-sched-muster-gpu-binding");
-    let gpus = json!([container("task", vec![env("NVIDIA_VISIBLE_DEVICES", "GPU-1")])]);
+    let gpus = json!([container(
+        "task",
+        vec![env("NVIDIA_VISIBLE_DEVICES", "GPU-1")]
+    )]);
     let new_op = "system:serviceaccount:batch-system:gpu-sched-muster-operator";
     assert_eq!(
-        p.decide(&FullEngine, &create_pod(new_op, pod("ml", "default", gpus.clone(), Value::Null))),
+        p.decide(
+            &FullEngine,
+            &create_pod(new_op, pod("ml", "default", gpus.clone(), Value::Null))
+        ),
         Outcome::NotMatched
     );
     assert!(
-        !p.decide(&FullEngine, &create_pod(OPERATOR, pod("ml", "default", gpus.clone(), Value::Null)))
-            .admitted(),
+        !p.decide(
+            &FullEngine,
+            &create_pod(OPERATOR, pod("ml", "default", gpus.clone(), Value::Null))
+        )
+        .admitted(),
         "the default release's operator account is no one here"
     );
     let agent_pod = pod(
         "batch-system",
         "gpu-sched-muster-node-agent",
-        json!([container("node-agent", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]),
+        json!([container(
+            "node-agent",
+            vec![env("NVIDIA_VISIBLE_DEVICES", "all")]
+        )]),
         Value::Null,
     );
     assert_eq!(
-        p.decide(&VapEngine, &create_pod("system:serviceaccount:kube-system:daemon-set-controller", agent_pod)),
+        p.decide(
+            &VapEngine,
+            &create_pod(
+                "system:serviceaccount:kube-system:daemon-set-controller",
+                agent_pod
+            )
+        ),
         Outcome::NotMatched
     );
 
@@ -658,10 +829,21 @@ fn gpu_binding_policy_follows_the_release_and_values() {
     };
     let p = policy(&r, "muster-gpu-binding");
     assert!(p.binding["spec"]["matchResources"].is_null());
-    let validator = pod("gpu-operator", "v", json!([container("c", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]), Value::Null);
-    assert!(!p.decide(&FullEngine, &create_pod(USER, validator)).admitted());
+    let validator = pod(
+        "gpu-operator",
+        "v",
+        json!([container("c", vec![env("NVIDIA_VISIBLE_DEVICES", "all")])]),
+        Value::Null,
+    );
+    assert!(
+        !p.decide(&FullEngine, &create_pod(USER, validator))
+            .admitted()
+    );
     let agent_pod = pod(NAMESPACE, "muster-node-agent", gpus, Value::Null);
-    assert!(!p.decide(&VapEngine, &create_pod(USER, agent_pod)).admitted());
+    assert!(
+        !p.decide(&VapEngine, &create_pod(USER, agent_pod))
+            .admitted()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -693,7 +875,12 @@ fn gpunode(name: &str) -> Value {
            "status": {"gpuCount": 8, "healthyGpus": 8}})
 }
 
-fn gpunode_req(op: &'static str, sub: &'static str, user: (String, BTreeMap<String, Vec<String>>), name: &str) -> Req {
+fn gpunode_req(
+    op: &'static str,
+    sub: &'static str,
+    user: (String, BTreeMap<String, Vec<String>>),
+    name: &str,
+) -> Req {
     Req {
         operation: op,
         username: user.0,
@@ -705,7 +892,11 @@ fn gpunode_req(op: &'static str, sub: &'static str, user: (String, BTreeMap<Stri
         sub_resource: sub,
         name: name.into(),
         object: gpunode(name),
-        old_object: if op == "UPDATE" { gpunode(name) } else { Value::Null },
+        old_object: if op == "UPDATE" {
+            gpunode(name)
+        } else {
+            Value::Null
+        },
         ..Default::default()
     }
 }
@@ -750,9 +941,24 @@ fn node_agent_scope_policy_confines_an_agent_to_its_node() {
 
     // GpuNodes: create (server-side apply of a new object), status apply.
     let cases: Vec<(&str, Req, bool, &str)> = vec![
-        ("its own GpuNode, created", gpunode_req("CREATE", "", me(), "gpu-001"), true, ""),
-        ("its own GpuNode, spec applied", gpunode_req("UPDATE", "", me(), "gpu-001"), true, ""),
-        ("its own GpuNode's status", gpunode_req("UPDATE", "status", me(), "gpu-001"), true, ""),
+        (
+            "its own GpuNode, created",
+            gpunode_req("CREATE", "", me(), "gpu-001"),
+            true,
+            "",
+        ),
+        (
+            "its own GpuNode, spec applied",
+            gpunode_req("UPDATE", "", me(), "gpu-001"),
+            true,
+            "",
+        ),
+        (
+            "its own GpuNode's status",
+            gpunode_req("UPDATE", "status", me(), "gpu-001"),
+            true,
+            "",
+        ),
         (
             "another node's GpuNode",
             gpunode_req("UPDATE", "status", me(), "gpu-002"),
@@ -773,13 +979,23 @@ fn node_agent_scope_policy_confines_an_agent_to_its_node() {
         ),
         (
             "the operator (another account) is not limited",
-            gpunode_req("UPDATE", "status", (OPERATOR.into(), BTreeMap::new()), "gpu-002"),
+            gpunode_req(
+                "UPDATE",
+                "status",
+                (OPERATOR.into(), BTreeMap::new()),
+                "gpu-002",
+            ),
             true,
             "",
         ),
         (
             "an administrator is not limited",
-            gpunode_req("CREATE", "", ("kubernetes-admin".into(), BTreeMap::new()), "gpu-009"),
+            gpunode_req(
+                "CREATE",
+                "",
+                ("kubernetes-admin".into(), BTreeMap::new()),
+                "gpu-009",
+            ),
             true,
             "",
         ),
@@ -791,8 +1007,17 @@ fn node_agent_scope_policy_confines_an_agent_to_its_node() {
     }
     // A claim with two values is not trusted.
     let mut two = me();
-    two.1.insert(NODE_NAME_KEY.into(), vec!["gpu-001".into(), "gpu-002".into()]);
-    assert!(!p.decide(&FullEngine, &gpunode_req("UPDATE", "status", two, "gpu-001")).admitted());
+    two.1.insert(
+        NODE_NAME_KEY.into(),
+        vec!["gpu-001".into(), "gpu-002".into()],
+    );
+    assert!(
+        !p.decide(
+            &FullEngine,
+            &gpunode_req("UPDATE", "status", two, "gpu-001")
+        )
+        .admitted()
+    );
 
     // Node labels.
     let old = node("gpu-001", base_labels("gpu-001"), Value::Null);
@@ -808,67 +1033,106 @@ fn node_agent_scope_policy_confines_an_agent_to_its_node() {
         l["muster.dev/gpu.memory"] = json!("81559");
     });
     let node_cases: Vec<(&str, Req, bool, &str)> = vec![
-        ("its Node gets the muster.dev/gpu.* labels", node_update(me(), old.clone(), gpu_labels.clone()), true, ""),
+        (
+            "its Node gets the muster.dev/gpu.* labels",
+            node_update(me(), old.clone(), gpu_labels.clone()),
+            true,
+            "",
+        ),
         (
             "its Node loses a muster.dev/gpu.* label (a GPU model change)",
-            node_update(me(), gpu_labels.clone(), with(&|n| {
-                n["metadata"]["labels"]["muster.dev/gpu.count"] = json!("8");
-            })),
+            node_update(
+                me(),
+                gpu_labels.clone(),
+                with(&|n| {
+                    n["metadata"]["labels"]["muster.dev/gpu.count"] = json!("8");
+                }),
+            ),
             true,
             "",
         ),
         (
             "another label on its Node",
-            node_update(me(), old.clone(), with(&|n| {
-                n["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
-            })),
+            node_update(
+                me(),
+                old.clone(),
+                with(&|n| {
+                    n["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+                }),
+            ),
             false,
             "only the muster.dev/gpu.* labels",
         ),
         (
             "a topology label changed",
-            node_update(me(), old.clone(), with(&|n| n["metadata"]["labels"]["muster.dev/leaf"] = json!("leaf2"))),
+            node_update(
+                me(),
+                old.clone(),
+                with(&|n| n["metadata"]["labels"]["muster.dev/leaf"] = json!("leaf2")),
+            ),
             false,
             "only the muster.dev/gpu.* labels",
         ),
         (
             "a label removed",
-            node_update(me(), old.clone(), with(&|n| {
-                n["metadata"]["labels"].as_object_mut().unwrap().remove("nvidia.com/gpu.present");
-            })),
+            node_update(
+                me(),
+                old.clone(),
+                with(&|n| {
+                    n["metadata"]["labels"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("nvidia.com/gpu.present");
+                }),
+            ),
             false,
             "only the muster.dev/gpu.* labels",
         ),
         (
             "a taint added",
-            node_update(me(), old.clone(), with(&|n| {
-                n["spec"]["taints"] = json!([{"key": "x", "effect": "NoSchedule"}]);
-            })),
+            node_update(
+                me(),
+                old.clone(),
+                with(&|n| {
+                    n["spec"]["taints"] = json!([{"key": "x", "effect": "NoSchedule"}]);
+                }),
+            ),
             false,
             "or the spec",
         ),
         (
             "an annotation changed",
-            node_update(me(), old.clone(), with(&|n| n["metadata"]["annotations"]["a"] = json!("b"))),
+            node_update(
+                me(),
+                old.clone(),
+                with(&|n| n["metadata"]["annotations"]["a"] = json!("b")),
+            ),
             false,
             "annotations",
         ),
         (
             "another node's labels",
-            node_update(me(), node("gpu-002", base_labels("gpu-002"), Value::Null),
+            node_update(
+                me(),
+                node("gpu-002", base_labels("gpu-002"), Value::Null),
                 with(&|n| {
                     n["metadata"]["name"] = json!("gpu-002");
                     n["metadata"]["labels"] = base_labels("gpu-002");
                     n["metadata"]["labels"]["muster.dev/gpu.count"] = json!("8");
-                })),
+                }),
+            ),
             false,
             "may write only its own Node, not gpu-002",
         ),
         (
             "the kubelet (another user) is not limited",
-            node_update(("system:node:gpu-001".into(), BTreeMap::new()), old.clone(), with(&|n| {
-                n["spec"]["taints"] = json!([{"key": "x", "effect": "NoSchedule"}]);
-            })),
+            node_update(
+                ("system:node:gpu-001".into(), BTreeMap::new()),
+                old.clone(),
+                with(&|n| {
+                    n["spec"]["taints"] = json!([{"key": "x", "effect": "NoSchedule"}]);
+                }),
+            ),
             true,
             "",
         ),

@@ -34,10 +34,7 @@ fn documents() -> Vec<(PathBuf, Value)> {
                 if name != "clusters" && name != "traces" {
                     walk(&p, out);
                 }
-            } else if p
-                .extension()
-                .is_some_and(|x| x == "yaml" || x == "yml")
-            {
+            } else if p.extension().is_some_and(|x| x == "yaml" || x == "yml") {
                 out.push(p);
             }
         }
@@ -87,10 +84,16 @@ fn slurm_values_parse(job: &BatchJob) -> Result<(), String> {
     if let Some(v) = &s.switches {
         e(slurm::Switches::parse(&text(v)).map(drop))?;
     }
-    for v in [&s.gpus, &s.gpus_per_node, &s.gpus_per_task].into_iter().flatten() {
+    for v in [&s.gpus, &s.gpus_per_node, &s.gpus_per_task]
+        .into_iter()
+        .flatten()
+    {
         e(slurm::GpuCount::parse(&text(v)).map(drop))?;
     }
-    for v in [&s.mem, &s.mem_per_cpu, &s.mem_per_gpu].into_iter().flatten() {
+    for v in [&s.mem, &s.mem_per_cpu, &s.mem_per_gpu]
+        .into_iter()
+        .flatten()
+    {
         e(slurm::MemSize::parse(v).map(drop))?;
     }
     if let Some(v) = &s.gres {
@@ -130,7 +133,10 @@ fn every_example_is_accepted_as_written() {
             ("muster.dev/v1alpha1", "BatchJob") => {
                 let job: BatchJob = typed(v).unwrap_or_else(|e| panic!("{at}: {e}"));
                 let errs = crd_errors(v);
-                assert!(errs.is_empty(), "{at}: the API server would refuse it: {errs:?}");
+                assert!(
+                    errs.is_empty(),
+                    "{at}: the API server would refuse it: {errs:?}"
+                );
                 slurm_values_parse(&job).unwrap_or_else(|e| panic!("{at}: {e}"));
                 let script = job.spec.script.as_deref().unwrap_or("");
                 assert!(
@@ -151,8 +157,8 @@ fn every_example_is_accepted_as_written() {
                 for c in &containers {
                     let env = c.env.clone().unwrap_or_default();
                     assert!(
-                        !env.iter()
-                            .any(|e| e.name == "NVIDIA_VISIBLE_DEVICES" || e.name == "CUDA_VISIBLE_DEVICES"),
+                        !env.iter().any(|e| e.name == "NVIDIA_VISIBLE_DEVICES"
+                            || e.name == "CUDA_VISIBLE_DEVICES"),
                         "{at}: GPU binding variables are the operator's to set"
                     );
                     let res = c.resources.clone().unwrap_or_default();
@@ -167,7 +173,10 @@ fn every_example_is_accepted_as_written() {
             ("muster.dev/v1alpha1", "Partition") => {
                 typed::<Partition>(v).unwrap_or_else(|e| panic!("{at}: {e}"));
                 let errs = crd_errors(v);
-                assert!(errs.is_empty(), "{at}: the API server would refuse it: {errs:?}");
+                assert!(
+                    errs.is_empty(),
+                    "{at}: the API server would refuse it: {errs:?}"
+                );
             }
             ("v1", "PersistentVolumeClaim") => {
                 typed::<PersistentVolumeClaim>(v).unwrap_or_else(|e| panic!("{at}: {e}"));
@@ -207,7 +216,11 @@ fn examples_cover_what_users_ask_for() {
     // 2 nodes x 2 tasks x 1 GPU, launched by mpirun.
     let m = s("mpirun-2x2");
     assert_eq!(
-        (int(&m.nodes).as_deref(), m.ntasks_per_node, int(&m.gpus_per_task).as_deref()),
+        (
+            int(&m.nodes).as_deref(),
+            m.ntasks_per_node,
+            int(&m.gpus_per_task).as_deref()
+        ),
         (Some("2"), Some(2), Some("1"))
     );
     assert!(m.script.as_deref().unwrap().contains("mpirun"));
@@ -220,7 +233,9 @@ fn examples_cover_what_users_ask_for() {
     assert_eq!(int(&g.nodes).as_deref(), Some("8"));
     assert_eq!(g.exclusive, Some(true));
     assert_eq!(
-        slurm::Switches::parse(&int(&g.switches).unwrap()).unwrap().count,
+        slurm::Switches::parse(&int(&g.switches).unwrap())
+            .unwrap()
+            .count,
         1
     );
     assert!(g.script.as_deref().unwrap().contains("torchrun"));
@@ -248,7 +263,8 @@ fn superpod_partitions_use_the_simulated_fabric_labels() {
     let mut want: Vec<String> = vec!["muster.dev/spine".into(), "muster.dev/leaf".into()];
     let cluster = examples_dir().join("clusters").join("superpod.yaml");
     if cluster.exists() {
-        let spec: Value = serde_yaml::from_str(&std::fs::read_to_string(&cluster).unwrap()).unwrap();
+        let spec: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&cluster).unwrap()).unwrap();
         want = spec["levels"]
             .as_array()
             .expect("levels in examples/clusters/superpod.yaml")
@@ -266,7 +282,10 @@ fn superpod_partitions_use_the_simulated_fabric_labels() {
     for p in &parts {
         assert_eq!(p.spec.topology, want, "{:?}", p.metadata.name);
     }
-    let defaults: Vec<_> = parts.iter().filter(|p| p.spec.default == Some(true)).collect();
+    let defaults: Vec<_> = parts
+        .iter()
+        .filter(|p| p.spec.default == Some(true))
+        .collect();
     assert_eq!(defaults.len(), 1, "exactly one default partition");
     // Preemption needs a lower tier that allows it.
     let tier = |p: &Partition| p.spec.priority_tier.unwrap_or(1);
@@ -295,7 +314,11 @@ const MIRRORS: [(&str, &str, &str); 9] = [
     ("train.sh", "batchjobs/train-eval-chain.yaml", "train"),
     ("eval.sh", "batchjobs/train-eval-chain.yaml", "eval"),
     ("ray-cluster.sh", "batchjobs/ray-cluster.yaml", "ray-rl"),
-    ("interactive.sh", "batchjobs/interactive.yaml", "interactive"),
+    (
+        "interactive.sh",
+        "batchjobs/interactive.yaml",
+        "interactive",
+    ),
 ];
 
 fn job(file: &str, name: &str) -> BatchJob {
@@ -375,7 +398,11 @@ fn slurm_options(script: &Path) -> Option<BTreeMap<String, String>> {
             opts.insert(k.trim().to_string(), v.trim().to_string());
         }
     }
-    assert!(inside, "sbatch printed no options for {}: {stderr}", script.display());
+    assert!(
+        inside,
+        "sbatch printed no options for {}: {stderr}",
+        script.display()
+    );
     opts.remove("verbose");
     Some(opts)
 }
@@ -408,7 +435,10 @@ fn as_sbatch_options(j: &BatchJob) -> BTreeMap<String, String> {
     put("gpus-per-task", s.gpus_per_task.as_ref().map(text));
     put("gres", s.gres.clone());
     put("constraint", s.constraint.clone());
-    put("exclusive", s.exclusive.filter(|e| *e).map(|_| "exclusive".into()));
+    put(
+        "exclusive",
+        s.exclusive.filter(|e| *e).map(|_| "exclusive".into()),
+    );
     put("time", s.time.as_ref().map(text));
     put("array", s.array.as_ref().map(text));
     put("dependency", s.dependency.clone());
@@ -451,9 +481,9 @@ fn real_sbatch_reads_the_same_request_as_the_batchjob() {
                     same_value(k, a, b),
                     "{script} vs {name}: Slurm reads --{k}={a}, the BatchJob says {b}"
                 ),
-                (a, b) => panic!(
-                    "{script} vs {name}: --{k} is {a:?} for Slurm but {b:?} in the BatchJob"
-                ),
+                (a, b) => {
+                    panic!("{script} vs {name}: --{k} is {a:?} for Slurm but {b:?} in the BatchJob")
+                }
             }
         }
     }
@@ -471,5 +501,8 @@ fn readme_lists_every_example() {
             }
         }
     }
-    assert!(missing.is_empty(), "examples/README.md does not mention {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "examples/README.md does not mention {missing:?}"
+    );
 }

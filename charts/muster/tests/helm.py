@@ -14,6 +14,9 @@ and writes one JSON answer on stdout:
       -> {"ok": true, "metadata": {...}, "crds": [{"name", "filename", "data"}], "values": {...}}
   {"op": "version"}
       -> {"ok": true, "helm": "v4.x.y", "sdk": "..."}
+  {"op": "batch", "requests": [REQUEST, ...]}
+      -> {"ok": true, "answers": [ANSWER, ...]} (one process for many requests: loading the
+         Helm library is most of the cost)
 
 Exit code 3 when helm-python-sdk is not installed (the tests then skip, or fail when
 MUSTER_REQUIRE_HELM=1). Helm errors are answers ({"ok": false, ...}), not crashes.
@@ -68,13 +71,17 @@ def run(req):
     return {"ok": False, "error": f"unknown op {op!r}"}
 
 
-def main():
-    req = json.load(sys.stdin)
+def answer(req):
     try:
-        answer = run(req)
+        if req.get("op") == "batch":
+            return {"ok": True, "answers": [answer(r) for r in req["requests"]]}
+        return run(req)
     except helm.HelmError as e:
-        answer = {"ok": False, "error": str(e), "kind": type(e).__name__}
-    json.dump(answer, sys.stdout)
+        return {"ok": False, "error": str(e), "kind": type(e).__name__}
+
+
+def main():
+    json.dump(answer(json.load(sys.stdin)), sys.stdout)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 //! calls helm-python-sdk), typed parsing of rendered objects, and CRD schema + CEL validation.
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -29,11 +29,45 @@ pub fn chart_dir() -> PathBuf {
 /// Namespace every test installs into unless it says otherwise.
 pub const NAMESPACE: &str = "muster-system";
 
-/// Calls Helm with one request. `None` when helm-python-sdk is not installed and
-/// MUSTER_REQUIRE_HELM is not 1 (the test then returns early, with a note on stderr); with
-/// MUSTER_REQUIRE_HELM=1 (CI) a missing Helm fails the test.
-pub fn helm(mut req: Value) -> Option<Value> {
-    req["chart"] = json!(chart_dir());
+/// Calls Helm with one request (answers are remembered per test process: the same values
+/// render the same). `None` when helm-python-sdk is not installed and MUSTER_REQUIRE_HELM is
+/// not 1 (the test then returns early, with a note on stderr); with MUSTER_REQUIRE_HELM=1 (CI)
+/// a missing Helm fails the test.
+pub fn helm(req: Value) -> Option<Value> {
+    static MEMO: std::sync::Mutex<BTreeMap<String, Value>> = std::sync::Mutex::new(BTreeMap::new());
+    let key = req.to_string();
+    if let Some(a) = MEMO.lock().unwrap().get(&key) {
+        return Some(a.clone());
+    }
+    let answer = helm_call(req)?;
+    MEMO.lock().unwrap().insert(key, answer.clone());
+    Some(answer)
+}
+
+/// Many requests in one Helm process.
+pub fn helm_many(reqs: Vec<Value>) -> Option<Vec<Value>> {
+    let answer = helm_call(json!({"op": "batch", "requests": reqs}))?;
+    Some(answer["answers"].as_array().expect("batch answers").clone())
+}
+
+fn with_chart(mut req: Value) -> Value {
+    if req["op"] == "batch" {
+        let reqs: Vec<Value> = req["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .cloned()
+            .map(with_chart)
+            .collect();
+        req["requests"] = Value::Array(reqs);
+    } else {
+        req["chart"] = json!(chart_dir());
+    }
+    req
+}
+
+fn helm_call(req: Value) -> Option<Value> {
+    let req = with_chart(req);
     let python = std::env::var("MUSTER_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = chart_dir().join("tests").join("helm.py");
     let require = std::env::var("MUSTER_REQUIRE_HELM").as_deref() == Ok("1");
@@ -148,9 +182,19 @@ impl Rendered {
 /// Renders the chart with `values` as release `name` in `namespace`. `Err` carries Helm's
 /// message (schema violations, `fail` in a template). `None`: Helm unavailable (see [`helm`]).
 pub fn render_as(values: Value, name: &str, namespace: &str) -> Option<Result<Rendered, String>> {
-    let answer = helm(json!({"op": "render", "values": values, "name": name, "namespace": namespace}))?;
+    let answer = helm(render_request(values, name, namespace))?;
+    Some(rendered(&answer))
+}
+
+/// The request [`render_as`] sends (for [`helm_many`]).
+pub fn render_request(values: Value, name: &str, namespace: &str) -> Value {
+    json!({"op": "render", "values": values, "name": name, "namespace": namespace})
+}
+
+/// A render answer as objects, or Helm's error.
+pub fn rendered(answer: &Value) -> Result<Rendered, String> {
     if answer["ok"] != json!(true) {
-        return Some(Err(answer["error"].as_str().unwrap_or("?").to_string()));
+        return Err(answer["error"].as_str().unwrap_or("?").to_string());
     }
     let manifests = answer["manifests"].as_object().expect("manifests map");
     let mut objects = Vec::new();
@@ -173,7 +217,7 @@ pub fn render_as(values: Value, name: &str, namespace: &str) -> Option<Result<Re
             });
         }
     }
-    Some(Ok(Rendered { objects, notes }))
+    Ok(Rendered { objects, notes })
 }
 
 /// [`render_as`] for release `muster` in [`NAMESPACE`], which must succeed.
@@ -282,16 +326,15 @@ pub fn parse_as_kind(obj: &Object) -> Result<(), String> {
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             typed::<CustomResourceDefinition>(v).map(drop)
         }
-        ("muster.dev/v1alpha1", "Partition") => {
-            typed::<muster_crds::v1alpha1::Partition>(v).and_then(|_| {
+        ("muster.dev/v1alpha1", "Partition") => typed::<muster_crds::v1alpha1::Partition>(v)
+            .and_then(|_| {
                 let errs = crd_errors(v);
                 if errs.is_empty() {
                     Ok(())
                 } else {
                     Err(format!("refused by the CRD schema/CEL: {errs:?}"))
                 }
-            })
-        }
+            }),
         ("monitoring.coreos.com/v1", "ServiceMonitor") => service_monitor_shape(v),
         (api, kind) => Err(format!("no type known for {api} {kind}")),
     };
