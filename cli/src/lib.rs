@@ -9,7 +9,17 @@
 //! it then behaves as that command.
 
 pub mod cluster;
+pub mod fetch;
+pub mod format;
+pub mod logs;
+pub mod rows;
+pub mod sacct;
 pub mod sbatch;
+pub mod scancel;
+pub mod scontrol;
+pub mod sinfo;
+pub mod slurm;
+pub mod squeue;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -44,7 +54,24 @@ pub struct Cli {
 pub enum Command {
     /// Submit a batch script (Slurm's sbatch).
     Sbatch(sbatch::SbatchArgs),
+    /// Show the job queue (Slurm's squeue).
+    Squeue(squeue::SqueueArgs),
+    /// Cancel jobs (Slurm's scancel).
+    Scancel(scancel::ScancelArgs),
+    /// Show partitions and nodes (Slurm's sinfo).
+    Sinfo(sinfo::SinfoArgs),
+    /// Show jobs, partitions, nodes and hostlists; hold and release jobs (Slurm's scontrol).
+    Scontrol(scontrol::ScontrolArgs),
+    /// Show accounting data of jobs (Slurm's sacct).
+    Sacct(sacct::SacctArgs),
+    /// Print a job's output (what slurm-JOBID.out would hold).
+    Logs(logs::LogsArgs),
 }
+
+/// A command failed and has already said why on standard error: exit 1 without more text.
+#[derive(Debug, thiserror::Error)]
+#[error("failed")]
+pub struct Failed;
 
 /// Slurm command names the binary answers to when installed under them.
 pub const SLURM_NAMES: &[&str] = &["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct"];
@@ -101,6 +128,12 @@ pub fn parse_args(argv: Vec<OsString>) -> Result<Cli, clap::Error> {
 pub async fn execute(cli: &Cli, io: &mut Io<'_>) -> anyhow::Result<()> {
     match &cli.command {
         Command::Sbatch(args) => sbatch::run(args, &cli.cluster, io).await,
+        Command::Squeue(args) => squeue::run(args, &cli.cluster, io).await,
+        Command::Scancel(args) => scancel::run(args, &cli.cluster, io).await,
+        Command::Sinfo(args) => sinfo::run(args, &cli.cluster, io).await,
+        Command::Scontrol(args) => scontrol::run(args, &cli.cluster, io).await,
+        Command::Sacct(args) => sacct::run(args, &cli.cluster, io).await,
+        Command::Logs(args) => logs::run(args, &cli.cluster, io).await,
     }
 }
 
@@ -108,16 +141,59 @@ pub async fn execute(cli: &Cli, io: &mut Io<'_>) -> anyhow::Result<()> {
 fn command_name(cli: &Cli) -> &'static str {
     match cli.command {
         Command::Sbatch(_) => "sbatch",
+        Command::Squeue(_) => "squeue",
+        Command::Scancel(_) => "scancel",
+        Command::Sinfo(_) => "sinfo",
+        Command::Scontrol(_) => "scontrol",
+        Command::Sacct(_) => "sacct",
+        Command::Logs(_) => "logs",
     }
+}
+
+/// getopt_long's message for an ambiguous long-option prefix, which clap reports as an
+/// unknown argument.
+fn ambiguity_message(argv: &[OsString], e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let prefix = arg.strip_prefix("--")?.split('=').next()?;
+    let root = Cli::command();
+    let sub = argv
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find_map(|a| root.find_subcommand(a))?;
+    let candidates: Vec<String> = sbatch::options::long_names(sub)
+        .into_iter()
+        .chain(
+            root.get_arguments()
+                .filter(|a| a.is_global_set())
+                .filter_map(|a| a.get_long().map(str::to_string)),
+        )
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    (candidates.len() > 1).then(|| {
+        let list: Vec<String> = candidates.iter().map(|c| format!("'--{c}'")).collect();
+        format!(
+            "{}: error: option '{arg}' is ambiguous; possibilities: {}\n",
+            sub.get_name(),
+            list.join(" ")
+        )
+    })
 }
 
 /// Parse `argv` and run it with `io`; returns the process exit status (1 on error, like Slurm).
 pub async fn run_with(argv: Vec<OsString>, io: &mut Io<'_>) -> ExitCode {
+    let (_, normalized) = normalize_argv(argv.clone());
     let cli = match parse_args(argv) {
         Ok(cli) => cli,
         Err(e) => {
             let code = e.exit_code();
-            let text = e.render().ansi().to_string();
+            let text = ambiguity_message(&normalized, &e).unwrap_or_else(|| e.render().to_string());
             let _ = if e.use_stderr() {
                 write!(io.err, "{text}")
             } else {
@@ -128,6 +204,7 @@ pub async fn run_with(argv: Vec<OsString>, io: &mut Io<'_>) -> ExitCode {
     };
     match execute(&cli, io).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Failed>() => ExitCode::FAILURE,
         Err(e) => {
             let _ = writeln!(io.err, "{}: error: {e:#}", command_name(&cli));
             ExitCode::FAILURE
@@ -202,7 +279,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cli.cluster.namespace().as_deref(), Some("team"));
-        let Command::Sbatch(s) = cli.command;
+        let Command::Sbatch(s) = cli.command else {
+            panic!("not sbatch");
+        };
         assert_eq!(s.options.ntasks, Some(4));
     }
 }

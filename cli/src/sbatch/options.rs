@@ -224,7 +224,7 @@ pub struct UnsupportedOption {
     pub on_command_line: bool,
 }
 
-const NOT_IMPLEMENTED: &str = "Muster does not implement this Slurm option";
+const NOT_IMPLEMENTED: &str = "remove it from the script and the command line";
 
 macro_rules! unsupported {
     ($($long:literal $short:expr, $has:ident, $hint:expr $(, $cli:expr)?;)*) => {
