@@ -119,3 +119,21 @@ pub fn gres_gpus(spec: &str) -> Option<(Option<String>, u32)> {
         _ => None,
     }
 }
+
+/// A memory size in MB (`16G` → 16384, `64000` → 64000, `2gb` → 2048).
+pub fn mem_mb(spec: &str) -> Option<u64> {
+    let s = spec.trim();
+    let s = s
+        .strip_suffix('B')
+        .or_else(|| s.strip_suffix('b'))
+        .unwrap_or(s);
+    let (num, mult) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1.0 / 1024.0),
+        'M' | 'm' => (&s[..s.len() - 1], 1.0),
+        'G' | 'g' => (&s[..s.len() - 1], 1024.0),
+        'T' | 't' => (&s[..s.len() - 1], 1024.0 * 1024.0),
+        _ => (s, 1.0),
+    };
+    let n: u64 = num.parse().ok()?;
+    Some((n as f64 * mult).ceil() as u64)
+}

@@ -534,14 +534,13 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("gpu-bind", o.gpu_bind.clone());
     put("nice", o.nice.map(|n| n.to_string()));
     put("priority", o.priority.map(|n| n.to_string()));
-    put("requeue", o.requeue.then(|| "set".to_string()));
+    put("requeue", o.requeue.then(|| "requeue".to_string()));
     put("no-requeue", o.no_requeue.then(|| "no-requeue".to_string()));
     put("hold", o.hold.then(|| "set".to_string()));
     put("output", o.output.clone());
     put("error", o.error.clone());
     put("wrap", o.wrap.clone());
     put("parsable", o.parsable.then(|| "set".to_string()));
-    put("quiet", o.quiet.then(|| "set".to_string()));
     put("image", o.image.clone());
     m
 }
