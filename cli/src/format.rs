@@ -38,7 +38,11 @@ pub fn parse_format(s: &str, valid: impl Fn(char) -> bool) -> (Format, Vec<Strin
     // Slurm splits with strtok(…, "%"): empty pieces (`%%`) vanish.
     for token in rest.split('%').filter(|t| !t.is_empty()) {
         let mut chars = token.chars().peekable();
-        let right = chars.next_if_eq(&'.').is_some();
+        let mut right = chars.next_if_eq(&'.').is_some();
+        // `%-20j`: printf's explicit left justification (Slurm itself only knows `.`).
+        if !right && chars.next_if_eq(&'-').is_some() {
+            right = false;
+        }
         let auto = chars.next_if_eq(&'#').is_some();
         let mut width = 0usize;
         while let Some(d) = chars.next_if(|c| c.is_ascii_digit()) {
@@ -158,7 +162,7 @@ mod tests {
                 auto: false
             }
         );
-        assert_eq!(f.fields[3].code, '-');
+        assert_eq!((f.fields[3].code, f.fields[3].width, f.fields[3].right), ('u', 20, false));
         let (f, _) = parse_format("JOB:%i|%j", |_| true);
         assert_eq!(f.prefix, "JOB:");
         assert_eq!(f.fields[0].suffix, "|");

@@ -461,6 +461,8 @@ pub struct NodeRow {
     pub memory_mb: u64,
     /// Memory held by running jobs, MB.
     pub memory_alloc_mb: u64,
+    /// Allocatable ephemeral storage, MB (Slurm's TmpDisk).
+    pub tmp_disk_mb: u64,
     /// GPUs.
     pub gpus: u32,
     /// GPUs held by running jobs.
@@ -487,6 +489,12 @@ impl NodeRow {
             self.state.compact(),
             if self.not_responding { "*" } else { "" }
         )
+    }
+
+    /// Slurm's numeric node state with the NO_RESPOND flag (sinfo sorts on it).
+    pub fn slurm_value(&self) -> u32 {
+        const NO_RESPOND: u32 = 0x800;
+        self.state.slurm_value() | if self.not_responding { NO_RESPOND } else { 0 }
     }
 
     /// The long state with the same suffix.
@@ -700,6 +708,9 @@ pub fn cluster_rows(
             let alloc = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
             let cap = n.status.as_ref().and_then(|s| s.capacity.as_ref());
             let cpus = quantity_u64(alloc.and_then(|a| a.get("cpu"))).unwrap_or(0.0) as u32;
+            let tmp_disk_mb = (quantity_u64(alloc.and_then(|a| a.get("ephemeral-storage")))
+                .unwrap_or(0.0)
+                / 1048576.0) as u64;
             let memory_mb = (quantity_u64(alloc.and_then(|a| a.get("memory"))).unwrap_or(0.0)
                 / 1048576.0) as u64;
             let gpus = gn
@@ -780,6 +791,7 @@ pub fn cluster_rows(
                 cpus,
                 cpus_alloc: c_alloc,
                 memory_mb,
+                tmp_disk_mb,
                 memory_alloc_mb: mem_alloc
                     .get(n.metadata.name.as_deref().unwrap_or(""))
                     .copied()

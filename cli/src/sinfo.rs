@@ -11,11 +11,11 @@ use crate::slurm::{self, Limit};
 /// sinfo's default (partition) format.
 pub const DEFAULT_FORMAT: &str = "%#P %.5a %.10l %.6D %.6t %N";
 /// `sinfo -N`.
-pub const NODE_FORMAT: &str = "%#N %.6D %#P %6t";
+pub const NODE_FORMAT: &str = "%#N %.6D %.#P %6t";
 /// `sinfo -l`.
 pub const LONG_FORMAT: &str = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
 /// `sinfo -N -l`.
-pub const NODE_LONG_FORMAT: &str = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
+pub const NODE_LONG_FORMAT: &str = "%#N %.6D %.#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
 /// `sinfo -s`.
 pub const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F  %N";
 
@@ -103,7 +103,7 @@ pub struct Record<'a> {
 
 /// The letters sinfo prints here.
 pub fn valid_code(c: char) -> bool {
-    "aACcDEfFGghlLmMNpPRstT".contains(c)
+    "aACcdDEfFGghlLmMNpPRstTwz".contains(c)
 }
 
 fn limit(l: Option<Limit>, unset: &str) -> String {
@@ -140,6 +140,7 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
             'a' => "AVAIL",
             'A' => "NODES(A/I)",
             'c' => "CPUS",
+            'd' => "TMP_DISK",
             'C' => "CPUS(A/I/O/T)",
             'D' => "NODES",
             'E' => "REASON",
@@ -157,6 +158,8 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
             'P' | 'R' => "PARTITION",
             's' => "JOB_SIZE",
             't' | 'T' => "STATE",
+            'w' => "WEIGHT",
+            'z' => "S:C:T",
             _ => "",
         }
         .to_string();
@@ -184,6 +187,7 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
                 .sum();
             format!("{alloc}/{}/{other}/{total}", total - alloc - other)
         }
+        'd' => min_max(r.nodes.iter().map(|n| n.tmp_disk_mb)),
         'D' => r.nodes.len().to_string(),
         'E' => first
             .and_then(|n| n.reason.clone())
@@ -242,6 +246,10 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
             .unwrap_or_else(na),
         't' => first.map(|n| n.compact_state()).unwrap_or_else(na),
         'T' => first.map(|n| n.long_state()).unwrap_or_else(na),
+        // Kubernetes has no node weights; every node weighs Slurm's default.
+        'w' => "1".to_string(),
+        // Sockets, cores and threads are not published by the kubelet.
+        'z' => "*:*:*".to_string(),
         _ => String::new(),
     }
 }
@@ -339,7 +347,7 @@ pub fn records<'a>(
             let key = group_key(n, format);
             match groups.iter_mut().find(|(k, _, _)| *k == key) {
                 Some((_, _, v)) => v.push(n),
-                None => groups.push((key, n.state.slurm_value(), vec![n])),
+                None => groups.push((key, n.slurm_value(), vec![n])),
             }
         }
         // Decreasing Slurm state value, as sinfo's default sort "#P,-t".

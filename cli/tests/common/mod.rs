@@ -1,6 +1,8 @@
 //! Helpers shared by the sbatch tests: our parse of a script, and real Slurm's.
 #![allow(dead_code)]
 
+pub mod fixtures;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
