@@ -162,7 +162,10 @@ mod tests {
                 auto: false
             }
         );
-        assert_eq!((f.fields[3].code, f.fields[3].width, f.fields[3].right), ('u', 20, false));
+        assert_eq!(
+            (f.fields[3].code, f.fields[3].width, f.fields[3].right),
+            ('u', 20, false)
+        );
         let (f, _) = parse_format("JOB:%i|%j", |_| true);
         assert_eq!(f.prefix, "JOB:");
         assert_eq!(f.fields[0].suffix, "|");

@@ -25,6 +25,9 @@ pub struct JobRow {
     pub array_task_id: Option<u32>,
     /// For an array's pending record: the pending indices (`4-15%4`).
     pub array_task_str: Option<String>,
+    /// The row stands for the array object itself (its indices not started yet), not for a
+    /// BatchJob of its own.
+    pub array_record: bool,
     /// Job name.
     pub job_name: String,
     /// Submitting user (annotation `muster.dev/user`).
@@ -212,6 +215,7 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         array_job_id: st.array_job_id,
         array_task_id: st.array_task_id,
         array_task_str: None,
+        array_record: false,
         job_name: bj.job_name().to_string(),
         user: annotations
             .get(labels::USER)
@@ -348,6 +352,7 @@ pub fn job_rows(jobs: &[BatchJob], now: Timestamp, one_per_element: bool) -> Vec
             continue;
         }
         row.array_job_id = row.array_job_id.or(row.job_id);
+        row.array_record = true;
         if one_per_element {
             for i in pending {
                 let mut r = row.clone();

@@ -330,13 +330,14 @@ pub fn parse_time(s: &str, now: Timestamp, tz: &TimeZone) -> Result<Timestamp, S
     if s.eq_ignore_ascii_case("now") {
         return Ok(now);
     }
-    let dt: jiff::civil::DateTime = if let Ok(d) = s.parse::<jiff::civil::Date>() {
-        d.to_datetime(jiff::civil::Time::midnight())
+    // A date alone would also parse a date-time (dropping the time): try date-time first.
+    let dt: jiff::civil::DateTime = if s.contains('T') {
+        s.parse::<jiff::civil::DateTime>()
     } else {
-        s.parse::<jiff::civil::DateTime>().map_err(|_| {
-            format!("invalid time '{s}': use now, YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]")
-        })?
-    };
+        s.parse::<jiff::civil::Date>()
+            .map(|d| d.to_datetime(jiff::civil::Time::midnight()))
+    }
+    .map_err(|_| format!("invalid time '{s}': use now, YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]"))?;
     dt.to_zoned(tz.clone())
         .map(|z| z.timestamp())
         .map_err(|e| e.to_string())

@@ -126,6 +126,14 @@ pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, Strin
             ));
             continue;
         }
+        if id.contains('_') && matched.iter().all(|r| r.array_record) {
+            plan.errors.push(format!(
+                "Kill job error on job id {id}: an array index cannot be cancelled before it \
+                 starts; cancel the whole array ({}) or wait for the index to start",
+                id.split('_').next().unwrap_or(id)
+            ));
+            continue;
+        }
         let active: Vec<&&JobRow> = matched
             .iter()
             .filter(|r| !r.state.is_terminal() && filter.keep(r))

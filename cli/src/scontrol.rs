@@ -385,7 +385,19 @@ async fn set_hold(
             ok = false;
             continue;
         }
+        if id.contains('_') && targets.iter().all(|r| r.array_record) {
+            writeln!(
+                io.err,
+                "scontrol: error: array index {id} has not started: hold or release the whole array"
+            )?;
+            ok = false;
+            continue;
+        }
+        let mut seen = std::collections::BTreeSet::new();
         for r in targets {
+            if !seen.insert((r.namespace.clone(), r.name.clone())) {
+                continue;
+            }
             if r.state != JobState::Pending {
                 writeln!(
                     io.err,

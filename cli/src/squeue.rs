@@ -185,7 +185,11 @@ pub fn sort_default(rows: &mut [JobRow]) {
         a.partition
             .cmp(&b.partition)
             .then(state_rank(a.state).cmp(&state_rank(b.state)))
-            .then(a.array_job_id.or(a.job_id).cmp(&b.array_job_id.or(b.job_id)))
+            .then(
+                a.array_job_id
+                    .or(a.job_id)
+                    .cmp(&b.array_job_id.or(b.job_id)),
+            )
             .then(a.array_task_id.cmp(&b.array_task_id))
     });
 }

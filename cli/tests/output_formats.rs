@@ -17,7 +17,9 @@ fn cli(argv: &[&str]) -> muster_cli::Command {
 fn squeue(argv: &[&str]) -> String {
     let mut full = vec!["squeue"];
     full.extend_from_slice(argv);
-    let muster_cli::Command::Squeue(args) = cli(&full) else { panic!() };
+    let muster_cli::Command::Squeue(args) = cli(&full) else {
+        panic!()
+    };
     let rows = job_rows(&fixtures::jobs(), fixtures::now(), args.array);
     let (text, warnings) =
         muster_cli::squeue::report(&args, rows, "alice", &TimeZone::UTC).unwrap();
@@ -28,7 +30,9 @@ fn squeue(argv: &[&str]) -> String {
 fn sinfo(argv: &[&str]) -> String {
     let mut full = vec!["sinfo"];
     full.extend_from_slice(argv);
-    let muster_cli::Command::Sinfo(args) = cli(&full) else { panic!() };
+    let muster_cli::Command::Sinfo(args) = cli(&full) else {
+        panic!()
+    };
     let (parts, nodes) = cluster_rows(
         &fixtures::partitions(),
         &fixtures::nodes(),
@@ -43,7 +47,9 @@ fn sinfo(argv: &[&str]) -> String {
 fn sacct(argv: &[&str]) -> String {
     let mut full = vec!["sacct"];
     full.extend_from_slice(argv);
-    let muster_cli::Command::Sacct(args) = cli(&full) else { panic!() };
+    let muster_cli::Command::Sacct(args) = cli(&full) else {
+        panic!()
+    };
     let rows = job_rows(&fixtures::jobs(), fixtures::now(), false);
     muster_cli::sacct::report(&args, rows, "alice", fixtures::now(), &TimeZone::UTC).unwrap()
 }
@@ -100,7 +106,12 @@ fn squeue_custom_format_and_filters() {
     );
     // A job named with -j shows whatever its state; %M of an ended job is its run time.
     assert_eq!(
-        squeue(&["-j", "106,104", "-o", "%.4i %.9T %.6M %.10l %.10L %R %E %f %u %j"]),
+        squeue(&[
+            "-j",
+            "106,104",
+            "-o",
+            "%.4i %.9T %.6M %.10l %.10L %R %E %f %u %j"
+        ]),
         "JOBI     STATE   TIME TIME_LIMIT  TIME_LEFT NODELIST(REASON) DEPENDENCY FEATURES USER NAME
  104 COMPLETED  30:05  UNLIMITED  UNLIMITED gpu006 (null) (null) alice done
  106    FAILED   2:30      30:00      27:30 (NonZeroExitCode) (null) (null) alice crash
@@ -108,7 +119,15 @@ fn squeue_custom_format_and_filters() {
     );
     // --me, state names in any case, names.
     assert_eq!(
-        squeue(&["--me", "-t", "pd", "-n", "eval,gpus_per_task_test", "-o", "%i %j"]),
+        squeue(&[
+            "--me",
+            "-t",
+            "pd",
+            "-n",
+            "eval,gpus_per_task_test",
+            "-o",
+            "%i %j"
+        ]),
         "JOBID NAME\n102 gpus_per_task_test\n"
     );
     assert_eq!(squeue(&["-u", "nobody", "-h"]), "");
@@ -129,12 +148,17 @@ fn squeue_one_line_per_array_element() {
 
 #[test]
 fn squeue_reports_bad_format_letters_like_slurm() {
-    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-o", "%i %Q %j"]) else { panic!() };
+    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-o", "%i %Q %j"]) else {
+        panic!()
+    };
     let rows = job_rows(&fixtures::jobs(), fixtures::now(), false);
     let (text, warnings) =
         muster_cli::squeue::report(&args, rows, "alice", &TimeZone::UTC).unwrap();
     assert_eq!(warnings, ["Invalid job format specification: Q"]);
-    assert!(text.starts_with("JOBID NAME\n102 gpus_per_task_test\n"), "{text}");
+    assert!(
+        text.starts_with("JOBID NAME\n102 gpus_per_task_test\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -306,14 +330,28 @@ fn sacct_default_and_parsable() {
 "
     );
     assert_eq!(
-        sacct(&["-P", "-j", "106,107", "-o", "JobID,JobName,State,ExitCode,Elapsed,NNodes,NodeList"]),
+        sacct(&[
+            "-P",
+            "-j",
+            "106,107",
+            "-o",
+            "JobID,JobName,State,ExitCode,Elapsed,NNodes,NodeList"
+        ]),
         "JobID|JobName|State|ExitCode|Elapsed|NNodes|NodeList
 106|crash|FAILED|3:0|00:02:30|1|gpu006
 107|oops|CANCELLED|0:15|00:00:00|1|None assigned
 "
     );
     assert_eq!(
-        sacct(&["-p", "-n", "-a", "-s", "R", "-o", "jobid,user,start,end,timelimit,alloctres"]),
+        sacct(&[
+            "-p",
+            "-n",
+            "-a",
+            "-s",
+            "R",
+            "-o",
+            "jobid,user,start,end,timelimit,alloctres"
+        ]),
         "101|alice|2024-05-01T10:00:00|Unknown|01:00:00|cpu=16,gres/gpu=16,node=2|
 105|christopher|2024-05-01T09:00:00|Unknown|02:00:00|cpu=4,node=1|
 110_0|alice|2024-05-01T10:04:00|Unknown|Partition_Limit|cpu=1,gres/gpu=1,node=1|
@@ -331,8 +369,11 @@ fn sacct_default_and_parsable() {
 
 #[test]
 fn sacct_refuses_unknown_fields() {
-    let muster_cli::Command::Sacct(args) = cli(&["sacct", "-o", "jobid,bogus"]) else { panic!() };
-    let err = muster_cli::sacct::report(&args, Vec::new(), "alice", fixtures::now(), &TimeZone::UTC)
-        .unwrap_err();
+    let muster_cli::Command::Sacct(args) = cli(&["sacct", "-o", "jobid,bogus"]) else {
+        panic!()
+    };
+    let err =
+        muster_cli::sacct::report(&args, Vec::new(), "alice", fixtures::now(), &TimeZone::UTC)
+            .unwrap_err();
     assert_eq!(err, "Invalid field requested: \"bogus\"");
 }

@@ -24,7 +24,10 @@ fn meta(ns: &str, name: &str, user: &str) -> ObjectMeta {
     ObjectMeta {
         namespace: Some(ns.into()),
         name: Some(name.into()),
-        annotations: Some(BTreeMap::from([("muster.dev/user".to_string(), user.to_string())])),
+        annotations: Some(BTreeMap::from([(
+            "muster.dev/user".to_string(),
+            user.to_string(),
+        )])),
         creation_timestamp: t("09:00:00"),
         ..Default::default()
     }
@@ -52,19 +55,26 @@ fn tasks(per_node: &[(&str, u32, u64)]) -> Vec<TaskAllocation> {
 pub fn jobs() -> Vec<BatchJob> {
     let mut v = Vec::new();
 
-    let mut j = BatchJob::new("train-abcde", BatchJobSpec {
-        partition: Some("gpu".into()),
-        job_name: Some("train".into()),
-        nodes: Some(IntOrString::Int(2)),
-        ntasks_per_node: Some(1),
-        gpus_per_node: Some(IntOrString::Int(8)),
-        cpus_per_task: Some(8),
-        time: Some(IntOrString::Int(60)),
-        exclusive: Some(true),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "train-abcde",
+        BatchJobSpec {
+            partition: Some("gpu".into()),
+            job_name: Some("train".into()),
+            nodes: Some(IntOrString::Int(2)),
+            ntasks_per_node: Some(1),
+            gpus_per_node: Some(IntOrString::Int(8)),
+            cpus_per_task: Some(8),
+            time: Some(IntOrString::Int(60)),
+            exclusive: Some(true),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "train-abcde", "alice");
-    j.metadata.annotations.as_mut().unwrap().insert("muster.dev/output".into(), "train-%j.out".into());
+    j.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("muster.dev/output".into(), "train-%j.out".into());
     j.status = Some(BatchJobStatus {
         job_id: Some(101),
         state: Some(JobState::Running),
@@ -84,15 +94,18 @@ pub fn jobs() -> Vec<BatchJob> {
     });
     v.push(j);
 
-    let mut j = BatchJob::new("gpus-per-task-test-xyz12", BatchJobSpec {
-        partition: Some("gpu".into()),
-        job_name: Some("gpus_per_task_test".into()),
-        nodes: Some(IntOrString::Int(2)),
-        ntasks_per_node: Some(2),
-        gpus_per_task: Some(IntOrString::Int(1)),
-        time: Some(IntOrString::String("00:10:00".into())),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "gpus-per-task-test-xyz12",
+        BatchJobSpec {
+            partition: Some("gpu".into()),
+            job_name: Some("gpus_per_task_test".into()),
+            nodes: Some(IntOrString::Int(2)),
+            ntasks_per_node: Some(2),
+            gpus_per_task: Some(IntOrString::Int(1)),
+            time: Some(IntOrString::String("00:10:00".into())),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "gpus-per-task-test-xyz12", "alice");
     j.status = Some(BatchJobStatus {
         job_id: Some(102),
@@ -110,11 +123,14 @@ pub fn jobs() -> Vec<BatchJob> {
     });
     v.push(j);
 
-    let mut j = BatchJob::new("eval-q1w2e", BatchJobSpec {
-        job_name: Some("eval".into()),
-        dependency: Some("afterok:101".into()),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "eval-q1w2e",
+        BatchJobSpec {
+            job_name: Some("eval".into()),
+            dependency: Some("afterok:101".into()),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "eval-q1w2e", "bob");
     j.status = Some(BatchJobStatus {
         job_id: Some(103),
@@ -126,11 +142,14 @@ pub fn jobs() -> Vec<BatchJob> {
     });
     v.push(j);
 
-    let mut j = BatchJob::new("done-zzzzz", BatchJobSpec {
-        partition: Some("gpu".into()),
-        job_name: Some("done".into()),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "done-zzzzz",
+        BatchJobSpec {
+            partition: Some("gpu".into()),
+            job_name: Some("done".into()),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "done-zzzzz", "alice");
     j.status = Some(BatchJobStatus {
         job_id: Some(104),
@@ -150,12 +169,15 @@ pub fn jobs() -> Vec<BatchJob> {
     });
     v.push(j);
 
-    let mut j = BatchJob::new("verylongjobname-aaaaa", BatchJobSpec {
-        partition: Some("interactive".into()),
-        job_name: Some("verylongjobname".into()),
-        cpus_per_task: Some(4),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "verylongjobname-aaaaa",
+        BatchJobSpec {
+            partition: Some("interactive".into()),
+            job_name: Some("verylongjobname".into()),
+            cpus_per_task: Some(4),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-b", "verylongjobname-aaaaa", "christopher");
     j.status = Some(BatchJobStatus {
         job_id: Some(105),
@@ -174,12 +196,15 @@ pub fn jobs() -> Vec<BatchJob> {
     });
     v.push(j);
 
-    let mut j = BatchJob::new("crash-ccccc", BatchJobSpec {
-        partition: Some("gpu".into()),
-        job_name: Some("crash".into()),
-        gres: Some("gpu:a100:2".into()),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "crash-ccccc",
+        BatchJobSpec {
+            partition: Some("gpu".into()),
+            job_name: Some("crash".into()),
+            gres: Some("gpu:a100:2".into()),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "crash-ccccc", "alice");
     j.status = Some(BatchJobStatus {
         job_id: Some(106),
@@ -201,12 +226,15 @@ pub fn jobs() -> Vec<BatchJob> {
     });
     v.push(j);
 
-    let mut j = BatchJob::new("cancelled-ddddd", BatchJobSpec {
-        partition: Some("gpu".into()),
-        job_name: Some("oops".into()),
-        cancel: Some(true),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "cancelled-ddddd",
+        BatchJobSpec {
+            partition: Some("gpu".into()),
+            job_name: Some("oops".into()),
+            cancel: Some(true),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "cancelled-ddddd", "alice");
     j.status = Some(BatchJobStatus {
         job_id: Some(107),
@@ -225,13 +253,16 @@ pub fn jobs() -> Vec<BatchJob> {
     v.push(j);
 
     // An array of 16, at most 4 at once: 0 and 1 run, 2 waits, 3-15 not created yet.
-    let mut j = BatchJob::new("sweep-sssss", BatchJobSpec {
-        partition: Some("gpu".into()),
-        job_name: Some("sweep".into()),
-        array: Some(IntOrString::String("0-15%4".into())),
-        gres: Some("gpu:1".into()),
-        ..Default::default()
-    });
+    let mut j = BatchJob::new(
+        "sweep-sssss",
+        BatchJobSpec {
+            partition: Some("gpu".into()),
+            job_name: Some("sweep".into()),
+            array: Some(IntOrString::String("0-15%4".into())),
+            gres: Some("gpu:1".into()),
+            ..Default::default()
+        },
+    );
     j.metadata = meta("team-a", "sweep-sssss", "alice");
     j.status = Some(BatchJobStatus {
         job_id: Some(110),
@@ -254,15 +285,21 @@ pub fn jobs() -> Vec<BatchJob> {
         (2, 113, JobState::Pending, None),
     ] {
         let name = format!("sweep-sssss-{idx}");
-        let mut e = BatchJob::new(&name, BatchJobSpec {
-            partition: Some("gpu".into()),
-            job_name: Some("sweep".into()),
-            gres: Some("gpu:1".into()),
-            ..Default::default()
-        });
+        let mut e = BatchJob::new(
+            &name,
+            BatchJobSpec {
+                partition: Some("gpu".into()),
+                job_name: Some("sweep".into()),
+                gres: Some("gpu:1".into()),
+                ..Default::default()
+            },
+        );
         e.metadata = meta("team-a", &name, "alice");
         e.metadata.labels = Some(BTreeMap::from([
-            ("muster.dev/array-parent".to_string(), "sweep-sssss".to_string()),
+            (
+                "muster.dev/array-parent".to_string(),
+                "sweep-sssss".to_string(),
+            ),
             ("muster.dev/array-task-id".to_string(), idx.to_string()),
         ]));
         e.status = Some(BatchJobStatus {
@@ -270,7 +307,14 @@ pub fn jobs() -> Vec<BatchJob> {
             array_job_id: Some(110),
             array_task_id: Some(idx),
             state: Some(state),
-            reason: Some(if node.is_some() { "None" } else { "JobArrayTaskLimit" }.into()),
+            reason: Some(
+                if node.is_some() {
+                    "None"
+                } else {
+                    "JobArrayTaskLimit"
+                }
+                .into(),
+            ),
             partition: Some("gpu".into()),
             node_list: node.map(str::to_string),
             num_nodes: Some(1),
@@ -293,7 +337,10 @@ fn node(name: &str, pool: &str, ready: bool, cordoned: bool, features: &[&str]) 
         ("kubernetes.io/arch".to_string(), "amd64".to_string()),
         ("kubernetes.io/hostname".to_string(), name.to_string()),
         ("muster.dev/gpu.count".to_string(), "8".to_string()),
-        ("muster.dev/gpu.product".to_string(), "NVIDIA-H100-80GB-HBM3".to_string()),
+        (
+            "muster.dev/gpu.product".to_string(),
+            "NVIDIA-H100-80GB-HBM3".to_string(),
+        ),
     ]);
     for f in features {
         labels.insert(format!("muster.dev/feature.{f}"), "true".to_string());
@@ -341,15 +388,18 @@ pub fn nodes() -> Vec<Node> {
 }
 
 fn partition(name: &str, pool: &str, default: bool, max_time: Option<IntOrString>) -> Partition {
-    let mut p = Partition::new(name, PartitionSpec {
-        node_selector: Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([("pool".to_string(), pool.to_string())])),
+    let mut p = Partition::new(
+        name,
+        PartitionSpec {
+            node_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([("pool".to_string(), pool.to_string())])),
+                ..Default::default()
+            }),
+            default: default.then_some(true),
+            max_time,
             ..Default::default()
-        }),
-        default: default.then_some(true),
-        max_time,
-        ..Default::default()
-    });
+        },
+    );
     p.metadata.name = Some(name.into());
     p
 }
@@ -360,8 +410,18 @@ pub fn partitions() -> Vec<Partition> {
     debug.spec.state = Some(PartitionState::Down);
     debug.spec.max_nodes = Some(2);
     vec![
-        partition("gpu", "gpu", true, Some(IntOrString::String("1-00:00:00".into()))),
-        partition("interactive", "interactive", false, Some(IntOrString::Int(60))),
+        partition(
+            "gpu",
+            "gpu",
+            true,
+            Some(IntOrString::String("1-00:00:00".into())),
+        ),
+        partition(
+            "interactive",
+            "interactive",
+            false,
+            Some(IntOrString::Int(60)),
+        ),
         debug,
     ]
 }
