@@ -53,7 +53,7 @@ pub struct Cli {
 #[derive(Subcommand, Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Submit a batch script (Slurm's sbatch).
-    Sbatch(sbatch::SbatchArgs),
+    Sbatch(Box<sbatch::SbatchArgs>),
     /// Show the job queue (Slurm's squeue).
     Squeue(squeue::SqueueArgs),
     /// Cancel jobs (Slurm's scancel).

@@ -547,10 +547,10 @@ pub fn selector_matches(
     labels: &BTreeMap<String, String>,
 ) -> bool {
     let Some(sel) = sel else { return true };
-    if let Some(ml) = &sel.match_labels {
-        if ml.iter().any(|(k, v)| labels.get(k) != Some(v)) {
-            return false;
-        }
+    if let Some(ml) = &sel.match_labels
+        && ml.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return false;
     }
     for e in sel.match_expressions.iter().flatten() {
         let vals = e.values.clone().unwrap_or_default();

@@ -340,7 +340,13 @@ fn recorded_answers_match_live_sbatch() {
 /// Command line over SBATCH_* over #SBATCH, as real sbatch orders them.
 #[test]
 fn precedence_matches_slurm() {
-    let cases: &[(&[&str], &[(&str, &str)], &[(&str, &str)])] = &[
+    /// Command line, environment, expected (normalised) options.
+    type Case<'a> = (
+        &'a [&'a str],
+        &'a [(&'a str, &'a str)],
+        &'a [(&'a str, &'a str)],
+    );
+    let cases: &[Case] = &[
         (
             &[],
             &[("SBATCH_PARTITION", "envp"), ("SBATCH_TIMELIMIT", "20")],

@@ -191,13 +191,13 @@ pub fn prepare(
     manifest::check(&merged)?;
     // Slurm lowers the node count to the task count when fewer tasks than nodes are asked for.
     let o = &mut merged.options;
-    if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone()) {
-        if crate::slurm::nodes_min(&nodes).is_some_and(|min| n < min) {
-            warnings.push(format!(
-                "can't run {n} processes on {nodes} nodes, setting nnodes to {n}"
-            ));
-            o.nodes = Some(n.to_string());
-        }
+    if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone())
+        && crate::slurm::nodes_min(&nodes).is_some_and(|min| n < min)
+    {
+        warnings.push(format!(
+            "can't run {n} processes on {nodes} nodes, setting nnodes to {n}"
+        ));
+        o.nodes = Some(n.to_string());
     }
     if let Some(p) = &merged.options.partition {
         let object = manifest::partition_object_name(p);

@@ -346,14 +346,14 @@ fn locate_directive_error(
     for &line in &lines {
         let upto = tokens.iter().take_while(|t| t.line <= line).count();
         let argv: Vec<&str> = tokens[..upto].iter().map(|t| t.text.as_str()).collect();
-        if let Err(e) = cmd.clone().try_get_matches_from(&argv) {
-            if !is_missing_value(&e) {
-                let origin = Origin::Line {
-                    file: file.to_string(),
-                    line,
-                };
-                return describe_clap_error(cmd, origin, &tokens[..upto], Some(file), e);
-            }
+        if let Err(e) = cmd.clone().try_get_matches_from(&argv)
+            && !is_missing_value(&e)
+        {
+            let origin = Origin::Line {
+                file: file.to_string(),
+                line,
+            };
+            return describe_clap_error(cmd, origin, &tokens[..upto], Some(file), e);
         }
     }
     let line = lines.last().copied().unwrap_or(0);

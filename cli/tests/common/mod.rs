@@ -38,7 +38,7 @@ pub fn sbatch_args(argv: &[&str]) -> SbatchArgs {
     let cli = muster_cli::parse_args(full.into_iter().map(Into::into).collect())
         .unwrap_or_else(|e| panic!("argv {argv:?}: {e}"));
     match cli.command {
-        muster_cli::Command::Sbatch(a) => a,
+        muster_cli::Command::Sbatch(a) => *a,
         other => panic!("not sbatch: {other:?}"),
     }
 }
@@ -149,10 +149,11 @@ pub fn oracle(sub: &str, name: &str, argv: &[&str], env: &[(&str, &str)]) -> Ora
         if line.starts_with("sbatch: ----") {
             continue;
         }
-        if let Some(rest) = line.strip_prefix("sbatch: ") {
-            if let Some((k, v)) = rest.split_once(": ") {
-                options.insert(k.trim().to_string(), v.to_string());
-            }
+        if let Some((k, v)) = line
+            .strip_prefix("sbatch: ")
+            .and_then(|rest| rest.split_once(": "))
+        {
+            options.insert(k.trim().to_string(), v.to_string());
         }
     }
     // Failures that come from the oracle having no controller or GRES configuration, not
