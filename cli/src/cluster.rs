@@ -137,6 +137,36 @@ impl ClusterArgs {
     }
 }
 
+/// Where commands run: the cluster the flags name, or a cluster already connected (tests and
+/// embedders, e.g. the end-to-end suites against the test control plane).
+#[derive(Clone, Debug)]
+pub struct Target<'a> {
+    /// The command-line flags.
+    pub args: &'a ClusterArgs,
+    /// A connected cluster to use instead of the flags.
+    pub fixed: Option<Cluster>,
+}
+
+impl Target<'_> {
+    /// The cluster to work on.
+    pub async fn cluster(&self, env: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Cluster> {
+        match &self.fixed {
+            Some(c) => Ok(c.clone()),
+            None => self.args.connect(env).await,
+        }
+    }
+
+    /// What is known without connecting (namespace and user for `sbatch --dry-run`).
+    pub fn identity(&self) -> Identity {
+        let mut id = self.args.identity();
+        if let Some(c) = &self.fixed {
+            id.explicit_namespace = Some(c.namespace.clone());
+            id.context_user = Some(c.user.clone());
+        }
+        id
+    }
+}
+
 /// The Slurm user name of whoever runs the command: `$USER`, else the kubeconfig context's
 /// user name, else `unknown`. It is recorded in the `muster.dev/user` annotation and is a
 /// label for people, not an authenticated identity.

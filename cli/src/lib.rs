@@ -28,7 +28,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use cluster::ClusterArgs;
+use cluster::{Cluster, ClusterArgs, Target};
 
 /// `muster`: Slurm's commands for Muster.
 #[derive(Parser, Clone, Debug, PartialEq, Eq)]
@@ -124,16 +124,21 @@ pub fn parse_args(argv: Vec<OsString>) -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
-/// Run a parsed command.
-pub async fn execute(cli: &Cli, io: &mut Io<'_>) -> anyhow::Result<()> {
+/// Run a parsed command on the cluster its flags name, or on `cluster` when given (already
+/// connected: how tests and the end-to-end suites drive the commands).
+pub async fn execute(cli: &Cli, cluster: Option<Cluster>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let target = Target {
+        args: &cli.cluster,
+        fixed: cluster,
+    };
     match &cli.command {
-        Command::Sbatch(args) => sbatch::run(args, &cli.cluster, io).await,
-        Command::Squeue(args) => squeue::run(args, &cli.cluster, io).await,
-        Command::Scancel(args) => scancel::run(args, &cli.cluster, io).await,
-        Command::Sinfo(args) => sinfo::run(args, &cli.cluster, io).await,
-        Command::Scontrol(args) => scontrol::run(args, &cli.cluster, io).await,
-        Command::Sacct(args) => sacct::run(args, &cli.cluster, io).await,
-        Command::Logs(args) => logs::run(args, &cli.cluster, io).await,
+        Command::Sbatch(args) => sbatch::run(args, &target, io).await,
+        Command::Squeue(args) => squeue::run(args, &target, io).await,
+        Command::Scancel(args) => scancel::run(args, &target, io).await,
+        Command::Sinfo(args) => sinfo::run(args, &target, io).await,
+        Command::Scontrol(args) => scontrol::run(args, &target, io).await,
+        Command::Sacct(args) => sacct::run(args, &target, io).await,
+        Command::Logs(args) => logs::run(args, &target, io).await,
     }
 }
 
@@ -188,6 +193,11 @@ fn ambiguity_message(argv: &[OsString], e: &clap::Error) -> Option<String> {
 
 /// Parse `argv` and run it with `io`; returns the process exit status (1 on error, like Slurm).
 pub async fn run_with(argv: Vec<OsString>, io: &mut Io<'_>) -> ExitCode {
+    run_on(argv, None, io).await
+}
+
+/// [`run_with`] on an already connected cluster (`None`: the one the flags name).
+pub async fn run_on(argv: Vec<OsString>, cluster: Option<Cluster>, io: &mut Io<'_>) -> ExitCode {
     let (_, normalized) = normalize_argv(argv.clone());
     let cli = match parse_args(argv) {
         Ok(cli) => cli,
@@ -202,7 +212,7 @@ pub async fn run_with(argv: Vec<OsString>, io: &mut Io<'_>) -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    match execute(&cli, io).await {
+    match execute(&cli, cluster, io).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Failed>() => ExitCode::FAILURE,
         Err(e) => {

@@ -10,7 +10,7 @@ use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, JobState};
 
 use crate::Io;
-use crate::cluster::ClusterArgs;
+use crate::cluster::Target;
 use crate::sbatch::manifest::TASK_CONTAINER;
 
 /// `muster logs`
@@ -94,10 +94,10 @@ async fn fetch_log(pods: &Api<Pod>, pod: &str, lp: &LogParams) -> Result<String,
 /// Run `muster logs`.
 pub async fn run(
     args: &LogsArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
-    let cluster = cluster_args.connect(io.env).await?;
+    let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let matches: Vec<_> = rows

@@ -8,7 +8,7 @@ use jiff::tz::TimeZone;
 use muster_crds::v1alpha1::JobState;
 
 use crate::Io;
-use crate::cluster::ClusterArgs;
+use crate::cluster::Target;
 use crate::format;
 use crate::rows::JobRow;
 use crate::slurm::Limit;
@@ -411,10 +411,10 @@ pub fn report(
 /// Run `muster sacct`.
 pub async fn run(
     args: &SacctArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
-    let cluster = cluster_args.connect(io.env).await?;
+    let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let now = Timestamp::now();
     let rows = crate::rows::job_rows(&jobs, now, false);

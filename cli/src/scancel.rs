@@ -7,7 +7,7 @@ use kube::api::{Patch, PatchParams};
 use muster_crds::v1alpha1::BatchJob;
 
 use crate::Io;
-use crate::cluster::ClusterArgs;
+use crate::cluster::Target;
 use crate::rows::JobRow;
 use crate::squeue::{Filter, parse_states};
 
@@ -156,10 +156,10 @@ pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, Strin
 /// Run `muster scancel`.
 pub async fn run(
     args: &ScancelArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
-    let cluster = cluster_args.connect(io.env).await?;
+    let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let plan = plan(args, &rows, &cluster.user).map_err(|e| anyhow::anyhow!(e))?;

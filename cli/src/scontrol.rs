@@ -8,7 +8,7 @@ use kube::api::{Patch, PatchParams};
 use muster_crds::v1alpha1::{BatchJob, JobState};
 
 use crate::Io;
-use crate::cluster::ClusterArgs;
+use crate::cluster::Target;
 use crate::format;
 use crate::rows::{JobRow, NodeRow, NodeState, PartRow};
 use crate::slurm::{self, Limit};
@@ -419,7 +419,7 @@ async fn set_hold(
 /// Run `muster scontrol`.
 pub async fn run(
     args: &ScontrolArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
     let tz = TimeZone::system();
@@ -459,7 +459,7 @@ pub async fn run(
             entity: Entity::Job,
             name,
         } => {
-            let cluster = cluster_args.connect(io.env).await?;
+            let cluster = target.cluster(io.env).await?;
             let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
             let mut rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
             rows.sort_by_key(|r| (r.job_id, r.array_task_id));
@@ -480,7 +480,7 @@ pub async fn run(
             Ok(())
         }
         ScontrolCommand::Show { entity, name } => {
-            let cluster = cluster_args.connect(io.env).await?;
+            let cluster = target.cluster(io.env).await?;
             let partitions = crate::fetch::partitions(&cluster).await?;
             let nodes = crate::fetch::nodes(&cluster).await?;
             let gpunodes = crate::fetch::gpunodes(&cluster).await;
@@ -533,7 +533,7 @@ pub async fn run(
         }
         ScontrolCommand::Hold { job_ids } | ScontrolCommand::Release { job_ids } => {
             let hold = matches!(args.command, ScontrolCommand::Hold { .. });
-            let cluster = cluster_args.connect(io.env).await?;
+            let cluster = target.cluster(io.env).await?;
             if !set_hold(&cluster, args.all_namespaces, job_ids, hold, io).await? {
                 return Err(crate::Failed.into());
             }

@@ -3,7 +3,7 @@
 use clap::Args;
 
 use crate::Io;
-use crate::cluster::ClusterArgs;
+use crate::cluster::Target;
 use crate::format::{self, Format, pad};
 use crate::rows::{NodeRow, PartRow};
 use crate::slurm::{self, Limit};
@@ -426,10 +426,10 @@ pub fn report(
 /// Run `muster sinfo`.
 pub async fn run(
     args: &SinfoArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
-    let cluster = cluster_args.connect(io.env).await?;
+    let cluster = target.cluster(io.env).await?;
     let partitions = crate::fetch::partitions(&cluster).await?;
     let nodes = crate::fetch::nodes(&cluster).await?;
     let gpunodes = crate::fetch::gpunodes(&cluster).await;

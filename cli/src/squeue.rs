@@ -7,7 +7,7 @@ use jiff::tz::TimeZone;
 use muster_crds::v1alpha1::JobState;
 
 use crate::Io;
-use crate::cluster::ClusterArgs;
+use crate::cluster::Target;
 use crate::format::{self, Format, pad};
 use crate::rows::JobRow;
 use crate::slurm::Limit;
@@ -393,10 +393,10 @@ pub fn report(
 /// Run `muster squeue`.
 pub async fn run(
     args: &SqueueArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
-    let cluster = cluster_args.connect(io.env).await?;
+    let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), args.array);
     let (text, warnings) =

@@ -20,7 +20,7 @@ use kube::api::PostParams;
 use muster_crds::v1alpha1::{BatchJob, Partition};
 
 use crate::Io;
-use crate::cluster::{ClusterArgs, user_name};
+use crate::cluster::{Target, user_name};
 use manifest::{JobSource, Submitter};
 use options::SbatchOptions;
 use parse::{Merged, SbatchError};
@@ -277,11 +277,11 @@ fn read_script(args: &SbatchArgs, io: &mut Io<'_>) -> anyhow::Result<Option<Scri
 /// Run `muster sbatch`.
 pub async fn run(
     args: &SbatchArgs,
-    cluster_args: &ClusterArgs,
+    target: &Target<'_>,
     io: &mut Io<'_>,
 ) -> anyhow::Result<()> {
     let script = read_script(args, io)?;
-    let identity = cluster_args.identity();
+    let identity = target.identity();
     let env = io.env;
     let who = Submitter {
         namespace: identity.explicit_namespace.clone(),
@@ -299,7 +299,7 @@ pub async fn run(
         return Ok(());
     }
 
-    let cluster = cluster_args.connect(env).await?;
+    let cluster = target.cluster(env).await?;
     let mut job = prepared.job;
     job.metadata.namespace = Some(cluster.namespace.clone());
     if let Some(a) = job.metadata.annotations.as_mut() {
