@@ -98,25 +98,15 @@ pub fn pad(value: &str, width: usize, right: bool, cut: bool) -> String {
 
 /// Slurm's `_print_secs`: `M:SS`, `H:MM:SS` or `D-HH:MM:SS` (squeue TIME, sinfo TIMELIMIT).
 pub fn secs_short(secs: i64) -> String {
-    if secs < 0 {
-        return "INVALID".to_string();
-    }
-    let (d, h, m, s) = (
-        secs / 86400,
-        (secs / 3600) % 24,
-        (secs / 60) % 60,
-        secs % 60,
-    );
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{s:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{s:02}")
-    } else {
-        format!("{m}:{s:02}")
+    match u64::try_from(secs) {
+        Ok(s) => muster_crds::slurm::time::format_duration_secs(s),
+        Err(_) => "INVALID".to_string(),
     }
 }
 
-/// Slurm's `secs2time_str`: `HH:MM:SS` or `D-HH:MM:SS` (sacct Elapsed, scontrol RunTime).
+/// Slurm's `secs2time_str`: `HH:MM:SS` or `D-HH:MM:SS`, hours always two digits (sacct's
+/// Elapsed, scontrol's RunTime and TimeLimit, sbatch -v's time). The Slurm syntax library
+/// formats squeue's shorter form only.
 pub fn secs_long(secs: i64) -> String {
     let secs = secs.max(0);
     let (d, h, m, s) = (

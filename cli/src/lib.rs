@@ -18,7 +18,6 @@ pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
 pub mod sinfo;
-pub mod slurm;
 pub mod squeue;
 
 use std::ffi::OsString;

@@ -92,11 +92,7 @@ async fn fetch_log(pods: &Api<Pod>, pod: &str, lp: &LogParams) -> Result<String,
 }
 
 /// Run `muster logs`.
-pub async fn run(
-    args: &LogsArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &LogsArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, JobState};
 
-use crate::slurm::{self, Limit};
+use muster_crds::slurm::{ArraySpec, GpuCount, NodeRange, TimeLimit, gpus_from_gres, parse_gres};
 
 /// What squeue, sacct and scontrol show of one job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub struct JobRow {
     /// Allocated nodes as a hostlist (empty while pending).
     pub node_list: String,
     /// The time limit; `None` while not established.
-    pub time_limit: Option<Limit>,
+    pub time_limit: Option<TimeLimit>,
     /// Submission time.
     pub submit_time: Option<Timestamp>,
     /// When the job became eligible.
@@ -126,8 +126,8 @@ impl JobRow {
             }
             // A combined pending record holds index t if t is in its list.
             self.array_task_str.as_deref().is_some_and(|s| {
-                slurm::array_indices(s)
-                    .map(|(v, _)| v.contains(&t))
+                ArraySpec::parse(s)
+                    .map(|a| a.indices.contains(&t))
                     .unwrap_or(false)
             })
         } else {
@@ -141,6 +141,29 @@ impl JobRow {
 
 fn ts(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<Timestamp> {
     t.as_ref().map(|t| t.0)
+}
+
+/// A time limit given as an int-or-string (an integer is minutes).
+pub fn limit_of(
+    v: &Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+) -> Option<TimeLimit> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match v.as_ref()? {
+        IntOrString::Int(i) => TimeLimit::from_int(i64::from(*i)).ok(),
+        IntOrString::String(s) => TimeLimit::parse(s).ok(),
+    }
+}
+
+fn gpu_request(s: &str) -> Option<(Option<String>, u32)> {
+    GpuCount::parse(s).ok().map(|g| (g.gpu_type, g.count))
+}
+
+fn gres_gpus(s: &str) -> Option<(Option<String>, u32)> {
+    let items = parse_gres(s).ok()?;
+    gpus_from_gres(&items)
+        .ok()
+        .flatten()
+        .map(|g| (g.gpu_type, g.count))
 }
 
 fn int_or_str(
@@ -169,7 +192,8 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
     let annotations = bj.metadata.annotations.clone().unwrap_or_default();
 
     let nodes_req = int_or_str(&spec.nodes)
-        .and_then(|n| slurm::nodes_min(&n))
+        .and_then(|n| NodeRange::parse(&n).ok())
+        .map(|r| r.min)
         .unwrap_or(1);
     let tasks_req = spec
         .ntasks
@@ -177,10 +201,10 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         .unwrap_or(nodes_req);
     let cpt = spec.cpus_per_task.unwrap_or(1);
     let per_node_gpus = int_or_str(&spec.gpus_per_node)
-        .and_then(|g| slurm::gpu_request(&g))
-        .or_else(|| spec.gres.as_deref().and_then(slurm::gres_gpus));
-    let per_task_gpus = int_or_str(&spec.gpus_per_task).and_then(|g| slurm::gpu_request(&g));
-    let job_gpus = int_or_str(&spec.gpus).and_then(|g| slurm::gpu_request(&g));
+        .and_then(|g| gpu_request(&g))
+        .or_else(|| spec.gres.as_deref().and_then(gres_gpus));
+    let per_task_gpus = int_or_str(&spec.gpus_per_task).and_then(|g| gpu_request(&g));
+    let job_gpus = int_or_str(&spec.gpus).and_then(|g| gpu_request(&g));
     let gpus_req = per_node_gpus
         .as_ref()
         .map(|(_, n)| n * nodes_req)
@@ -191,8 +215,8 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
     let time_limit = st
         .time_limit
         .as_deref()
-        .and_then(|t| slurm::parse_limit(t).ok())
-        .or_else(|| int_or_str(&spec.time).and_then(|t| slurm::parse_limit(&t).ok()));
+        .and_then(|t| TimeLimit::parse(t).ok())
+        .or_else(|| limit_of(&spec.time));
 
     let start = ts(&st.start_time);
     let end = ts(&st.end_time);
@@ -326,7 +350,11 @@ pub fn job_rows(jobs: &[BatchJob], now: Timestamp, one_per_element: bool) -> Vec
         // An array parent: the record of its pending indices.
         let key = (row.namespace.clone(), row.name.clone());
         let kids = elements.get(&key).cloned().unwrap_or_default();
-        let Ok((all, throttle)) = slurm::array_indices(&spec) else {
+        let Ok(ArraySpec {
+            indices: all,
+            max_running: throttle,
+        }) = ArraySpec::parse(&spec)
+        else {
             rows.push(row);
             continue;
         };
@@ -579,9 +607,9 @@ pub struct PartRow {
     /// `up`, `down`, `drain` or `inactive`.
     pub avail: String,
     /// Longest time limit (`None`: unlimited).
-    pub max_time: Option<Limit>,
+    pub max_time: Option<TimeLimit>,
     /// Default time limit (`None`: not set).
-    pub default_time: Option<Limit>,
+    pub default_time: Option<TimeLimit>,
     /// Fewest nodes per job.
     pub min_nodes: Option<u32>,
     /// Most nodes per job.
@@ -664,9 +692,8 @@ pub fn cluster_rows(
                 name,
                 default: p.spec.default.unwrap_or(false),
                 avail: partition_avail(p),
-                max_time: int_or_str(&p.spec.max_time).and_then(|t| slurm::parse_limit(&t).ok()),
-                default_time: int_or_str(&p.spec.default_time)
-                    .and_then(|t| slurm::parse_limit(&t).ok()),
+                max_time: limit_of(&p.spec.max_time),
+                default_time: limit_of(&p.spec.default_time),
                 min_nodes: p.spec.min_nodes,
                 max_nodes: p.spec.max_nodes,
                 priority_tier: p.spec.priority_tier.unwrap_or(1),

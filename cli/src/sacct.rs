@@ -11,8 +11,8 @@ use crate::Io;
 use crate::cluster::Target;
 use crate::format;
 use crate::rows::JobRow;
-use crate::slurm::Limit;
 use crate::squeue::{Filter, parse_states};
+use muster_crds::slurm::TimeLimit;
 
 /// sacct's default fields.
 pub const DEFAULT_FIELDS: &str = "jobid,jobname,partition,account,alloccpus,state,exitcode";
@@ -239,8 +239,8 @@ pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
         "Submit" => date(r.submit_time, tz),
         "Timelimit" => match r.time_limit {
             None => "Partition_Limit".to_string(),
-            Some(Limit::Unlimited) => "UNLIMITED".to_string(),
-            Some(Limit::Minutes(m)) => format::secs_long(m as i64 * 60),
+            Some(TimeLimit::Unlimited) => "UNLIMITED".to_string(),
+            Some(l) => format::secs_long(l.seconds().unwrap_or(0) as i64),
         },
         "User" => r.user.clone(),
         _ => String::new(),
@@ -409,11 +409,7 @@ pub fn report(
 }
 
 /// Run `muster sacct`.
-pub async fn run(
-    args: &SacctArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &SacctArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let now = Timestamp::now();

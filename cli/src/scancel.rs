@@ -154,11 +154,7 @@ pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, Strin
 }
 
 /// Run `muster scancel`.
-pub async fn run(
-    args: &ScancelArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);

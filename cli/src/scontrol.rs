@@ -11,7 +11,7 @@ use crate::Io;
 use crate::cluster::Target;
 use crate::format;
 use crate::rows::{JobRow, NodeRow, NodeState, PartRow};
-use crate::slurm::{self, Limit};
+use muster_crds::slurm::{TimeLimit, hostlist};
 
 /// `muster scontrol`
 #[derive(Args, Clone, Debug, PartialEq, Eq)]
@@ -86,14 +86,14 @@ pub enum Entity {
 
 /// `scontrol show hostnames LIST`: one name per line.
 pub fn hostnames(list: &str) -> Result<String, String> {
-    let names = slurm::expand(list)?;
+    let names = hostlist::expand(list).map_err(|e| e.to_string())?;
     Ok(names.iter().map(|n| format!("{n}\n")).collect())
 }
 
 /// `scontrol show hostlist NAMES`: the compressed hostlist.
 pub fn hostlist(names: &str) -> Result<String, String> {
-    let expanded = slurm::expand(names)?;
-    Ok(format!("{}\n", slurm::compress(&expanded)))
+    let expanded = hostlist::expand(names).map_err(|e| e.to_string())?;
+    Ok(format!("{}\n", hostlist::compress(&expanded)))
 }
 
 fn time_or(t: Option<jiff::Timestamp>, tz: &TimeZone, none: &str) -> String {
@@ -103,11 +103,11 @@ fn time_or(t: Option<jiff::Timestamp>, tz: &TimeZone, none: &str) -> String {
     }
 }
 
-fn limit_long(l: Option<Limit>) -> String {
+fn limit_long(l: Option<TimeLimit>) -> String {
     match l {
         None => "NONE".to_string(),
-        Some(Limit::Unlimited) => "UNLIMITED".to_string(),
-        Some(Limit::Minutes(m)) => format::secs_long(m as i64 * 60),
+        Some(TimeLimit::Unlimited) => "UNLIMITED".to_string(),
+        Some(l) => format::secs_long(l.seconds().unwrap_or(0) as i64),
     }
 }
 
@@ -142,8 +142,8 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     first.push_str(&format!(" JobName={}", r.job_name));
     let end = match (r.state, r.start_time, r.time_limit) {
         (s, _, _) if s.is_terminal() => r.end_time,
-        (JobState::Running | JobState::Completing, Some(st), Some(Limit::Minutes(m))) => {
-            Some(st + jiff::SignedDuration::from_secs(m as i64 * 60))
+        (JobState::Running | JobState::Completing, Some(st), Some(TimeLimit::Minutes(m))) => {
+            Some(st + jiff::SignedDuration::from_secs(i64::from(m) * 60))
         }
         _ => None,
     };
@@ -276,7 +276,7 @@ pub fn show_partition(p: &PartRow, nodes: &[NodeRow], oneliner: bool) -> String 
             if p.nodes.is_empty() {
                 "(null)".to_string()
             } else {
-                slurm::compress(&p.nodes)
+                hostlist::compress_sorted(&p.nodes)
             }
         ),
         format!(
@@ -417,11 +417,7 @@ async fn set_hold(
 }
 
 /// Run `muster scontrol`.
-pub async fn run(
-    args: &ScontrolArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let tz = TimeZone::system();
     match &args.command {
         ScontrolCommand::Show {
@@ -510,7 +506,7 @@ pub async fn run(
                     .collect()
             } else {
                 let wanted = match name {
-                    Some(n) => Some(slurm::expand(n).map_err(|e| anyhow::anyhow!(e))?),
+                    Some(n) => Some(hostlist::expand(n)?),
                     None => None,
                 };
                 let sel: Vec<&NodeRow> = node_rows

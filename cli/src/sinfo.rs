@@ -6,7 +6,7 @@ use crate::Io;
 use crate::cluster::Target;
 use crate::format::{self, Format, pad};
 use crate::rows::{NodeRow, PartRow};
-use crate::slurm::{self, Limit};
+use muster_crds::slurm::{TimeLimit, hostlist};
 
 /// sinfo's default (partition) format.
 pub const DEFAULT_FORMAT: &str = "%#P %.5a %.10l %.6D %.6t %N";
@@ -106,11 +106,11 @@ pub fn valid_code(c: char) -> bool {
     "aACcdDEfFGghlLmMNpPRstTwz".contains(c)
 }
 
-fn limit(l: Option<Limit>, unset: &str) -> String {
+fn limit(l: Option<TimeLimit>, unset: &str) -> String {
     match l {
         None => unset.to_string(),
-        Some(Limit::Unlimited) => "infinite".to_string(),
-        Some(Limit::Minutes(m)) => format::secs_short(m as i64 * 60),
+        Some(TimeLimit::Unlimited) => "infinite".to_string(),
+        Some(l) => l.to_string(),
     }
 }
 
@@ -222,7 +222,7 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
         'M' => r.part.map(|p| p.preempt_mode.clone()).unwrap_or_else(na),
         'N' => {
             let names: Vec<String> = r.nodes.iter().map(|n| n.name.clone()).collect();
-            slurm::compress(&names)
+            hostlist::compress_sorted(&names)
         }
         'p' => r
             .part
@@ -375,7 +375,7 @@ pub fn report(
     nodes: &[NodeRow],
 ) -> Result<(String, Vec<String>), String> {
     let wanted_nodes: Option<Vec<String>> = match &args.nodes {
-        Some(list) => Some(slurm::expand(list)?),
+        Some(list) => Some(hostlist::expand(list).map_err(|e| e.to_string())?),
         None => None,
     };
     let parts: Vec<PartRow> = parts
@@ -424,11 +424,7 @@ pub fn report(
 }
 
 /// Run `muster sinfo`.
-pub async fn run(
-    args: &SinfoArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let cluster = target.cluster(io.env).await?;
     let partitions = crate::fetch::partitions(&cluster).await?;
     let nodes = crate::fetch::nodes(&cluster).await?;

@@ -10,7 +10,7 @@ use crate::Io;
 use crate::cluster::Target;
 use crate::format::{self, Format, pad};
 use crate::rows::JobRow;
-use crate::slurm::Limit;
+use muster_crds::slurm::TimeLimit;
 
 /// squeue's default format.
 pub const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
@@ -209,11 +209,10 @@ pub fn valid_code(c: char) -> bool {
     "aAbCDeEfFhijKlLMNPrRStTuVyY".contains(c)
 }
 
-fn limit_text(l: Option<Limit>) -> String {
+fn limit_text(l: Option<TimeLimit>) -> String {
     match l {
         None => "NOT_SET".to_string(),
-        Some(Limit::Unlimited) => "UNLIMITED".to_string(),
-        Some(Limit::Minutes(m)) => format::secs_short((m * 60) as i64),
+        Some(l) => l.to_string(),
     }
 }
 
@@ -286,8 +285,8 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
         'L' => (
             match r.time_limit {
                 None => "NOT_SET".into(),
-                Some(Limit::Unlimited) => "UNLIMITED".into(),
-                Some(Limit::Minutes(m)) => format::secs_short(m as i64 * 60 - r.elapsed_secs),
+                Some(TimeLimit::Unlimited) => "UNLIMITED".into(),
+                Some(l) => format::secs_short(l.seconds().unwrap_or(0) as i64 - r.elapsed_secs),
             },
             false,
         ),
@@ -391,11 +390,7 @@ pub fn report(
 }
 
 /// Run `muster squeue`.
-pub async fn run(
-    args: &SqueueArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), args.array);

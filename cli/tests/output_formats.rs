@@ -208,10 +208,10 @@ gpu*   idle 1 gpu:h100:8 gpu006
     );
     assert_eq!(
         sinfo(&["-s"]),
-        "PARTITION   AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST
-debug        down   infinite          0/0/0/0 
-gpu*           up 1-00:00:00          4/1/2/7 gpu[001-004,006-008]
-interactive    up    1:00:00          1/0/0/1 gpu005
+        "PARTITION   AVAIL  TIMELIMIT   NODES(A/I/O/T)  NODELIST
+debug        down   infinite          0/0/0/0  
+gpu*           up 1-00:00:00          4/1/2/7  gpu[001-004,006-008]
+interactive    up    1:00:00          1/0/0/1  gpu005
 "
     );
     assert_eq!(

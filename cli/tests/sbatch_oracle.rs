@@ -228,7 +228,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
     (
         "edge",
         "quotes_inside_quotes.sh",
-        Accepted(&[("dependency", "afterok:5#9"), ("job-name", "a\"b")]),
+        Accepted(&[("error", "e#1.err"), ("job-name", "a\"b")]),
     ),
     ("edge", "stolen_value.sh", Accepted(&[("job-name", "-N")])),
     (

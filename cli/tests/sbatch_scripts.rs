@@ -184,15 +184,17 @@ fn torchrun_multinode() {
 fn typed_gpu_constraint_is_refused_like_slurm() {
     let e = ours("howto", "typed_gpu_constraint.sh", &["--dry-run"], &[]).unwrap_err();
     let msg = e.to_string();
+    // Slurm's words, the line, what is wrong, what is allowed, and how to ask for a V100.
     assert!(
         msg.starts_with(
-            "typed_gpu_constraint.sh: line 3: invalid value 'gpu:tesla:v100:1' for --gres"
+            "typed_gpu_constraint.sh: line 3: invalid generic resource (gres) specification \
+             'gpu:tesla:v100:1': "
         ),
         "{msg}"
     );
-    // Says what is allowed, and how to ask for a V100.
-    assert!(msg.contains("gpu[:TYPE][:COUNT]"), "{msg}");
-    assert!(msg.contains("gpu:v100:1"), "{msg}");
+    assert!(msg.contains("a type name cannot contain ':'"), "{msg}");
+    assert!(msg.contains("NAME:TYPE:COUNT"), "{msg}");
+    assert!(msg.contains("did you mean gpu:v100:1?"), "{msg}");
 }
 
 #[test]

@@ -192,7 +192,7 @@ pub fn prepare(
     // Slurm lowers the node count to the task count when fewer tasks than nodes are asked for.
     let o = &mut merged.options;
     if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone())
-        && crate::slurm::nodes_min(&nodes).is_some_and(|min| n < min)
+        && muster_crds::slurm::NodeRange::parse(&nodes).is_ok_and(|r| n < r.min)
     {
         warnings.push(format!(
             "can't run {n} processes on {nodes} nodes, setting nnodes to {n}"
@@ -275,11 +275,7 @@ fn read_script(args: &SbatchArgs, io: &mut Io<'_>) -> anyhow::Result<Option<Scri
 }
 
 /// Run `muster sbatch`.
-pub async fn run(
-    args: &SbatchArgs,
-    target: &Target<'_>,
-    io: &mut Io<'_>,
-) -> anyhow::Result<()> {
+pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let script = read_script(args, io)?;
     let identity = target.identity();
     let env = io.env;

@@ -1,5 +1,11 @@
 //! Value checks for sbatch options, run by clap on every occurrence (as Slurm checks each
 //! option when it is set). Each returns the value as written: the BatchJob takes Slurm syntax.
+//! Every Slurm value grammar is the Slurm syntax library's ([`muster_crds::slurm`]).
+
+use muster_crds::slurm::{
+    ArraySpec, Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches,
+    SyntaxError, TimeLimit, gpus_from_gres, parse_gres,
+};
 
 fn non_empty(s: &str, what: &str) -> Result<String, String> {
     if s.is_empty() {
@@ -77,44 +83,60 @@ pub fn image(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-// --- interim: replaced by muster_crds::slurm parsers when the library lands ---
-/// `--nodes`.
+/// The reason a value does not parse, without the library's "invalid X \"value\":" lead
+/// (the caller names the option and the value).
+fn why(e: SyntaxError) -> String {
+    e.message
+}
+
+/// `--nodes`: `N` or `MIN-MAX`.
 pub fn nodes(s: &str) -> Result<String, String> {
-    non_empty(s, "nodes")
+    NodeRange::parse(s).map(|_| s.to_string()).map_err(why)
 }
-/// `--mem*`.
+
+/// `--mem`, `--mem-per-cpu`, `--mem-per-gpu`.
 pub fn mem(s: &str) -> Result<String, String> {
-    non_empty(s, "memory")
+    MemSize::parse(s).map(|_| s.to_string()).map_err(why)
 }
-/// `--gpus*`.
+
+/// `--gpus`, `--gpus-per-node`, `--gpus-per-task`: `[TYPE:]COUNT`.
 pub fn gpus(s: &str) -> Result<String, String> {
-    non_empty(s, "gpus")
+    GpuCount::parse(s).map(|_| s.to_string()).map_err(why)
 }
-/// `--gres`.
+
+/// `--gres`: Slurm's grammar, and only GPUs (the resource Muster schedules).
 pub fn gres(s: &str) -> Result<String, String> {
-    non_empty(s, "gres")
+    let items = parse_gres(s).map_err(why)?;
+    gpus_from_gres(&items).map_err(why)?;
+    Ok(s.to_string())
 }
+
 /// `--constraint`.
 pub fn constraint(s: &str) -> Result<String, String> {
-    non_empty(s, "constraint")
+    Constraint::parse(s).map(|_| s.to_string()).map_err(why)
 }
+
 /// `--time`.
 pub fn time(s: &str) -> Result<String, String> {
-    non_empty(s, "time")
+    TimeLimit::parse(s).map(|_| s.to_string()).map_err(why)
 }
+
 /// `--array`.
 pub fn array(s: &str) -> Result<String, String> {
-    non_empty(s, "array")
+    ArraySpec::parse(s).map(|_| s.to_string()).map_err(why)
 }
+
 /// `--dependency`.
 pub fn dependency(s: &str) -> Result<String, String> {
-    non_empty(s, "dependency")
+    DependencySpec::parse(s).map(|_| s.to_string()).map_err(why)
 }
+
 /// `--switches`.
 pub fn switches(s: &str) -> Result<String, String> {
-    non_empty(s, "switches")
+    Switches::parse(s).map(|_| s.to_string()).map_err(why)
 }
+
 /// `--gpu-bind`.
 pub fn gpu_bind(s: &str) -> Result<String, String> {
-    non_empty(s, "gpu-bind")
+    GpuBind::parse(s).map(|_| s.to_string()).map_err(why)
 }

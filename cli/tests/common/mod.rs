@@ -183,10 +183,10 @@ pub fn oracle(sub: &str, name: &str, argv: &[&str], env: &[(&str, &str)]) -> Ora
 
 /// A value in a form both sides share (Slurm normalises some values when it prints them).
 pub fn normalize(key: &str, value: &str, dir: &Path) -> Option<String> {
-    use muster_cli::slurm::{Limit, parse_limit};
-    let limit = |v: &str| match parse_limit(v) {
-        Ok(Limit::Unlimited) => "UNLIMITED".to_string(),
-        Ok(Limit::Minutes(m)) => format!("{m}min"),
+    use muster_crds::slurm::{MemSize, TimeLimit};
+    let limit = |v: &str| match TimeLimit::parse(v) {
+        Ok(TimeLimit::Unlimited) => "UNLIMITED".to_string(),
+        Ok(TimeLimit::Minutes(m)) => format!("{m}min"),
         Err(e) => format!("invalid time {v}: {e}"),
     };
     Some(match key {
@@ -208,7 +208,7 @@ pub fn normalize(key: &str, value: &str, dir: &Path) -> Option<String> {
             Some((n, w)) => format!("{n}@{}", limit(w)),
             None => value.to_string(),
         },
-        "mem" | "mem-per-cpu" | "mem-per-gpu" => format!("{}M", muster_cli::slurm::mem_mb(value)?),
+        "mem" | "mem-per-cpu" | "mem-per-gpu" => format!("{}M", MemSize::parse(value).ok()?.mib()),
         _ => value.to_string(),
     })
 }

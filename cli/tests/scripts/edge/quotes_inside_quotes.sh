@@ -1,3 +1,3 @@
 #!/bin/bash
-#SBATCH --job-name='a"b' --dependency "afterok:5#9"
+#SBATCH --job-name='a"b' --error "e#1.err"
 echo
