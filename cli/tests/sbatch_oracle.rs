@@ -1,7 +1,9 @@
 //! Our reading of batch scripts against real Slurm's (`sbatch -vv` prints its parse under
 //! "defined options" before it fails to reach a controller).
 //!
-//! `EXPECTED` records the oracle's answers (normalised), so the assertions on our parse run
+//! Both sides are compared as Slurm prints them: our `sbatch -v` shows the same strings
+//! (`00:10:00`, `gres:gpu:4`, `16G`, absolute paths). `EXPECTED` records the oracle's answers
+//! (paths relative to the script's directory), so the assertions on our parse run
 //! everywhere; where sbatch is installed, the recording itself is checked against it.
 
 mod common;
@@ -12,7 +14,7 @@ use common::*;
 
 /// What Slurm makes of a script.
 enum Expect {
-    /// Accepted, with these (normalised) defined options.
+    /// Accepted, with these defined options.
     Accepted(&'static [(&'static str, &'static str)]),
     /// Refused; our error names this line (`None`: not a line's fault) and says this.
     Refused(Option<usize>, &'static str),
@@ -30,7 +32,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
             ("nodes", "2"),
             ("ntasks-per-node", "2"),
             ("output", "gpus_per_task_test.out"),
-            ("time", "10min"),
+            ("time", "00:10:00"),
         ]),
     ),
     (
@@ -38,12 +40,12 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "gres_mpirun.sh",
         Accepted(&[
             ("error", "mpirun_test.err"),
-            ("gres", "gpu:4"),
+            ("gres", "gres:gpu:4"),
             ("job-name", "mpirun_test"),
             ("nodes", "2"),
             ("ntasks-per-node", "2"),
             ("output", "mpirun_test.out"),
-            ("time", "10min"),
+            ("time", "00:10:00"),
         ]),
     ),
     (
@@ -51,18 +53,18 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "gres_srun.sh",
         Accepted(&[
             ("error", "gres_test.err"),
-            ("gres", "gpu:4"),
+            ("gres", "gres:gpu:4"),
             ("job-name", "gres_test"),
             ("nodes", "2"),
             ("output", "gres_test.out"),
-            ("time", "10min"),
+            ("time", "00:10:00"),
         ]),
     ),
     (
         "howto",
         "multi_node_mpi.sh",
         Accepted(&[
-            ("gres", "gpu:4"),
+            ("gres", "gres:gpu:4"),
             ("job-name", "multi_gpu_task"),
             ("nodes", "2"),
             ("ntasks-per-node", "2"),
@@ -83,7 +85,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "howto",
         "single_gpu_task.sh",
         Accepted(&[
-            ("gres", "gpu:1"),
+            ("gres", "gres:gpu:1"),
             ("job-name", "single_gpu_task"),
             ("nodes", "1"),
             ("ntasks-per-node", "1"),
@@ -113,7 +115,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "alias_and_units.sh",
         Accepted(&[
             ("gpus-per-node", "2"),
-            ("mem", "16384M"),
+            ("mem", "16G"),
             ("ntasks-per-node", "3"),
         ]),
     ),
@@ -129,7 +131,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
             ("exclusive", "exclusive"),
             ("job-name", "xy"),
             ("nodes", "2"),
-            ("time", "2min"),
+            ("time", "00:02:00"),
         ]),
     ),
     (
@@ -142,7 +144,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
             ("nodes", "3"),
             ("output", "a b.out"),
             ("partition", "gpu"),
-            ("time", "5min"),
+            ("time", "00:05:00"),
         ]),
     ),
     ("edge", "crlf.sh", Refused(Some(1), "DOS line breaks")),
@@ -176,9 +178,9 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "gres_default_count.sh",
         Accepted(&[
             ("array", "1,3,5-7"),
-            ("gres", "gpu"),
-            ("mem-per-cpu", "2048M"),
-            ("time", "3min"),
+            ("gres", "gres:gpu"),
+            ("mem-per-cpu", "2G"),
+            ("time", "00:03:00"),
         ]),
     ),
     (
@@ -191,7 +193,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
             ("gpu-bind", "map_gpu:0,1"),
             ("gpus-per-task", "a100:1"),
             ("hold", "set"),
-            ("mem-per-gpu", "10240M"),
+            ("mem-per-gpu", "10G"),
             ("nice", "100"),
             ("ntasks", "4"),
             ("priority", "10"),
@@ -213,10 +215,10 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
             ("dependency", "afterany:7?afterok:8"),
             ("exclusive", "exclusive"),
             ("gpus", "4"),
-            ("mem", "64000M"),
+            ("mem", "64000"),
             ("nice", "-5"),
             ("nodes", "1-3"),
-            ("time", "1440min"),
+            ("time", "1-00:00:00"),
         ]),
     ),
     ("edge", "no_shebang.sh", Refused(None, "must start with #!")),
@@ -241,9 +243,9 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "typed_gres_and_switches.sh",
         Accepted(&[
             ("gpu-bind", "closest"),
-            ("gres", "gpu:a100:2"),
+            ("gres", "gres:gpu:a100:2"),
             ("nodes", "2"),
-            ("switches", "2@60min"),
+            ("switches", "2@01:00:00"),
             ("time", "UNLIMITED"),
         ]),
     ),
@@ -287,11 +289,7 @@ fn our_parse_matches_slurms() {
         let got = ours(sub, name, &[], &[]);
         match (expect, got) {
             (Accepted(pairs), Ok(p)) => {
-                assert_eq!(
-                    ours_normalized(&p, &dir),
-                    expected_map(pairs),
-                    "{sub}/{name}"
-                );
+                assert_eq!(ours_shown(&p, &dir), expected_map(pairs), "{sub}/{name}");
             }
             (Refused(line, text), Err(e)) => {
                 let msg = e.to_string();
@@ -322,11 +320,7 @@ fn recorded_answers_match_live_sbatch() {
         match expect {
             Accepted(pairs) => {
                 assert!(o.accepted, "{sub}/{name}: sbatch refused it:\n{}", o.output);
-                assert_eq!(
-                    oracle_normalized(&o, &dir),
-                    expected_map(pairs),
-                    "{sub}/{name}"
-                );
+                assert_eq!(oracle_shown(&o, &dir), expected_map(pairs), "{sub}/{name}");
             }
             Refused(..) => assert!(
                 !o.accepted,
@@ -350,24 +344,28 @@ fn precedence_matches_slurm() {
         (
             &[],
             &[("SBATCH_PARTITION", "envp"), ("SBATCH_TIMELIMIT", "20")],
-            &[("partition", "envp"), ("time", "20min")],
+            &[("partition", "envp"), ("time", "00:20:00")],
         ),
         (
             &["-p", "clip"],
             &[("SBATCH_PARTITION", "envp"), ("SBATCH_TIMELIMIT", "20")],
-            &[("partition", "clip"), ("time", "20min")],
+            &[("partition", "clip"), ("time", "00:20:00")],
         ),
         (
             &["--time=7", "--job-name=cli"],
             &[("SBATCH_JOB_NAME", "envname")],
-            &[("partition", "gpu"), ("time", "7min"), ("job-name", "cli")],
+            &[
+                ("partition", "gpu"),
+                ("time", "00:07:00"),
+                ("job-name", "cli"),
+            ],
         ),
         (
             &["-N", "5"],
             &[("SBATCH_EXCLUSIVE", "")],
             &[
                 ("partition", "gpu"),
-                ("time", "5min"),
+                ("time", "00:05:00"),
                 ("exclusive", "exclusive"),
             ],
         ),
@@ -376,7 +374,7 @@ fn precedence_matches_slurm() {
     let dir = script_path("edge", "");
     for (argv, env, want) in cases {
         let p = ours("edge", "comments_and_quotes.sh", argv, env).expect("accepted");
-        let got = ours_normalized(&p, &dir);
+        let got = ours_shown(&p, &dir);
         for (k, v) in *want {
             assert_eq!(
                 got.get(*k).map(String::as_str),
@@ -387,7 +385,7 @@ fn precedence_matches_slurm() {
         if live {
             let o = oracle("edge", "comments_and_quotes.sh", argv, env);
             assert!(o.accepted, "{}", o.output);
-            let theirs = oracle_normalized(&o, &dir);
+            let theirs = oracle_shown(&o, &dir);
             assert_eq!(got, theirs, "{argv:?} {env:?}");
         }
     }

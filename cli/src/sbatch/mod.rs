@@ -192,10 +192,12 @@ pub fn prepare(
     // Slurm lowers the node count to the task count when fewer tasks than nodes are asked for.
     let o = &mut merged.options;
     if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone())
-        && muster_crds::slurm::NodeRange::parse(&nodes).is_ok_and(|r| n < r.min)
+        && let Ok(range) = muster_crds::slurm::NodeRange::parse(&nodes)
+        && n < range.min
     {
         warnings.push(format!(
-            "can't run {n} processes on {nodes} nodes, setting nnodes to {n}"
+            "can't run {n} processes on {} nodes, setting nnodes to {n}",
+            range.min
         ));
         o.nodes = Some(n.to_string());
     }
@@ -217,12 +219,12 @@ pub fn prepare(
     })
 }
 
-/// `sbatch -v`: the parsed options in the layout real sbatch prints them.
-pub fn defined_options_text(merged: &Merged) -> String {
+/// `sbatch -v`: the parsed options as real sbatch prints them (paths against `cwd`).
+pub fn defined_options_text(merged: &Merged, cwd: &std::path::Path) -> String {
     let mut out = String::from(
         "sbatch: defined options\nsbatch: -------------------- --------------------\n",
     );
-    let mut opts = parse::defined_options(&merged.options);
+    let mut opts = parse::slurm_defined_options(&merged.options, cwd);
     if merged.options.verbose > 0 {
         opts.insert("verbose".into(), merged.options.verbose.to_string());
     }
@@ -288,7 +290,11 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         writeln!(io.err, "sbatch: warning: {w}")?;
     }
     if prepared.merged.options.verbose > 0 {
-        write!(io.err, "{}", defined_options_text(&prepared.merged))?;
+        write!(
+            io.err,
+            "{}",
+            defined_options_text(&prepared.merged, &io.cwd)
+        )?;
     }
     if let Some(format) = prepared.dry_run {
         write!(io.out, "{}", render_manifest(&prepared.job, format)?)?;

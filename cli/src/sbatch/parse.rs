@@ -548,3 +548,67 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("image", o.image.clone());
     m
 }
+
+/// Slurm's `mbytes_to_str`: the largest unit that divides exactly, none for MiB (`16G`,
+/// `64000`).
+fn mbytes_to_str(mib: u64) -> String {
+    let mut n = mib;
+    for unit in ["", "G", "T", "P"] {
+        if n == 0 || !n.is_multiple_of(1024) || unit == "P" {
+            return format!("{n}{unit}");
+        }
+        n /= 1024;
+    }
+    format!("{n}")
+}
+
+/// The defined options as real `sbatch -v` prints them: times as `HH:MM:SS`, memory in
+/// Slurm's units, gres items prefixed `gres:`, output paths made absolute against `cwd`.
+pub fn slurm_defined_options(o: &SbatchOptions, cwd: &std::path::Path) -> BTreeMap<String, String> {
+    use muster_crds::slurm::{MemSize, NodeRange, Switches, TimeLimit};
+    let time = |t: &TimeLimit| match t.seconds() {
+        Some(s) => crate::format::secs_long(s as i64),
+        None => "UNLIMITED".to_string(),
+    };
+    let mut m = defined_options(o);
+    for (k, v) in m.iter_mut() {
+        let shown = match k.as_str() {
+            "time" => TimeLimit::parse(v).ok().map(|t| time(&t)),
+            "nodes" => NodeRange::parse(v).ok().map(|r| r.to_string()),
+            "mem" | "mem-per-cpu" | "mem-per-gpu" => {
+                MemSize::parse(v).ok().map(|s| mbytes_to_str(s.mib()))
+            }
+            "gres" => Some(
+                v.split(',')
+                    .map(|g| {
+                        if g.starts_with("gres:") {
+                            g.to_string()
+                        } else {
+                            format!("gres:{g}")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            "switches" => Switches::parse(v).ok().map(|s| match s.max_wait {
+                // A zero wait parses as "no limit" but Slurm shows the zero it was given.
+                Some(TimeLimit::Unlimited)
+                    if v.split('@')
+                        .nth(1)
+                        .is_some_and(|w| w.chars().all(|c| "0:-".contains(c))) =>
+                {
+                    format!("{}@00:00:00", s.count)
+                }
+                Some(w) => format!("{}@{}", s.count, time(&w)),
+                None => s.count.to_string(),
+            }),
+            "output" | "error" => Some(cwd.join(v.as_str()).to_string_lossy().into_owned()),
+            _ => None,
+        };
+        if let Some(s) = shown {
+            *v = s;
+        }
+    }
+    m.remove("image");
+    m
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use muster_cli::sbatch::manifest::Submitter;
-use muster_cli::sbatch::parse::{SbatchError, defined_options};
+use muster_cli::sbatch::parse::{SbatchError, slurm_defined_options};
 use muster_cli::sbatch::{Prepared, SbatchArgs, ScriptInput, prepare};
 
 /// `cli/tests/scripts/<sub>/<name>`.
@@ -181,50 +181,29 @@ pub fn oracle(sub: &str, name: &str, argv: &[&str], env: &[(&str, &str)]) -> Ora
     }
 }
 
-/// A value in a form both sides share (Slurm normalises some values when it prints them).
-pub fn normalize(key: &str, value: &str, dir: &Path) -> Option<String> {
-    use muster_crds::slurm::{MemSize, TimeLimit};
-    let limit = |v: &str| match TimeLimit::parse(v) {
-        Ok(TimeLimit::Unlimited) => "UNLIMITED".to_string(),
-        Ok(TimeLimit::Minutes(m)) => format!("{m}min"),
-        Err(e) => format!("invalid time {v}: {e}"),
-    };
-    Some(match key {
-        // Not options of the job.
-        "verbose" | "quiet" | "image" => return None,
-        "time" => limit(value),
-        "gres" => value
-            .split(',')
-            .map(|g| g.strip_prefix("gres:").unwrap_or(g))
-            .collect::<Vec<_>>()
-            .join(","),
-        "output" | "error" => {
-            let p = dir.join(value);
-            p.strip_prefix(dir)
-                .map(|r| r.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| value.to_string())
-        }
-        "switches" => match value.split_once('@') {
-            Some((n, w)) => format!("{n}@{}", limit(w)),
-            None => value.to_string(),
-        },
-        "mem" | "mem-per-cpu" | "mem-per-gpu" => format!("{}M", MemSize::parse(value).ok()?.mib()),
-        _ => value.to_string(),
-    })
-}
-
-/// Normalised "defined options" of our parse.
-pub fn ours_normalized(p: &Prepared, dir: &Path) -> BTreeMap<String, String> {
-    defined_options(&p.merged.options)
-        .into_iter()
-        .filter_map(|(k, v)| normalize(&k, &v, dir).map(|v| (k, v)))
+/// Paths under `dir` shown relative to it (Slurm prints them absolute).
+fn relative(map: BTreeMap<String, String>, dir: &Path) -> BTreeMap<String, String> {
+    map.into_iter()
+        .filter(|(k, _)| k != "verbose")
+        .map(|(k, v)| {
+            let v = match k.as_str() {
+                "output" | "error" => Path::new(&v)
+                    .strip_prefix(dir)
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or(v),
+                _ => v,
+            };
+            (k, v)
+        })
         .collect()
 }
 
-/// Normalised "defined options" of Slurm's parse.
-pub fn oracle_normalized(o: &Oracle, dir: &Path) -> BTreeMap<String, String> {
-    o.options
-        .iter()
-        .filter_map(|(k, v)| normalize(k, v, dir).map(|v| (k.clone(), v)))
-        .collect()
+/// Our defined options as `muster sbatch -v` prints them (paths relative to `dir`).
+pub fn ours_shown(p: &Prepared, dir: &Path) -> BTreeMap<String, String> {
+    relative(slurm_defined_options(&p.merged.options, dir), dir)
+}
+
+/// Slurm's defined options (paths relative to `dir`).
+pub fn oracle_shown(o: &Oracle, dir: &Path) -> BTreeMap<String, String> {
+    relative(o.options.clone(), dir)
 }
