@@ -274,3 +274,23 @@ fn sbatch_dry_run_from_the_command_line() {
         "{err}"
     );
 }
+
+#[test]
+fn dependencies_must_name_existing_jobs() {
+    use muster_cli::sbatch::missing_dependencies;
+    let jobs = fixtures::jobs();
+    assert!(missing_dependencies("afterok:101", &jobs, &[]).is_empty());
+    // A name is a BatchJob name; an array id counts.
+    assert!(missing_dependencies("afterany:train-abcde:110", &jobs, &[]).is_empty());
+    assert_eq!(
+        missing_dependencies("afterok:101:999,afternotok:nope", &jobs, &[]),
+        [
+            "job 999 does not exist",
+            "no BatchJob named nope in this namespace"
+        ]
+    );
+    // Ids are cluster-wide.
+    assert!(missing_dependencies("afterok:999", &[], &jobs).len() == 1);
+    assert!(missing_dependencies("afterok:105", &[], &jobs).is_empty());
+    assert!(missing_dependencies("singleton", &[], &[]).is_empty());
+}

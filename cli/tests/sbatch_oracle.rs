@@ -147,6 +147,11 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
             ("time", "00:05:00"),
         ]),
     ),
+    (
+        "edge",
+        "bad_time_overridden.sh",
+        Refused(Some(2), "invalid value '1h' for --time"),
+    ),
     ("edge", "crlf.sh", Refused(Some(1), "DOS line breaks")),
     ("edge", "double_dash.sh", Refused(Some(2), "'-N'")),
     (
@@ -328,6 +333,33 @@ fn recorded_answers_match_live_sbatch() {
                 o.output
             ),
         }
+    }
+}
+
+/// The command line may replace a directive value sbatch checks only at the end (--gres),
+/// not one it checks as it reads it (--time).
+#[test]
+fn overriding_refused_directives_matches_slurm() {
+    let fixed = ours(
+        "howto",
+        "typed_gpu_constraint.sh",
+        &["--gres=gpu:v100:1"],
+        &[],
+    );
+    assert!(fixed.is_ok(), "{fixed:?}");
+    let still_bad = ours("edge", "bad_time_overridden.sh", &["--time=5"], &[]);
+    assert!(still_bad.is_err());
+    if oracle_available("overriding_refused_directives_matches_slurm") {
+        assert!(
+            oracle(
+                "howto",
+                "typed_gpu_constraint.sh",
+                &["--gres=gpu:v100:1"],
+                &[]
+            )
+            .accepted
+        );
+        assert!(!oracle("edge", "bad_time_overridden.sh", &["--time=5"], &[]).accepted);
     }
 }
 

@@ -281,3 +281,100 @@ fn copies_match_the_shared_scripts() {
         );
     }
 }
+
+#[test]
+fn one_gpu_type_per_job() {
+    let e = ours(
+        "howto",
+        "gres_srun.sh",
+        &[
+            "--dry-run",
+            "--gres=gpu:a100:1",
+            "-n",
+            "2",
+            "--gpus-per-task=h100:1",
+        ],
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "command line: --gres asks for a100 GPUs but --gpus-per-task (command line) asks for \
+         h100: a job runs on one GPU type"
+    );
+    // An untyped request goes with a typed one; the command line's --gres replaces the
+    // script's.
+    let p = ours(
+        "howto",
+        "gres_srun.sh",
+        &[
+            "--dry-run",
+            "--gres=gpu:a100:1",
+            "-n",
+            "2",
+            "--gpus-per-task=1",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(p.job.spec.gres.as_deref(), Some("gpu:a100:1"));
+    // As in sbatch, --gres is checked in its final value: the command line can fix the
+    // script's; a --time Slurm refuses is refused wherever it is.
+    let p = ours(
+        "howto",
+        "typed_gpu_constraint.sh",
+        &["--dry-run", "--gres=gpu:v100:1"],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(p.job.spec.gres.as_deref(), Some("gpu:v100:1"));
+    let e = ours(
+        "edge",
+        "bad_time_overridden.sh",
+        &["--dry-run", "--time=5"],
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("bad_time_overridden.sh: line 2: invalid value '1h' for --time"),
+        "{e}"
+    );
+}
+
+#[test]
+fn environment_layer_and_ignored_variables() {
+    let p = ours(
+        "howto",
+        "gres_srun.sh",
+        &["--dry-run"],
+        &[
+            ("SBATCH_PARTITION", "batch"),
+            ("SBATCH_ACCOUNT", "physics"),
+            ("SBATCH_REQ_SWITCH", "2"),
+            ("SBATCH_WAIT4SWITCH", "10:00"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(p.job.spec.partition.as_deref(), Some("batch"));
+    assert_eq!(
+        p.job.spec.switches,
+        Some(IntOrString::String("2@10:00".into()))
+    );
+    assert_eq!(
+        p.warnings,
+        ["ignoring SBATCH_ACCOUNT: Muster does not implement that sbatch option"]
+    );
+    let e = ours(
+        "howto",
+        "gres_srun.sh",
+        &["--dry-run"],
+        &[("SBATCH_TIMELIMIT", "1h")],
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("environment variable SBATCH_TIMELIMIT: invalid value '1h' for --time"),
+        "{e}"
+    );
+}

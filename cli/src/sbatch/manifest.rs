@@ -7,9 +7,11 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use muster_crds::labels;
+use muster_crds::slurm::{GpuCount, gpus_from_gres, parse_gres};
 use muster_crds::v1alpha1::{BatchJob, BatchJobSpec};
 
 use super::parse::{Merged, SbatchError};
+use super::values;
 
 /// The name of the task container in the pod template.
 pub const TASK_CONTAINER: &str = "task";
@@ -99,6 +101,32 @@ fn int_or_string(s: &str) -> IntOrString {
 pub fn check(merged: &Merged) -> Result<(), SbatchError> {
     let o = &merged.options;
 
+    // Values sbatch checks once all options are read (the rest are checked as given).
+    type Check = fn(&str) -> Result<String, String>;
+    let lazy: [(&str, &Option<String>, Check); 8] = [
+        ("gres", &o.gres, values::gres),
+        ("gpus", &o.gpus, values::gpus),
+        ("gpus-per-node", &o.gpus_per_node, values::gpus),
+        ("gpus-per-task", &o.gpus_per_task, values::gpus),
+        ("constraint", &o.constraint, values::constraint),
+        ("dependency", &o.dependency, values::dependency),
+        ("array", &o.array, values::array),
+        ("gpu-bind", &o.gpu_bind, values::gpu_bind),
+    ];
+    for (opt, value, check) in lazy {
+        if let Some(v) = value
+            && let Err(why) = check(v)
+        {
+            let message = if opt == "gres" {
+                // Slurm's own wording, so the error reads as sbatch users know it.
+                format!("invalid generic resource (gres) specification '{v}': {why}")
+            } else {
+                format!("invalid value '{v}' for --{opt}: {why}")
+            };
+            return Err(SbatchError::at(merged.origin(opt), message));
+        }
+    }
+
     let mems: Vec<&str> = [
         ("mem", o.mem.is_some()),
         ("mem-per-cpu", o.mem_per_cpu.is_some()),
@@ -140,6 +168,48 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
         return Err(SbatchError::at(
             merged.origin("mem-per-gpu"),
             "--mem-per-gpu needs a GPU request: add --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu:N",
+        ));
+    }
+
+    // One GPU type per job: every typed GPU request must name the same type.
+    let typed: Vec<(&str, String)> = [
+        (
+            "gpus",
+            o.gpus
+                .as_deref()
+                .and_then(|g| GpuCount::parse(g).ok()?.gpu_type),
+        ),
+        (
+            "gpus-per-node",
+            o.gpus_per_node
+                .as_deref()
+                .and_then(|g| GpuCount::parse(g).ok()?.gpu_type),
+        ),
+        (
+            "gpus-per-task",
+            o.gpus_per_task
+                .as_deref()
+                .and_then(|g| GpuCount::parse(g).ok()?.gpu_type),
+        ),
+        (
+            "gres",
+            o.gres
+                .as_deref()
+                .and_then(|g| gpus_from_gres(&parse_gres(g).ok()?).ok()??.gpu_type),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, t)| t.map(|t| (k, t)))
+    .collect();
+    if let [(k1, t1), .., (k2, t2)] = typed.as_slice()
+        && !t1.eq_ignore_ascii_case(t2)
+    {
+        return Err(SbatchError::at(
+            merged.origin(k2),
+            format!(
+                "--{k2} asks for {t2} GPUs but --{k1} ({}) asks for {t1}: a job runs on one GPU type",
+                merged.origin(k1)
+            ),
         ));
     }
 

@@ -308,6 +308,7 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         a.insert(muster_crds::labels::USER.to_string(), cluster.user.clone());
     }
     check_partition(&cluster.client, &prepared.merged).await?;
+    check_dependencies(&cluster, &prepared.merged).await?;
     let (name, id) = submit(
         &cluster.client,
         &cluster.namespace,
@@ -360,6 +361,68 @@ async fn check_partition(client: &kube::Client, merged: &Merged) -> anyhow::Resu
             Ok(())
         }
     }
+}
+
+/// The jobs a dependency names that do not exist: `(reference, why)`. Ids are looked up in
+/// `jobs` of this namespace and `elsewhere` (other namespaces, when readable); names in this
+/// namespace only, as the API defines them.
+pub fn missing_dependencies(spec: &str, jobs: &[BatchJob], elsewhere: &[BatchJob]) -> Vec<String> {
+    use muster_crds::slurm::{DependencySpec, JobTarget};
+    let Ok(dep) = DependencySpec::parse(spec) else {
+        return Vec::new();
+    };
+    let has_id = |list: &[BatchJob], id: u64| {
+        list.iter().any(|j| {
+            j.status
+                .as_ref()
+                .is_some_and(|s| s.job_id == Some(id) || s.array_job_id == Some(id))
+        })
+    };
+    let mut missing = Vec::new();
+    for r in dep.jobs() {
+        match &r.target {
+            JobTarget::Id(id) if !has_id(jobs, *id) && !has_id(elsewhere, *id) => {
+                missing.push(format!("job {id} does not exist"));
+            }
+            JobTarget::Name(n)
+                if !jobs
+                    .iter()
+                    .any(|j| j.metadata.name.as_deref() == Some(n.as_str())) =>
+            {
+                missing.push(format!("no BatchJob named {n} in this namespace"));
+            }
+            _ => {}
+        }
+    }
+    missing
+}
+
+/// Refuse a dependency on a job that does not exist, as sbatch does ("Job dependency
+/// problem"), before creating anything.
+async fn check_dependencies(
+    cluster: &crate::cluster::Cluster,
+    merged: &Merged,
+) -> anyhow::Result<()> {
+    let Some(spec) = &merged.options.dependency else {
+        return Ok(());
+    };
+    let here = crate::fetch::batchjobs(cluster, false).await?;
+    let mut missing = missing_dependencies(spec, &here, &[]);
+    if missing.iter().any(|m| m.starts_with("job ")) {
+        // Ids are cluster-wide: look in every namespace we may read.
+        if let Ok(all) = crate::fetch::batchjobs(cluster, true).await {
+            missing = missing_dependencies(spec, &here, &all);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(SbatchError::at(
+        merged.origin("dependency"),
+        format!("Job dependency problem: {}", missing.join("; ")),
+    )
+    .hint("name a job by its id (sbatch --parsable prints it) or its BatchJob name")
+    .into())
 }
 
 /// Create the BatchJob and wait (bounded) for the operator to assign its job id.

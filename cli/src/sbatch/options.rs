@@ -8,8 +8,11 @@ use super::values;
 
 /// Every `sbatch` option Muster understands. `None`/`false` means "not given".
 ///
-/// Values are kept as the user wrote them (after checking them with the Slurm syntax library),
-/// because the BatchJob spec takes Slurm's own syntax.
+/// Values are kept as the user wrote them, because the BatchJob spec takes Slurm's own syntax.
+/// As in sbatch, counts, times, node ranges, memory sizes and switches are checked each time
+/// they are given; GPU requests, constraints, dependencies, arrays and GPU binding only in
+/// their final value ([`super::manifest::check`]), so the command line can replace a
+/// directive Slurm would refuse.
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SbatchOptions {
     /// Partition to run in (a Partition object; `_` is read as `-`).
@@ -49,23 +52,31 @@ pub struct SbatchOptions {
     pub mem_per_gpu: Option<String>,
 
     /// GPUs for the whole job: [TYPE:]COUNT.
-    #[arg(short = 'G', long, value_name = "[TYPE:]N", allow_hyphen_values = true, value_parser = values::gpus)]
+    #[arg(short = 'G', long, value_name = "[TYPE:]N", allow_hyphen_values = true)]
     pub gpus: Option<String>,
 
     /// GPUs on each node: [TYPE:]COUNT.
-    #[arg(long = "gpus-per-node", value_name = "[TYPE:]N", allow_hyphen_values = true, value_parser = values::gpus)]
+    #[arg(
+        long = "gpus-per-node",
+        value_name = "[TYPE:]N",
+        allow_hyphen_values = true
+    )]
     pub gpus_per_node: Option<String>,
 
     /// GPUs for each task: [TYPE:]COUNT (needs a task count).
-    #[arg(long = "gpus-per-task", value_name = "[TYPE:]N", allow_hyphen_values = true, value_parser = values::gpus)]
+    #[arg(
+        long = "gpus-per-task",
+        value_name = "[TYPE:]N",
+        allow_hyphen_values = true
+    )]
     pub gpus_per_task: Option<String>,
 
     /// Generic resources per node: gpu[:TYPE][:COUNT].
-    #[arg(long, value_name = "LIST", allow_hyphen_values = true, value_parser = values::gres)]
+    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub gres: Option<String>,
 
     /// Node features: a&b, a|b, [a|b], feat*N, parentheses.
-    #[arg(short = 'C', long, value_name = "LIST", allow_hyphen_values = true, value_parser = values::constraint)]
+    #[arg(short = 'C', long, value_name = "LIST", allow_hyphen_values = true)]
     pub constraint: Option<String>,
 
     /// Whole nodes only (no value; Muster supports no =user/mcs/topo).
@@ -77,11 +88,11 @@ pub struct SbatchOptions {
     pub time: Option<String>,
 
     /// Job array indices: 0-15, 1,3,5-7, 0-15:4, with optional %MAX_RUNNING.
-    #[arg(short = 'a', long, value_name = "INDEXES", allow_hyphen_values = true, value_parser = values::array)]
+    #[arg(short = 'a', long, value_name = "INDEXES", allow_hyphen_values = true)]
     pub array: Option<String>,
 
     /// Dependencies: TYPE:JOB[:JOB...] joined by , or ?; JOB is a job id or BatchJob name.
-    #[arg(short = 'd', long, value_name = "LIST", allow_hyphen_values = true, value_parser = values::dependency)]
+    #[arg(short = 'd', long, value_name = "LIST", allow_hyphen_values = true)]
     pub dependency: Option<String>,
 
     /// At most COUNT leaf switches, waiting up to MAX_WAIT: COUNT[@MAX_WAIT].
@@ -89,7 +100,7 @@ pub struct SbatchOptions {
     pub switches: Option<String>,
 
     /// Task-to-GPU binding: closest, map_gpu:…, mask_gpu:…, per_task:N, single:N, none.
-    #[arg(long = "gpu-bind", value_name = "SPEC", allow_hyphen_values = true, value_parser = values::gpu_bind)]
+    #[arg(long = "gpu-bind", value_name = "SPEC", allow_hyphen_values = true)]
     pub gpu_bind: Option<String>,
 
     /// Lower the job's priority by ADJ (default 100; negative raises it).

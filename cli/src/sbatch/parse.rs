@@ -452,14 +452,10 @@ pub fn describe_clap_error(
             let why = std::error::Error::source(&e)
                 .map(|s| s.to_string())
                 .unwrap_or_else(|| clap_message(&e));
-            let option = option_name(&arg);
-            let message = if option == "--gres" {
-                // Slurm's own wording, so the error reads as sbatch users know it.
-                format!("invalid generic resource (gres) specification '{value}': {why}")
-            } else {
-                format!("invalid value '{value}' for {option}: {why}")
-            };
-            SbatchError::at(at, message)
+            SbatchError::at(
+                at,
+                format!("invalid value '{value}' for {}: {why}", option_name(&arg)),
+            )
         }
         _ => SbatchError::at(at, clap_message(&e)),
     }
