@@ -13,21 +13,26 @@ use kube::{Client, Config};
 pub struct ClusterArgs {
     /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then the
     /// in-cluster service account).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = "Cluster")]
     pub kubeconfig: Option<PathBuf>,
 
     /// The kubeconfig context to use (default: the current context).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", help_heading = "Cluster")]
     pub context: Option<String>,
 
     /// Namespace of the jobs (default: the context's namespace). Before the command name it
     /// can also be given as `-n`: `muster -n team-a squeue`.
-    #[arg(long, global = true, value_name = "NAMESPACE")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAMESPACE",
+        help_heading = "Cluster"
+    )]
     pub namespace: Option<String>,
 
     /// Short form of --namespace, accepted before the command name only (after it, `-n`
     /// keeps its Slurm meaning).
-    #[arg(short = 'n', value_name = "NAMESPACE")]
+    #[arg(short = 'n', value_name = "NAMESPACE", help_heading = "Cluster")]
     pub namespace_short: Option<String>,
 }
 

@@ -294,3 +294,39 @@ fn dependencies_must_name_existing_jobs() {
     assert!(missing_dependencies("afterok:105", &[], &jobs).is_empty());
     assert!(missing_dependencies("singleton", &[], &[]).is_empty());
 }
+
+#[test]
+fn scontrol_hostlists_match_real_scontrol() {
+    let cases: &[(&str, &str)] = &[
+        ("hostnames", "gpu[001-003,010],login"),
+        ("hostnames", "n[9-11]"),
+        ("hostlist", "gpu001,gpu002,gpu003,gpu010"),
+        ("hostlist", "tux2,tux1,tux2"),
+        ("hostlist", "a9b1,a10b1,n[1-2]"),
+    ];
+    let live = std::process::Command::new("scontrol")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !live {
+        if std::env::var("MUSTER_REQUIRE_SLURM").as_deref() == Ok("1") {
+            panic!("real scontrol is required (MUSTER_REQUIRE_SLURM=1) but not runnable");
+        }
+        eprintln!("note: scontrol not installed; skipping the live hostlist comparison");
+        return;
+    }
+    for (what, list) in cases {
+        let (code, ours, err) = run(&["muster", "scontrol", "show", what, list], &[]);
+        assert_eq!(code, 0, "{err}");
+        let real = std::process::Command::new("scontrol")
+            .args(["show", what, list])
+            .env("SLURM_CONF", common::oracle_conf())
+            .output()
+            .unwrap();
+        assert_eq!(
+            ours,
+            String::from_utf8_lossy(&real.stdout),
+            "scontrol show {what} {list}"
+        );
+    }
+}
