@@ -306,6 +306,7 @@ fn scontrol_hostlists_match_real_scontrol() {
     ];
     let live = std::process::Command::new("scontrol")
         .arg("--version")
+        .env("SLURM_CONF", common::oracle_conf())
         .output()
         .is_ok_and(|o| o.status.success());
     if !live {
