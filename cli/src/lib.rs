@@ -1,9 +1,12 @@
 //! `muster` / `kubectl-muster`: Slurm's commands for a Kubernetes cluster running Muster.
 //!
-//! Each command lives in its own module with a clap `Args` struct and an async `run`; the
-//! [`Command`] enum lists them, so adding a command is adding a module and a variant. Output
-//! formatting is pure (over plain rows in [`rows`]) and tested without a cluster; the kube
-//! part fetches objects and calls it.
+//! Each command lives in its own module with a clap `Args` struct and an async
+//! `run(&Args, &Target, &mut Io)`; the [`Command`] enum lists them. Adding a command (say
+//! `simulate`) is: a module `simulate.rs` with `SimulateArgs` and `run`, a variant
+//! `Simulate(simulate::SimulateArgs)`, and one arm each in [`execute`] and `command_name`.
+//! Output formatting is pure (over plain rows in [`rows`]) and tested without a cluster; the
+//! kube part ([`fetch`]) gets objects and calls it. [`run_on`] runs any command line on an
+//! already connected cluster, which is how the end-to-end suites drive the commands.
 //!
 //! The binary may also be installed under a Slurm command's name (`ln -s muster squeue`):
 //! it then behaves as that command.

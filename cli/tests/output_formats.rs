@@ -377,3 +377,12 @@ fn sacct_refuses_unknown_fields() {
             .unwrap_err();
     assert_eq!(err, "Invalid field requested: \"bogus\"");
 }
+
+#[test]
+fn squeue_refuses_malformed_job_ids() {
+    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-j", "12,abc"]) else {
+        panic!()
+    };
+    let err = muster_cli::squeue::report(&args, Vec::new(), "alice", &TimeZone::UTC).unwrap_err();
+    assert_eq!(err, "Invalid job id: abc");
+}
