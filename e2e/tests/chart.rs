@@ -576,8 +576,18 @@ fn operator_namespace_perms(lease: &str) -> BTreeSet<Perm> {
     expect(&[
         ("coordination.k8s.io", "leases", &["get", "update"], lease),
         ("coordination.k8s.io", "leases", &["create"], "*"),
-        ("", "configmaps", &["get", "update", "patch"], "muster-job-ids"),
-        ("", "configmaps", &["get", "update", "patch"], "muster-fairshare"),
+        (
+            "",
+            "configmaps",
+            &["get", "update", "patch"],
+            "muster-job-ids",
+        ),
+        (
+            "",
+            "configmaps",
+            &["get", "update", "patch"],
+            "muster-fairshare",
+        ),
         ("", "configmaps", &["create"], "*"),
     ])
 }
