@@ -1,5 +1,6 @@
 //! The scheduling core (module docs are completed with the scheduler).
 
+pub mod baseline;
 pub mod cluster_spec;
 pub mod enforce;
 pub mod engine;
@@ -9,6 +10,7 @@ pub mod node;
 pub mod priority;
 pub mod schedule;
 pub mod shape;
+pub mod synth;
 pub mod timeline;
 pub mod tree;
 pub mod util;

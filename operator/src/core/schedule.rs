@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::enforce;
-use super::engine::{Claim, Engine, LeafAgg, NEVER, SelectInput, Selection, caps_hold, select};
+use super::engine::{Claim, Engine, LeafAgg, NEVER, SelectInput, Selection, select};
 use super::model::{
     Config, Decisions, JobId, PartitionState, PendingInfo, PendingJob, PreemptMode, Preemption,
     Reason, Reservation, Snapshot, Start, TaskAssignment, UNLIMITED, Victim,
@@ -13,7 +13,6 @@ use super::model::{
 use super::node::NodeId;
 use super::priority::{PriorityInput, fair_share_factors, priority};
 use super::shape::{Demand, Mode, Res, normalize};
-use super::util::natural_cmp;
 
 /// Runs one scheduling cycle over `snap` at time `now` (seconds since the epoch).
 ///
@@ -57,8 +56,14 @@ struct Cycle<'a> {
     reservations: usize,
     /// Latest time a job already being stopped releases its resources.
     stop_horizon: i64,
+    /// The lowest tier of a running job that may still be preempted (`u32::MAX`: none).
+    lowest_preemptable_tier: u32,
     out: Decisions,
     buf: Vec<LeafAgg>,
+    /// Each pending job's normalized request, from ordering (by pending index).
+    demands: Vec<Option<Result<Demand, String>>>,
+    /// "waiting for …" messages by class and need (formatting is costly in long queues).
+    messages: BTreeMap<(u32, u32), String>,
 }
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
@@ -153,7 +158,22 @@ impl<'a> Cycle<'a> {
             stop_horizon,
             out,
             buf: Vec::new(),
+            demands: Vec::new(),
+            messages: BTreeMap::new(),
+            lowest_preemptable_tier: u32::MAX,
         }
+        .with_preemptable_tier()
+    }
+
+    fn with_preemptable_tier(mut self) -> Self {
+        self.lowest_preemptable_tier = self
+            .run
+            .iter()
+            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .map(|r| r.tier)
+            .min()
+            .unwrap_or(u32::MAX);
+        self
     }
 
     fn run(mut self) -> Decisions {
@@ -168,7 +188,7 @@ impl<'a> Cycle<'a> {
                 priority: prio,
                 eligible: false,
             };
-            match self.eligible(job) {
+            match self.eligible(idx, job) {
                 Err((reason, message)) => {
                     info.reason = reason;
                     info.message = message;
@@ -192,13 +212,13 @@ impl<'a> Cycle<'a> {
 
     /// Pending jobs in queue order with their priorities: partition tier, priority, submit
     /// time, job id.
-    fn order(&self) -> Vec<(usize, u32)> {
+    fn order(&mut self) -> Vec<(usize, u32)> {
         let snap = self.snap;
         let active = snap
             .pending
             .iter()
-            .map(|j| j.namespace.clone())
-            .chain(snap.running.iter().map(|j| j.namespace.clone()));
+            .map(|j| j.namespace.as_str())
+            .chain(snap.running.iter().map(|j| j.namespace.as_str()));
         let fs = fair_share_factors(&snap.usage, active, self.cfg);
         // Partition sizes for the job-size factor.
         let sizes: Vec<(u64, u64)> = self
@@ -215,6 +235,7 @@ impl<'a> Cycle<'a> {
                 (gpus, p.tree.nodes.len() as u64)
             })
             .collect();
+        let mut demands = Vec::with_capacity(snap.pending.len());
         let mut keyed: Vec<(Reverse<u32>, Reverse<u32>, i64, JobId, usize)> = snap
             .pending
             .iter()
@@ -222,8 +243,9 @@ impl<'a> Cycle<'a> {
             .map(|(i, j)| {
                 let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
                 let tier = part.map(|p| p.priority_tier).unwrap_or(0);
-                let size = match (part, j.partition) {
-                    (Some(p), Some(pi)) => match normalize(&j.request, p) {
+                let demand = part.map(|p| normalize(&j.request, p));
+                let size = match (&demand, j.partition) {
+                    (Some(dm), Some(pi)) => match dm {
                         Ok(d) => {
                             let (g, n) = sizes[pi as usize];
                             if d.unit.gpus > 0 && g > 0 {
@@ -249,15 +271,17 @@ impl<'a> Cycle<'a> {
                     &fs,
                     self.cfg,
                 );
+                demands.push(demand);
                 (Reverse(tier), Reverse(pr), j.submit_time, j.id, i)
             })
             .collect();
+        self.demands = demands;
         keyed.sort_unstable();
         keyed.into_iter().map(|k| (k.4, k.1.0)).collect()
     }
 
     /// Whether the job may be considered now, and what it needs.
-    fn eligible(&mut self, job: &PendingJob) -> Result<JobCtx, (Reason, String)> {
+    fn eligible(&mut self, idx: usize, job: &PendingJob) -> Result<JobCtx, (Reason, String)> {
         if job.hold {
             return Err((Reason::JobHeldUser, "held".into()));
         }
@@ -343,7 +367,11 @@ impl<'a> Cycle<'a> {
                 ));
             }
         }
-        let demand = normalize(&job.request, part).map_err(|m| (Reason::BadConstraints, m))?;
+        let demand = match self.demands.get_mut(idx).and_then(Option::take) {
+            Some(d) => d,
+            None => normalize(&job.request, part),
+        }
+        .map_err(|m| (Reason::BadConstraints, m))?;
         if let Some(a) = &job.array
             && let Some(max) = a.max_running
             && self
@@ -363,7 +391,7 @@ impl<'a> Cycle<'a> {
             .filter(pi, job.request.gpu_type.as_deref(), "", &|_| true);
         let cid = self.e.class(pi, filter, &demand, None);
         let (up, all) = self.e.statics(cid);
-        if !caps_hold(all, &demand) {
+        if !all.hold(&demand) {
             return Err((
                 Reason::BadConstraints,
                 format!(
@@ -373,7 +401,7 @@ impl<'a> Cycle<'a> {
                 ),
             ));
         }
-        if !caps_hold(up, &demand) {
+        if !up.hold(&demand) {
             return Err((
                 Reason::ReqNodeNotAvail,
                 format!(
@@ -418,16 +446,18 @@ impl<'a> Cycle<'a> {
         } else {
             Reason::Resources
         };
-        info.message = format!(
-            "waiting for {}",
-            describe(&jc.demand, job.request.gpu_type.as_deref())
-        );
+        info.message = self
+            .messages
+            .entry((jc.cid, jc.demand.need()))
+            .or_insert_with(|| {
+                format!(
+                    "waiting for {}",
+                    describe(&jc.demand, job.request.gpu_type.as_deref())
+                )
+            })
+            .clone();
         let tier = self.snap.partitions[part].priority_tier;
-        let can_preempt = self.cfg.preemption
-            && self
-                .run
-                .iter()
-                .any(|r| !r.stopping && r.tier < tier && r.mode != PreemptMode::Off);
+        let can_preempt = self.cfg.preemption && self.lowest_preemptable_tier < tier;
         if !can_preempt && self.reservations >= self.cfg.max_reservations {
             return None;
         }
@@ -490,10 +520,11 @@ impl<'a> Cycle<'a> {
                     (Some(_), None) => false,
                 }
         };
-        if self.e.classes[jc.cid as usize]
-            .failures
-            .iter()
-            .any(dominated)
+        let c = &self.e.classes[jc.cid as usize];
+        if c.failures.iter().any(dominated)
+            || c.room.iter().any(|&(e, u, n)| {
+                end >= e && (u64::from(d.need()) > u || u64::from(d.min_nodes) > n)
+            })
         {
             return None;
         }
@@ -511,7 +542,19 @@ impl<'a> Cycle<'a> {
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
+        let units: u64 = buf.iter().map(|a| u64::from(a.units)).sum();
+        let nodes: u64 = buf.iter().map(|a| u64::from(a.nodes)).sum();
         self.buf = buf;
+        // Keep the least room seen per window end (a few distinct time limits in practice).
+        let room = &mut self.e.classes[jc.cid as usize].room;
+        match room.binary_search_by_key(&end, |r| r.0) {
+            Ok(k) => {
+                room[k].1 = room[k].1.min(units);
+                room[k].2 = room[k].2.min(nodes);
+            }
+            Err(k) if room.len() < 32 => room.insert(k, (end, units, nodes)),
+            Err(_) => {}
+        }
         if sel.is_none() {
             let f = &mut self.e.classes[jc.cid as usize].failures;
             if f.len() < 8 {
@@ -534,13 +577,8 @@ impl<'a> Cycle<'a> {
             .iter()
             .map(|&(p, u)| (tree_nodes[p as usize], u, leaf_of[p as usize]))
             .collect();
-        picks.sort_by(|a, b| {
-            natural_cmp(
-                &self.snap.nodes[a.0 as usize].name,
-                &self.snap.nodes[b.0 as usize].name,
-            )
-            .then(a.0.cmp(&b.0))
-        });
+        let rank = &self.e.name_rank;
+        picks.sort_by_key(|p| rank[p.0 as usize]);
         let mut leaves: Vec<u32> = picks.iter().map(|p| p.2).collect();
         leaves.sort_unstable();
         leaves.dedup();
@@ -553,7 +591,10 @@ impl<'a> Cycle<'a> {
             nodes.push(n);
             let ns = &self.e.nodes[n as usize];
             let total = ns.total;
-            let pos = self.e.member_of[n as usize]
+            let pos = self
+                .e
+                .member_of
+                .of(n)
                 .iter()
                 .find(|&&(p, _)| p as usize == part)
                 .map(|&(_, pos)| pos)
@@ -627,12 +668,8 @@ impl<'a> Cycle<'a> {
             self.e.claim(n, Claim { start: t, end, res });
             nodes.push(n);
         }
-        nodes.sort_by(|a, b| {
-            natural_cmp(
-                &self.snap.nodes[*a as usize].name,
-                &self.snap.nodes[*b as usize].name,
-            )
-        });
+        let rank = &self.e.name_rank;
+        nodes.sort_by_key(|&n| rank[n as usize]);
         self.reservations += 1;
         info.start_estimate = Some(t);
         self.out.reservations.push(Reservation {
@@ -656,7 +693,9 @@ impl<'a> Cycle<'a> {
                     && r.tier < tier
                     && r.mode != PreemptMode::Off
                     && r.nodes.iter().any(|(n, _)| {
-                        self.e.member_of[*n as usize]
+                        self.e
+                            .member_of
+                            .of(*n)
                             .iter()
                             .any(|&(p, _)| p as usize == part)
                     })
@@ -684,7 +723,9 @@ impl<'a> Cycle<'a> {
         };
         // Positions of each candidate's nodes in this partition.
         let pos_of = |n: NodeId| -> Option<u32> {
-            self.e.member_of[n as usize]
+            self.e
+                .member_of
+                .of(n)
                 .iter()
                 .find(|&&(p, _)| p as usize == part)
                 .map(|&(_, pos)| pos)
@@ -808,14 +849,17 @@ impl<'a> Cycle<'a> {
             self.run[v].stopping = true;
             let rel = now + self.run[v].grace.max(1);
             for (n, _) in self.run[v].nodes.clone() {
-                for r in &mut self.e.nodes[n as usize].releases {
-                    if r.2 == v as u32 {
-                        r.0 = r.0.min(rel);
-                    }
-                }
+                self.e.move_release(n, v as u32, rel);
             }
             self.stop_horizon = self.stop_horizon.max(rel);
         }
+        self.lowest_preemptable_tier = self
+            .run
+            .iter()
+            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .map(|r| r.tier)
+            .min()
+            .unwrap_or(u32::MAX);
         Some((victims, t, sel))
     }
 }
