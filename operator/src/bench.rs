@@ -329,7 +329,11 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64) -> Quality {
             let t = start + (i as i64) * 40 + rng.below(40) as i64;
             let mut j = PendingJob::new(i as JobId + 1, t, synth::request(&mut rng, max_nodes));
             j.namespace = format!("team-{}", rng.below(4));
-            let lim = j.request.time_limit.unwrap_or(3600) as f64;
+            let lim = j
+                .request
+                .time_limit
+                .and_then(|t| t.seconds())
+                .unwrap_or(3600) as f64;
             let run = (lim * (0.2 + 0.8 * rng.unit())).max(1.0) as i64;
             (t, j, run)
         })

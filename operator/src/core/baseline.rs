@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::model::{Decisions, PendingInfo, Reason, Snapshot, Start, TaskAssignment, UNLIMITED};
+use super::model::{Decisions, PendingInfo, Reason, Snapshot, Start, TaskAssignment};
 use super::node::NodeId;
 use super::shape::{Res, normalize};
 use super::tree::Tree;
@@ -170,11 +170,7 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
         }
         leaves.sort_unstable();
         leaves.dedup();
-        let limit = match job.request.time_limit {
-            Some(UNLIMITED) => None,
-            Some(t) => Some(t),
-            None => part.default_time.or(part.max_time),
-        };
+        let limit = part.effective_limit(job.request.time_limit);
         out.starts.push(Start {
             job: job.id,
             nodes: picks.iter().map(|&(n, _)| n as NodeId).collect(),

@@ -727,11 +727,12 @@ impl<'a> Engine<'a> {
         let idle = avail == total;
         let mut k = c.demand.units_fitting(a, total, idle);
         if let Some(sets) = &c.bind {
-            // map_gpu/mask_gpu: local rank i uses sets[i % len]; ranks may not share GPUs.
+            // map_gpu/mask_gpu: local task i uses sets[i % len]; tasks may not share GPUs.
             let usable = mask & f.gpu_mask[pos as usize];
+            let tasks = c.demand.tasks_on_node(k.max(1)).max(k);
             let mut used = 0u64;
             let mut ok = 0;
-            for i in 0..k {
+            for i in 0..tasks {
                 let s = sets[i as usize % sets.len()];
                 if s & !usable != 0 || s & used != 0 {
                     break;
@@ -739,7 +740,16 @@ impl<'a> Engine<'a> {
                 used |= s;
                 ok += 1;
             }
-            k = ok;
+            k = match c.demand.mode {
+                Mode::Bundles { tasks_per_node } => {
+                    if ok >= tasks_per_node {
+                        k
+                    } else {
+                        0
+                    }
+                }
+                Mode::Units { .. } => k.min(ok),
+            };
         }
         k
     }
@@ -894,6 +904,9 @@ pub struct SelectInput<'t> {
     pub leaf_aggs: &'t [LeafAgg],
     pub demand: &'t Demand,
     pub max_leaves: Option<u32>,
+    /// Feature counts: `(eligible by position, nodes)`: that many distinct nodes of the
+    /// placement must be eligible for each.
+    pub counts: &'t [(Vec<bool>, u32)],
 }
 
 /// Chooses nodes for a gang: under the lowest switch that can hold it whole, best fit among
@@ -905,6 +918,9 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let need = d.need();
     if need == 0 {
         return None;
+    }
+    if !inp.counts.is_empty() {
+        return select_counts(inp, node);
     }
     let nl = inp.leaf_aggs.len();
     // Prefix sums over leaves give any switch's aggregate in O(1).
@@ -970,6 +986,66 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
         }
     }
     None
+}
+
+/// Placement with feature counts (`[rack1*2&rack2*2]`, `gpu*4`): such a job asks for nodes
+/// of given kinds wherever they are, so the switch tree only orders the choice: each count
+/// takes its nodes first (fullest first, then in tree order), then the rest of the gang
+/// comes from nodes on the leaves already used, then from any other.
+fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option<Selection> {
+    let d = inp.demand;
+    let n = inp.tree.nodes.len() as u32;
+    let caps: Vec<(u32, u32)> = (0..n).map(node).collect();
+    let mut used = vec![false; n as usize];
+    let mut out: Selection = Vec::new();
+    let per = d.per_node_cap();
+    let mut left = u64::from(d.need());
+    for (ok, k) in inp.counts {
+        let mut cands: Vec<(u32, u32)> = (0..n)
+            .filter(|&p| ok[p as usize] && !used[p as usize] && caps[p as usize].0 > 0)
+            .map(|p| (caps[p as usize].1, p))
+            .collect();
+        cands.sort_unstable();
+        if (cands.len() as u32) < *k {
+            return None;
+        }
+        for &(_, p) in cands.iter().take(*k as usize) {
+            used[p as usize] = true;
+            let u = caps[p as usize].0.min(per).min(left.max(1) as u32);
+            left = left.saturating_sub(u64::from(u));
+            out.push((p, u));
+        }
+    }
+    let leaves: Vec<u32> = out
+        .iter()
+        .map(|&(p, _)| inp.tree.leaf_of[p as usize])
+        .collect();
+    let mut rest: Vec<(bool, u32, u32)> = (0..n)
+        .filter(|&p| !used[p as usize] && caps[p as usize].0 > 0)
+        .map(|p| {
+            (
+                !leaves.contains(&inp.tree.leaf_of[p as usize]),
+                caps[p as usize].1,
+                p,
+            )
+        })
+        .collect();
+    rest.sort_unstable();
+    let mut rest = rest.into_iter();
+    let target_nodes = match d.mode {
+        Mode::Bundles { .. } => d.min_nodes.max(out.len() as u32),
+        Mode::Units { .. } => d.min_nodes,
+    };
+    while left > 0 || (out.len() as u32) < target_nodes {
+        let (_, _, p) = rest.next()?;
+        let u = caps[p as usize].0.min(per).min(left.max(1) as u32);
+        left = left.saturating_sub(u64::from(u));
+        out.push((p, u));
+    }
+    if out.len() as u32 > d.max_nodes {
+        return None;
+    }
+    Some(out)
 }
 
 fn take_switch(

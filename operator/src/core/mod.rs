@@ -2,6 +2,7 @@
 
 pub mod baseline;
 pub mod cluster_spec;
+pub mod deps;
 pub mod enforce;
 pub mod engine;
 pub mod gpus;

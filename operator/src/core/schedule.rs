@@ -4,11 +4,12 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::deps::{DepStatus, JobTable};
 use super::enforce;
 use super::engine::{Claim, Engine, LeafAgg, NEVER, SelectInput, Selection, select};
 use super::model::{
-    Config, Decisions, JobId, PartitionState, PendingInfo, PendingJob, PreemptMode, Preemption,
-    Reason, Reservation, Snapshot, Start, TaskAssignment, UNLIMITED, Victim,
+    Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
+    PreemptMode, Preemption, Reason, Reservation, Snapshot, Start, TaskAssignment, Victim,
 };
 use super::node::NodeId;
 use super::priority::{PriorityInput, fair_share_factors, priority};
@@ -35,12 +36,20 @@ struct RunInfo {
     cost: u128,
 }
 
+/// One way to satisfy a job's constraint: a class (partition, node filter, per-node needs)
+/// and the feature-count requirements `(filter, nodes)`.
+struct Alt {
+    cid: u32,
+    counts: Vec<(u32, u32)>,
+}
+
 /// What a pending job needs, resolved for this cycle.
 struct JobCtx {
     part: u32,
     demand: Demand,
     limit: Option<u64>,
-    cid: u32,
+    /// The matching-OR alternatives of its constraint, in order (one when it has none).
+    alts: Vec<Alt>,
     max_leaves: Option<u32>,
     leaves_deadline: i64,
 }
@@ -58,6 +67,8 @@ struct Cycle<'a> {
     stop_horizon: i64,
     /// The lowest tier of a running job that may still be preempted (`u32::MAX`: none).
     lowest_preemptable_tier: u32,
+    /// Jobs for dependency lookups (built when some pending job has a dependency).
+    deps: Option<JobTable>,
     out: Decisions,
     buf: Vec<LeafAgg>,
     /// Each pending job's normalized request, from ordering (by pending index).
@@ -161,6 +172,11 @@ impl<'a> Cycle<'a> {
             demands: Vec::new(),
             messages: BTreeMap::new(),
             lowest_preemptable_tier: u32::MAX,
+            deps: snap
+                .pending
+                .iter()
+                .any(|j| j.dependency.is_some())
+                .then(|| JobTable::new(snap)),
         }
         .with_preemptable_tier()
     }
@@ -199,6 +215,9 @@ impl<'a> Cycle<'a> {
                     if let Some(start) = self.consider(job, &jc, &mut info) {
                         if let Some(a) = &job.array {
                             *self.array_running.entry(a.array_job_id).or_insert(0) += 1;
+                        }
+                        if let Some(t) = &mut self.deps {
+                            t.started(&job.namespace, job.slurm_name());
                         }
                         self.out.starts.push(start);
                     } else {
@@ -285,6 +304,13 @@ impl<'a> Cycle<'a> {
         if job.hold {
             return Err((Reason::JobHeldUser, "held".into()));
         }
+        if let (Some(spec), Some(table)) = (&job.dependency, &self.deps) {
+            match table.status(job, spec, self.now) {
+                DepStatus::Satisfied => {}
+                DepStatus::Waiting(m) => return Err((Reason::Dependency, m)),
+                DepStatus::Never(m) => return Err((Reason::DependencyNeverSatisfied, m)),
+            }
+        }
         let Some(pi) = job
             .partition
             .filter(|&p| (p as usize) < self.snap.partitions.len())
@@ -321,22 +347,14 @@ impl<'a> Cycle<'a> {
             }
             PartitionState::Up | PartitionState::Drain => {}
         }
-        let limit = match job.request.time_limit {
-            Some(UNLIMITED) => None,
-            Some(t) => Some(t),
-            None => part.default_time.or(part.max_time),
-        };
+        let limit = part.effective_limit(job.request.time_limit);
         if let Some(max) = part.max_time {
-            let asked = match job.request.time_limit {
-                Some(UNLIMITED) => u64::MAX,
-                Some(t) => t,
-                None => limit.unwrap_or(u64::MAX),
-            };
+            let asked = job.request.time_limit.or(part.default_time).unwrap_or(max);
             if asked > max {
                 return Err((
                     Reason::PartitionTimeLimit,
                     format!(
-                        "time limit exceeds partition {}'s maximum of {max}s",
+                        "time limit {asked} exceeds partition {}'s maximum of {max}",
                         part.name
                     ),
                 ));
@@ -386,38 +404,90 @@ impl<'a> Cycle<'a> {
                 format!("{max} elements of array {} already run", a.array_job_id),
             ));
         }
-        let filter = self
-            .e
-            .filter(pi, job.request.gpu_type.as_deref(), "", &|_| true);
-        let cid = self.e.class(pi, filter, &demand, None);
-        let (up, all) = self.e.statics(cid);
-        if !all.hold(&demand) {
+        let bind = bind_sets(&job.request, &demand).map_err(|m| (Reason::BadConstraints, m))?;
+        let gpu_type = job.request.gpu_type.as_deref();
+        let alternatives: Vec<Option<Constraint>> = match &job.request.constraint {
+            None => vec![None],
+            Some(c) => match c.matching_or_alternatives() {
+                Some(alts) => alts.into_iter().map(Some).collect(),
+                None => vec![Some(c.clone())],
+            },
+        };
+        let mut alts = Vec::with_capacity(alternatives.len());
+        let (mut ever, mut up_now) = (false, false);
+        for alt in &alternatives {
+            let key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            let filter = match alt {
+                None => self.e.filter(pi, gpu_type, "", &|_| true),
+                Some(c) => self
+                    .e
+                    .filter(pi, gpu_type, &key, &|n| c.matches(|f| n.has_feature(f))),
+            };
+            let mut counts = Vec::new();
+            if let Some(c) = alt {
+                for (term, n) in c.node_counts() {
+                    let k = term.to_string();
+                    let f = self
+                        .e
+                        .filter(pi, None, &k, &|node| term.matches(|f| node.has_feature(f)));
+                    counts.push((f, n));
+                }
+            }
+            let cid = self.e.class(pi, filter, &demand, bind.clone());
+            let need_nodes: u32 = counts.iter().map(|&(_, n)| n).sum();
+            let fits_counts = counts.iter().all(|&(f, n)| {
+                self.e.filters[f as usize].ok.iter().filter(|&&x| x).count() as u64 >= u64::from(n)
+            }) && need_nodes <= demand.max_nodes;
+            let (up, all) = self.e.statics(cid);
+            if all.hold(&demand) && fits_counts {
+                ever = true;
+                up_now |= up.hold(&demand);
+                alts.push(Alt { cid, counts });
+            }
+        }
+        if !ever {
             return Err((
                 Reason::BadConstraints,
                 format!(
-                    "partition {} can never hold {}",
+                    "partition {} can never hold {}{}",
                     part.name,
-                    describe(&demand, job.request.gpu_type.as_deref())
+                    describe(&demand, gpu_type),
+                    job.request
+                        .constraint
+                        .as_ref()
+                        .map(|c| format!(" with constraint {c}"))
+                        .unwrap_or_default()
                 ),
             ));
         }
-        if !up.hold(&demand) {
+        if !up_now {
             return Err((
                 Reason::ReqNodeNotAvail,
                 format!(
                     "{} needs nodes or GPUs of partition {} that are down, cordoned or unhealthy",
-                    describe(&demand, job.request.gpu_type.as_deref()),
+                    describe(&demand, gpu_type),
                     part.name
                 ),
             ));
         }
+        let (max_leaves, leaves_deadline) = match &job.request.switches {
+            None => (None, NEVER),
+            Some(sw) => {
+                let wait = match sw.max_wait {
+                    None => i64::try_from(self.cfg.max_switch_wait_secs).unwrap_or(i64::MAX),
+                    Some(t) => t.seconds().map_or(NEVER, |s| s as i64),
+                };
+                let from = job.eligible_time.unwrap_or(job.submit_time);
+                (Some(sw.count), from.saturating_add(wait))
+            }
+        };
         Ok(JobCtx {
             part: pi,
             demand,
             limit,
-            cid,
-            max_leaves: None,
-            leaves_deadline: NEVER,
+            alts,
+            max_leaves,
+            leaves_deadline,
         })
     }
 
@@ -436,8 +506,10 @@ impl<'a> Cycle<'a> {
         } else {
             None
         };
-        if let Some(sel) = self.try_now(jc, end, max_leaves) {
-            return Some(self.commit_start(job, jc, &sel));
+        for alt in &jc.alts {
+            if let Some(sel) = self.try_now(jc, alt, end, max_leaves) {
+                return Some(self.commit_start(job, jc, alt, &sel));
+            }
         }
         let was_blocked = self.blocked[part];
         self.blocked[part] = true;
@@ -448,7 +520,7 @@ impl<'a> Cycle<'a> {
         };
         info.message = self
             .messages
-            .entry((jc.cid, jc.demand.need()))
+            .entry((jc.alts[0].cid, jc.demand.need()))
             .or_insert_with(|| {
                 format!(
                     "waiting for {}",
@@ -461,19 +533,29 @@ impl<'a> Cycle<'a> {
         if !can_preempt && self.reservations >= self.cfg.max_reservations {
             return None;
         }
-        let earliest = self.e.earliest(
-            jc.cid,
-            &jc.demand,
-            jc.limit,
-            jc.max_leaves,
-            jc.leaves_deadline,
-        );
+        // The earliest alternative (the first on a tie).
+        let mut earliest: Option<(i64, Selection)> = None;
+        for alt in &jc.alts {
+            let counts = self.count_masks(alt);
+            if let Some((t, sel)) = self.e.earliest(
+                alt.cid,
+                &jc.demand,
+                jc.limit,
+                jc.max_leaves,
+                jc.leaves_deadline,
+                &counts,
+            ) && earliest.as_ref().is_none_or(|(b, _)| t < *b)
+            {
+                earliest = Some((t, sel));
+            }
+        }
         if can_preempt
             && earliest
                 .as_ref()
                 .is_none_or(|(t, _)| *t > self.stop_horizon)
         {
-            if let Some((victims, t, sel)) = self.preempt(jc, tier) {
+            let found = jc.alts.iter().find_map(|alt| self.preempt(jc, alt, tier));
+            if let Some((victims, t, sel)) = found {
                 info.reason = Reason::Resources;
                 info.message = format!(
                     "preempting {} lower-tier job(s); starts when they have stopped",
@@ -502,7 +584,22 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    fn try_now(&mut self, jc: &JobCtx, end: i64, max_leaves: Option<u32>) -> Option<Selection> {
+    /// The feature-count requirements of an alternative as node masks for [`select`].
+    fn count_masks(&self, alt: &Alt) -> Vec<(Vec<bool>, u32)> {
+        alt.counts
+            .iter()
+            .map(|&(f, n)| (self.e.filters[f as usize].ok.clone(), n))
+            .collect()
+    }
+
+    fn try_now(
+        &mut self,
+        jc: &JobCtx,
+        alt: &Alt,
+        end: i64,
+        max_leaves: Option<u32>,
+    ) -> Option<Selection> {
+        let cid = alt.cid;
         let d = &jc.demand;
         let part = jc.part as usize;
         if d.min_gpus() > self.e.parts[part].free_gpus {
@@ -520,7 +617,7 @@ impl<'a> Cycle<'a> {
                     (Some(_), None) => false,
                 }
         };
-        let c = &self.e.classes[jc.cid as usize];
+        let c = &self.e.classes[cid as usize];
         if c.failures.iter().any(dominated)
             || c.room.iter().any(|&(e, u, n)| {
                 end >= e && (u64::from(d.need()) > u || u64::from(d.min_nodes) > n)
@@ -528,10 +625,11 @@ impl<'a> Cycle<'a> {
         {
             return None;
         }
+        let counts = self.count_masks(alt);
         let mut buf = std::mem::take(&mut self.buf);
-        self.e.leaf_aggs_now(jc.cid, end, &mut buf);
+        self.e.leaf_aggs_now(cid, end, &mut buf);
         let e = &self.e;
-        let c = &e.classes[jc.cid as usize];
+        let c = &e.classes[cid as usize];
         let ps = &e.parts[part];
         let inp = SelectInput {
             tree: &ps.tree,
@@ -539,6 +637,7 @@ impl<'a> Cycle<'a> {
             leaf_aggs: &buf,
             demand: d,
             max_leaves,
+            counts: &counts,
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
@@ -546,7 +645,7 @@ impl<'a> Cycle<'a> {
         let nodes: u64 = buf.iter().map(|a| u64::from(a.nodes)).sum();
         self.buf = buf;
         // Keep the least room seen per window end (a few distinct time limits in practice).
-        let room = &mut self.e.classes[jc.cid as usize].room;
+        let room = &mut self.e.classes[cid as usize].room;
         match room.binary_search_by_key(&end, |r| r.0) {
             Ok(k) => {
                 room[k].1 = room[k].1.min(units);
@@ -556,7 +655,7 @@ impl<'a> Cycle<'a> {
             Err(_) => {}
         }
         if sel.is_none() {
-            let f = &mut self.e.classes[jc.cid as usize].failures;
+            let f = &mut self.e.classes[cid as usize].failures;
             if f.len() < 8 {
                 f.push(key);
             } else {
@@ -567,7 +666,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Binds GPUs and records the start.
-    fn commit_start(&mut self, job: &PendingJob, jc: &JobCtx, sel: &Selection) -> Start {
+    fn commit_start(&mut self, job: &PendingJob, jc: &JobCtx, alt: &Alt, sel: &Selection) -> Start {
         let d = &jc.demand;
         let part = jc.part as usize;
         let end = end_of(self.now, jc.limit);
@@ -582,8 +681,8 @@ impl<'a> Cycle<'a> {
         let mut leaves: Vec<u32> = picks.iter().map(|p| p.2).collect();
         leaves.sort_unstable();
         leaves.dedup();
-        let filter = self.e.classes[jc.cid as usize].filter as usize;
-        let bind = self.e.classes[jc.cid as usize].bind.clone();
+        let filter = self.e.classes[alt.cid as usize].filter as usize;
+        let bind = self.e.classes[alt.cid as usize].bind.clone();
         let mut tasks = Vec::new();
         let mut nodes = Vec::with_capacity(picks.len());
         let mut rank = 0u32;
@@ -683,7 +782,13 @@ impl<'a> Cycle<'a> {
     /// switch at the lowest level where evicting every candidate would make room, victims in
     /// order of least lost work until the job fits, then any that turn out unnecessary are
     /// spared; the switch whose set loses the fewest GPU-seconds wins.
-    fn preempt(&mut self, jc: &JobCtx, tier: u32) -> Option<(Vec<usize>, i64, Selection)> {
+    fn preempt(
+        &mut self,
+        jc: &JobCtx,
+        alt: &Alt,
+        tier: u32,
+    ) -> Option<(Vec<usize>, i64, Selection)> {
+        let counts = self.count_masks(alt);
         let part = jc.part as usize;
         let now = self.now;
         let cands: Vec<usize> = (0..self.run.len())
@@ -709,7 +814,7 @@ impl<'a> Cycle<'a> {
         let end = end_of(t, jc.limit);
         let ps = &self.e.parts[part];
         let tree = &ps.tree;
-        let c = &self.e.classes[jc.cid as usize];
+        let c = &self.e.classes[alt.cid as usize];
         let npos = tree.nodes.len();
         let cap_with = |pos: usize, moved: &[bool]| -> u32 {
             let n = tree.nodes[pos];
@@ -780,6 +885,7 @@ impl<'a> Cycle<'a> {
                 leaf_aggs: &aggs,
                 demand: d,
                 max_leaves: ml,
+                counts: &counts,
             };
             select(&inp, &|p| (masked[p as usize], masked[p as usize]))
         };
@@ -885,6 +991,59 @@ fn describe(d: &Demand, gpu_type: Option<&str>) -> String {
             } else {
                 format!("{total} task(s){ex}")
             }
+        }
+    }
+}
+
+/// GPU position sets per local task for `map_gpu`/`mask_gpu`, after checking the binding
+/// agrees with the request (NVML indices are 0..n on every node, so an index is a position).
+fn bind_sets(req: &JobRequest, d: &Demand) -> Result<Option<Vec<u64>>, String> {
+    use muster_crds::slurm::GpuBindMode;
+    let Some(bind) = &req.gpu_bind else {
+        return Ok(None);
+    };
+    // GPUs each task gets, when every task gets the same number.
+    let per_task = match d.mode {
+        Mode::Units { merge: false, .. } => Some(d.unit.gpus),
+        Mode::Units { merge: true, .. } => None,
+        Mode::Bundles { tasks_per_node } => {
+            (d.unit.gpus % tasks_per_node == 0).then(|| d.unit.gpus / tasks_per_node)
+        }
+    };
+    let want = |n: u32, what: &str| -> Result<(), String> {
+        match per_task {
+            Some(p) if p == n => Ok(()),
+            Some(p) => Err(format!(
+                "gpu-bind {what} gives each task {n} GPU(s) but the job gives each task {p}"
+            )),
+            None => Err(format!(
+                "gpu-bind {what} needs the same GPU count for every task (give gpus-per-task)"
+            )),
+        }
+    };
+    match &bind.mode {
+        GpuBindMode::Closest | GpuBindMode::None => Ok(None),
+        GpuBindMode::PerTask(n) => want(*n, "per_task").map(|_| None),
+        GpuBindMode::Single(1) => want(1, "single:1").map(|_| None),
+        GpuBindMode::Single(n) => Err(format!(
+            "gpu-bind single:{n} puts {n} tasks on one GPU; Muster never shares a GPU between tasks"
+        )),
+        GpuBindMode::MapGpu(list) => {
+            want(1, "map_gpu")?;
+            list.iter()
+                .map(|&i| {
+                    (i < 64).then(|| 1u64 << i).ok_or_else(|| {
+                        format!("gpu-bind map_gpu names GPU {i}; at most 64 GPUs per node")
+                    })
+                })
+                .collect::<Result<Vec<u64>, String>>()
+                .map(Some)
+        }
+        GpuBindMode::MaskGpu(list) => {
+            for m in list {
+                want(m.count_ones(), "mask_gpu")?;
+            }
+            Ok(Some(list.clone()))
         }
     }
 }

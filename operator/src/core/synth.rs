@@ -18,7 +18,7 @@ pub fn cluster(leaves: u32, nodes_per_leaf: u32) -> Snapshot {
 /// gangs up to `max_nodes` whole nodes, time limits from 10 minutes to a day.
 pub fn request(rng: &mut SplitMix64, max_nodes: u32) -> JobRequest {
     let r = rng.below(1000);
-    let mut req = if r < 450 {
+    let req = if r < 450 {
         JobRequest::gpus(1)
     } else if r < 600 {
         JobRequest::gpus(2)
@@ -34,8 +34,7 @@ pub fn request(rng: &mut SplitMix64, max_nodes: u32) -> JobRequest {
         JobRequest::nodes((128 + rng.below(129) as u32).min(max_nodes), 8).exclusive()
     };
     let limits = [600u64, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600];
-    req.time_limit = Some(limits[rng.below(limits.len() as u64) as usize]);
-    req
+    req.time(limits[rng.below(limits.len() as u64) as usize])
 }
 
 /// `n` pending jobs with ids from `first_id`, submitted over the hour before `now`, in a few

@@ -22,6 +22,7 @@ impl Engine<'_> {
         limit: Option<u64>,
         max_leaves: Option<u32>,
         leaves_deadline: i64,
+        counts: &[(Vec<bool>, u32)],
     ) -> Option<(i64, Selection)> {
         let part = self.classes[cid as usize].part;
         self.events(part);
@@ -126,6 +127,7 @@ impl Engine<'_> {
                     leaf_aggs: &aggs,
                     demand,
                     max_leaves: ml,
+                    counts,
                 };
                 let node_fn = |p: u32| -> (u32, u32) {
                     (caps[p as usize], clamp(p as usize, &raw[p as usize]).gpus)
