@@ -45,7 +45,7 @@ fn busy(s: &mut Snapshot, id: JobId, nodes: &[&str], gpus: u32, end: Option<i64>
     });
 }
 
-fn started<'a>(d: &'a Decisions, job: JobId) -> &'a Start {
+fn started(d: &Decisions, job: JobId) -> &Start {
     d.starts
         .iter()
         .find(|s| s.job == job)

@@ -70,16 +70,16 @@ impl NodeState {
         let mut r = self.free;
         for &(rt, rr, j) in &self.releases {
             if (t > now && rt <= t && rt != NEVER) || early(j) {
-                r = r.add(rr);
+                r = r.plus(rr);
             }
         }
         let mut held = Res::default();
         for c in &self.claims {
             if c.start <= t && t < c.end {
-                held = held.add(c.res);
+                held = held.plus(c.res);
             }
         }
-        r.min(self.total).sub(held)
+        r.min(self.total).minus(held)
     }
 
     /// The least that is free over `[s, e)`: availability only drops when a hold begins.
@@ -477,7 +477,7 @@ impl<'a> Engine<'a> {
                 mem: ns.free.mem.saturating_sub(mem),
             };
         }
-        let taken = before.sub(ns.free);
+        let taken = before.minus(ns.free);
         let sched = ns.sched;
         if !ns.claims.is_empty() {
             ns.rebuild_profile(self.now);
@@ -809,7 +809,7 @@ impl<'a> Engine<'a> {
             let slot = ways
                 .iter()
                 .position(|e| e.ver != ver)
-                .unwrap_or_else(|| (end as usize) % CACHE_WAYS);
+                .unwrap_or((end as usize) % CACHE_WAYS);
             ways[slot] = CacheEntry { ver, lo, hi, agg };
             out.push(agg);
         }

@@ -620,58 +620,6 @@ impl fmt::Display for Reason {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn selector_follows_kubernetes_semantics() {
-        let mut labels = BTreeMap::new();
-        labels.insert("pool".to_string(), "gpu".to_string());
-        labels.insert("zone".to_string(), "a".to_string());
-        assert!(LabelSelector::default().matches(&labels));
-        let mut s = LabelSelector::default();
-        s.match_labels.insert("pool".into(), "gpu".into());
-        assert!(s.matches(&labels));
-        s.match_expressions.push(SelectorRequirement {
-            key: "zone".into(),
-            operator: SelectorOperator::NotIn,
-            values: vec!["b".into()],
-        });
-        assert!(s.matches(&labels));
-        s.match_expressions.push(SelectorRequirement {
-            key: "spot".into(),
-            operator: SelectorOperator::Exists,
-            values: vec![],
-        });
-        assert!(!s.matches(&labels));
-        let s = LabelSelector {
-            match_expressions: vec![SelectorRequirement {
-                key: "zone".into(),
-                operator: SelectorOperator::In,
-                values: vec!["b".into(), "c".into()],
-            }],
-            ..Default::default()
-        };
-        assert!(!s.matches(&labels));
-    }
-
-    #[test]
-    fn running_job_end_time() {
-        let j = RunningJob {
-            start_time: 100,
-            time_limit: Some(60),
-            ..Default::default()
-        };
-        assert_eq!(j.end_time(), Some(160));
-        let u = RunningJob {
-            start_time: 100,
-            ..Default::default()
-        };
-        assert_eq!(u.end_time(), None);
-    }
-}
-
 impl Partition {
     /// A job's effective time limit in seconds (`None`: unlimited): what it asked for, else
     /// the partition's default time, else its maximum.
@@ -812,5 +760,57 @@ impl Snapshot {
                 r.stopping_since = Some(now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_follows_kubernetes_semantics() {
+        let mut labels = BTreeMap::new();
+        labels.insert("pool".to_string(), "gpu".to_string());
+        labels.insert("zone".to_string(), "a".to_string());
+        assert!(LabelSelector::default().matches(&labels));
+        let mut s = LabelSelector::default();
+        s.match_labels.insert("pool".into(), "gpu".into());
+        assert!(s.matches(&labels));
+        s.match_expressions.push(SelectorRequirement {
+            key: "zone".into(),
+            operator: SelectorOperator::NotIn,
+            values: vec!["b".into()],
+        });
+        assert!(s.matches(&labels));
+        s.match_expressions.push(SelectorRequirement {
+            key: "spot".into(),
+            operator: SelectorOperator::Exists,
+            values: vec![],
+        });
+        assert!(!s.matches(&labels));
+        let s = LabelSelector {
+            match_expressions: vec![SelectorRequirement {
+                key: "zone".into(),
+                operator: SelectorOperator::In,
+                values: vec!["b".into(), "c".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(!s.matches(&labels));
+    }
+
+    #[test]
+    fn running_job_end_time() {
+        let j = RunningJob {
+            start_time: 100,
+            time_limit: Some(60),
+            ..Default::default()
+        };
+        assert_eq!(j.end_time(), Some(160));
+        let u = RunningJob {
+            start_time: 100,
+            ..Default::default()
+        };
+        assert_eq!(u.end_time(), None);
     }
 }

@@ -57,7 +57,7 @@ pub fn fair_share_factors<'a>(
                 0.0
             };
             let s = if total_shares > 0.0 {
-                share(&ns) / total_shares
+                share(ns) / total_shares
             } else {
                 0.0
             };

@@ -23,6 +23,10 @@ pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     Cycle::new(snap, now, cfg).run()
 }
 
+/// Queue order: tier (high first), priority (high first), submit time, job id, then the
+/// pending index.
+type OrderKey = (Reverse<u32>, Reverse<u32>, i64, JobId, usize);
+
 /// A running job as the cycle tracks it.
 struct RunInfo {
     id: JobId,
@@ -255,7 +259,7 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         let mut demands = Vec::with_capacity(snap.pending.len());
-        let mut keyed: Vec<(Reverse<u32>, Reverse<u32>, i64, JobId, usize)> = snap
+        let mut keyed: Vec<OrderKey> = snap
             .pending
             .iter()
             .enumerate()
@@ -321,8 +325,7 @@ impl<'a> Cycle<'a> {
             ));
         };
         let part = &self.snap.partitions[pi as usize];
-        if !part.allowed_namespaces.is_empty()
-            && !part.allowed_namespaces.iter().any(|n| *n == job.namespace)
+        if !part.allowed_namespaces.is_empty() && !part.allowed_namespaces.contains(&job.namespace)
         {
             return Err((
                 Reason::AccountNotAllowed,
@@ -1006,9 +1009,11 @@ fn bind_sets(req: &JobRequest, d: &Demand) -> Result<Option<Vec<u64>>, String> {
     let per_task = match d.mode {
         Mode::Units { merge: false, .. } => Some(d.unit.gpus),
         Mode::Units { merge: true, .. } => None,
-        Mode::Bundles { tasks_per_node } => {
-            (d.unit.gpus % tasks_per_node == 0).then(|| d.unit.gpus / tasks_per_node)
-        }
+        Mode::Bundles { tasks_per_node } => d
+            .unit
+            .gpus
+            .is_multiple_of(tasks_per_node)
+            .then(|| d.unit.gpus / tasks_per_node),
     };
     let want = |n: u32, what: &str| -> Result<(), String> {
         match per_task {
