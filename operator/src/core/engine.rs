@@ -139,6 +139,36 @@ pub struct LeafAgg {
     pub slack: u64,
 }
 
+/// Per-leaf aggregates: a base array with a few leaves replaced (`patch`, sorted by leaf).
+#[derive(Clone, Copy, Debug)]
+pub struct LeafView<'a> {
+    pub base: &'a [LeafAgg],
+    pub patch: &'a [(u32, LeafAgg)],
+}
+
+impl LeafView<'_> {
+    /// Number of leaves.
+    pub fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    /// Whether there are no leaves.
+    pub fn is_empty(&self) -> bool {
+        self.base.is_empty()
+    }
+
+    /// The aggregate of leaf `l`.
+    pub fn get(&self, l: usize) -> LeafAgg {
+        if self.patch.is_empty() {
+            return self.base[l];
+        }
+        match self.patch.binary_search_by_key(&(l as u32), |p| p.0) {
+            Ok(i) => self.patch[i].1,
+            Err(_) => self.base[l],
+        }
+    }
+}
+
 /// A cached leaf aggregate: valid at leaf version `ver` for window ends in `(lo, hi]`
 /// (between two consecutive hold starts of the leaf).
 #[derive(Clone, Copy, Debug, Default)]
@@ -186,7 +216,12 @@ pub struct Class {
     pub demand: Demand,
     /// GPU position sets per local rank (`map_gpu`/`mask_gpu`), if bound.
     pub bind: Option<Vec<u64>>,
-    /// Cached capacity per leaf (for starting now).
+    /// Capacity per leaf now, for leaves without holds (kept current from the partition's
+    /// change log).
+    pub base: Vec<LeafAgg>,
+    /// How much of the change log `base` has seen; `usize::MAX`: not built yet.
+    pub base_seen: usize,
+    /// Cached capacity of leaves with holds, by window end.
     pub cache: Vec<[CacheEntry; CACHE_WAYS]>,
     /// Capacity if every node were idle: (up nodes only, all nodes).
     pub statics: Option<(Caps, Caps)>,
@@ -209,6 +244,10 @@ pub struct PartState {
     pub leaf_version: Vec<u32>,
     /// Hold starts on the leaf's nodes, sorted.
     pub leaf_claims: Vec<Vec<i64>>,
+    /// Leaves with holds, sorted.
+    pub claimed_leaves: Vec<u32>,
+    /// Leaves in the order they changed (an append-only log classes catch up with).
+    pub changed: Vec<u32>,
     /// `(start, position)` of every hold that begins after now, sorted.
     pub claim_starts: Vec<(i64, u32)>,
     /// Future changes of free room on the partition's nodes, sorted by time once built
@@ -419,6 +458,8 @@ impl<'a> Engine<'a> {
                     levels,
                     leaf_version: vec![1; nl],
                     leaf_claims: vec![Vec::new(); nl],
+                    claimed_leaves: Vec::new(),
+                    changed: Vec::new(),
                     claim_starts: Vec::new(),
                     events: None,
                     new_events: Vec::new(),
@@ -593,6 +634,7 @@ impl<'a> Engine<'a> {
             let ps = &mut self.parts[p as usize];
             let leaf = ps.tree.leaf_of[pos as usize] as usize;
             ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
+            ps.changed.push(leaf as u32);
             ps.free_gpus = ps.free_gpus.saturating_sub(u64::from(gpus_taken));
         }
     }
@@ -610,6 +652,9 @@ impl<'a> Engine<'a> {
             let at = starts.partition_point(|&t| t <= c.start);
             starts.insert(at, c.start);
             ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
+            if let Err(k) = ps.claimed_leaves.binary_search(&(leaf as u32)) {
+                ps.claimed_leaves.insert(k, leaf as u32);
+            }
             if c.start > now {
                 let k = ps.claim_starts.partition_point(|&x| x <= (c.start, pos));
                 ps.claim_starts.insert(k, (c.start, pos));
@@ -703,6 +748,8 @@ impl<'a> Engine<'a> {
             filter,
             demand: d.clone(),
             bind,
+            base: vec![LeafAgg::default(); nl],
+            base_seen: usize::MAX,
             cache: vec![[CacheEntry::default(); CACHE_WAYS]; nl],
             statics: None,
             failures: Vec::new(),
@@ -782,20 +829,44 @@ impl<'a> Engine<'a> {
         agg
     }
 
-    /// Leaf aggregates of class `cid` for a job starting now and running until `end`.
-    pub fn leaf_aggs_now(&mut self, cid: u32, end: i64, out: &mut Vec<LeafAgg>) {
+    /// Leaf aggregates of class `cid` for a job starting now and running until `end`: the
+    /// class's `base` (brought up to date here) with `patch` holding the leaves that have
+    /// holds, read for this window.
+    pub fn leaf_aggs_now(&mut self, cid: u32, end: i64, patch: &mut Vec<(u32, LeafAgg)>) {
         let part = self.classes[cid as usize].part as usize;
         let nl = self.parts[part].tree.leaves.len();
-        out.clear();
-        for l in 0..nl {
+        let logged = self.parts[part].changed.len();
+        let seen = self.classes[cid as usize].base_seen;
+        if seen == usize::MAX {
+            for l in 0..nl {
+                let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, NEVER);
+                self.classes[cid as usize].base[l] = agg;
+            }
+        } else if seen < logged {
+            let mut dirty: Vec<u32> = self.parts[part].changed[seen..logged].to_vec();
+            if dirty.len() > 1 {
+                dirty.sort_unstable();
+                dirty.dedup();
+            }
+            for l in dirty {
+                if self.parts[part].leaf_claims[l as usize].is_empty() {
+                    let agg = self.leaf_agg_now(&self.classes[cid as usize], l, NEVER);
+                    self.classes[cid as usize].base[l as usize] = agg;
+                }
+            }
+        }
+        self.classes[cid as usize].base_seen = logged;
+        patch.clear();
+        for i in 0..self.parts[part].claimed_leaves.len() {
             let ps = &self.parts[part];
+            let l = ps.claimed_leaves[i] as usize;
             let ver = ps.leaf_version[l];
             let ways = &self.classes[cid as usize].cache[l];
             if let Some(e) = ways
                 .iter()
                 .find(|e| e.ver == ver && e.lo < end && end <= e.hi)
             {
-                out.push(e.agg);
+                patch.push((l as u32, e.agg));
                 continue;
             }
             // The ends for which the same holds matter: between consecutive hold starts.
@@ -805,13 +876,13 @@ impl<'a> Engine<'a> {
             let hi = starts.get(i).copied().unwrap_or(i64::MAX);
             let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, end);
             let ways = &mut self.classes[cid as usize].cache[l];
-            // Replace an outdated entry, else the one with the lowest version (oldest).
+            // Replace an outdated entry, else one chosen by the end (entries differ by end).
             let slot = ways
                 .iter()
                 .position(|e| e.ver != ver)
                 .unwrap_or((end as usize) % CACHE_WAYS);
             ways[slot] = CacheEntry { ver, lo, hi, agg };
-            out.push(agg);
+            patch.push((l as u32, agg));
         }
     }
 
@@ -901,7 +972,7 @@ impl Caps {
 pub struct SelectInput<'t> {
     pub tree: &'t Tree,
     pub levels: &'t [Vec<u32>],
-    pub leaf_aggs: &'t [LeafAgg],
+    pub leaf_aggs: LeafView<'t>,
     pub demand: &'t Demand,
     pub max_leaves: Option<u32>,
     /// Feature counts: `(eligible by position, nodes)`: that many distinct nodes of the
@@ -922,12 +993,57 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     if !inp.counts.is_empty() {
         return select_counts(inp, node);
     }
-    let nl = inp.leaf_aggs.len();
+    let view = inp.leaf_aggs;
+    let nl = view.len();
+    let (mut tu, mut tn) = (0u64, 0u64);
+    for l in 0..nl {
+        let a = view.get(l);
+        tu += u64::from(a.units);
+        tn += u64::from(a.nodes);
+    }
+    if tu < u64::from(need) || tn < u64::from(d.min_nodes) {
+        return None;
+    }
+    // A switch's aggregate by summing its leaves (used below the leaf level only for the
+    // few switches a placement descends into).
+    let direct = |s: u32| -> (u64, u64) {
+        let r = &inp.tree.switches[s as usize].leaves;
+        (r.start..r.end).fold((0, 0), |(u, n), l| {
+            let a = view.get(l as usize);
+            (u + u64::from(a.units), n + u64::from(a.nodes))
+        })
+    };
+    // Leaves first, best fit found in one pass (sorting only if the best one fails).
+    let fits = |a: &LeafAgg| u64::from(a.units) >= u64::from(need) && a.nodes >= d.min_nodes;
+    let mut tried: Vec<u32> = Vec::new();
+    loop {
+        let mut best: Option<(u64, u64, u32)> = None;
+        for l in 0..nl {
+            let a = view.get(l);
+            if !fits(&a) {
+                continue;
+            }
+            let sid = inp.tree.leaves[l];
+            let key = (a.slack, u64::from(a.units - need), sid);
+            if best.is_none_or(|b| key < b) && !tried.contains(&sid) {
+                best = Some(key);
+            }
+        }
+        let Some((_, _, sid)) = best else { break };
+        if let Some(sel) = take_switch(inp, sid, node, &direct) {
+            return Some(sel);
+        }
+        tried.push(sid);
+    }
+    if inp.levels.len() < 2 {
+        return None;
+    }
     // Prefix sums over leaves give any switch's aggregate in O(1).
     let mut pu = vec![0u64; nl + 1];
     let mut pn = vec![0u64; nl + 1];
     let mut psl = vec![0u64; nl + 1];
-    for (i, a) in inp.leaf_aggs.iter().enumerate() {
+    for i in 0..nl {
+        let a = view.get(i);
         pu[i + 1] = pu[i] + u64::from(a.units);
         pn[i + 1] = pn[i] + u64::from(a.nodes);
         psl[i + 1] = psl[i] + a.slack;
@@ -943,14 +1059,10 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
             pn[r.end as usize] - pn[r.start as usize],
         )
     };
-    if agg(0).0 < u64::from(need) || agg(0).1 < u64::from(d.min_nodes) {
-        return None;
-    }
     let min_leaves = |s: u32| -> u32 {
         let r = inp.tree.switches[s as usize].leaves.clone();
-        let mut us: Vec<u32> = inp.leaf_aggs[r.start as usize..r.end as usize]
-            .iter()
-            .map(|a| a.units)
+        let mut us: Vec<u32> = (r.start..r.end)
+            .map(|l| view.get(l as usize).units)
             .filter(|&u| u > 0)
             .collect();
         us.sort_unstable_by(|a, b| b.cmp(a));
@@ -965,7 +1077,8 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
         }
         if left > 0 { u32::MAX } else { k }
     };
-    for level in (0..inp.levels.len()).rev() {
+    // Then each level above, lowest first.
+    for level in (0..inp.levels.len() - 1).rev() {
         // Best fit: least free room left over, then fewest spare units, then tree order.
         let mut cands: Vec<(u64, u64, u32)> = inp.levels[level]
             .iter()

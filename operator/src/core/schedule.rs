@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::deps::{DepStatus, JobTable};
 use super::enforce;
-use super::engine::{Claim, Engine, LeafAgg, NEVER, SelectInput, Selection, select};
+use super::engine::{Claim, Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
     PreemptMode, Preemption, Reason, Reservation, Snapshot, Start, TaskAssignment, Victim,
@@ -74,7 +74,7 @@ struct Cycle<'a> {
     /// Jobs for dependency lookups (built when some pending job has a dependency).
     deps: Option<JobTable>,
     out: Decisions,
-    buf: Vec<LeafAgg>,
+    buf: Vec<(u32, LeafAgg)>,
     /// Each pending job's normalized request, from ordering (by pending index).
     demands: Vec<Option<Result<Demand, String>>>,
     /// "waiting for …" messages by class and need (formatting is costly in long queues).
@@ -637,15 +637,28 @@ impl<'a> Cycle<'a> {
         let inp = SelectInput {
             tree: &ps.tree,
             levels: &ps.levels,
-            leaf_aggs: &buf,
+            leaf_aggs: LeafView {
+                base: &c.base,
+                patch: &buf,
+            },
             demand: d,
             max_leaves,
             counts: &counts,
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
-        let units: u64 = buf.iter().map(|a| u64::from(a.units)).sum();
-        let nodes: u64 = buf.iter().map(|a| u64::from(a.nodes)).sum();
+        if sel.is_some() {
+            self.buf = buf;
+            return sel;
+        }
+        let view = LeafView {
+            base: &c.base,
+            patch: &buf,
+        };
+        let (units, nodes) = (0..view.len()).fold((0u64, 0u64), |(u, n), l| {
+            let a = view.get(l);
+            (u + u64::from(a.units), n + u64::from(a.nodes))
+        });
         self.buf = buf;
         // Keep the least room seen per window end (a few distinct time limits in practice).
         let room = &mut self.e.classes[cid as usize].room;
@@ -657,15 +670,13 @@ impl<'a> Cycle<'a> {
             Err(k) if room.len() < 32 => room.insert(k, (end, units, nodes)),
             Err(_) => {}
         }
-        if sel.is_none() {
-            let f = &mut self.e.classes[cid as usize].failures;
-            if f.len() < 8 {
-                f.push(key);
-            } else {
-                f[(key.0 as usize) % 8] = key;
-            }
+        let f = &mut self.e.classes[cid as usize].failures;
+        if f.len() < 8 {
+            f.push(key);
+        } else {
+            f[(key.0 as usize) % 8] = key;
         }
-        sel
+        None
     }
 
     /// Binds GPUs and records the start.
@@ -885,7 +896,10 @@ impl<'a> Cycle<'a> {
             let inp = SelectInput {
                 tree,
                 levels: &ps.levels,
-                leaf_aggs: &aggs,
+                leaf_aggs: LeafView {
+                    base: &aggs,
+                    patch: &[],
+                },
                 demand: d,
                 max_leaves: ml,
                 counts: &counts,

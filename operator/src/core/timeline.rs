@@ -8,7 +8,7 @@
 //! leaves the sliding window, so per-leaf aggregates are updated incrementally (O(1) per
 //! change); the topology placement runs only at times when the partition as a whole has room.
 
-use super::engine::{Engine, LeafAgg, NEVER, SelectInput, Selection, select};
+use super::engine::{Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
 use super::shape::{Demand, Res};
 
 impl Engine<'_> {
@@ -124,7 +124,10 @@ impl Engine<'_> {
                 let inp = SelectInput {
                     tree,
                     levels: &ps.levels,
-                    leaf_aggs: &aggs,
+                    leaf_aggs: LeafView {
+                        base: &aggs,
+                        patch: &[],
+                    },
                     demand,
                     max_leaves: ml,
                     counts,
