@@ -14,7 +14,7 @@ use super::model::{Partition, Snapshot};
 use super::node::{Link, Node, NodeId};
 use super::shape::{Demand, Mode, Res};
 use super::tree::Tree;
-use super::util::{FnvBuild, natural_cmp};
+use super::util::FnvBuild;
 
 /// "Never" as a time.
 pub const NEVER: i64 = i64::MAX;
@@ -332,8 +332,6 @@ pub struct Engine<'a> {
     pub parts: Vec<PartState>,
     /// For each node: `(partition, position)` memberships.
     pub member_of: Members,
-    /// Each node's place in natural name order (node lists are sorted by it).
-    pub name_rank: Vec<u32>,
     /// The filter with no GPU type and no constraint, per partition.
     plain_filter: Vec<Option<u32>>,
     pub classes: Vec<Class>,
@@ -346,8 +344,17 @@ pub struct Engine<'a> {
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
     let mut mask = 0u64;
-    for (p, &idx) in tree.index.iter().enumerate() {
-        if node.gpus.iter().any(|g| g.index == idx && g.healthy) {
+    for (i, g) in node.gpus.iter().enumerate() {
+        if !g.healthy {
+            continue;
+        }
+        // GPUs usually come in index order, so position i is the first guess.
+        let p = if tree.index.get(i) == Some(&g.index) {
+            Some(i)
+        } else {
+            tree.position(g.index)
+        };
+        if let Some(p) = p {
             mask |= 1 << p;
         }
     }
@@ -359,6 +366,15 @@ fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
         },
         mask,
     )
+}
+
+/// Whether two nodes' GPUs are wired the same (indices, NUMA, NVLink peers, links).
+fn same_gpu_layout(a: &Node, b: &Node) -> bool {
+    a.gpus.len() == b.gpus.len()
+        && a.gpu_links == b.gpu_links
+        && a.gpus.iter().zip(&b.gpus).all(|(x, y)| {
+            x.index == y.index && x.numa == y.numa && x.nvlink_peers == y.nvlink_peers
+        })
 }
 
 /// A key describing a node's GPU wiring, so identical nodes share one [`GpuTree`].
@@ -395,16 +411,16 @@ impl<'a> Engine<'a> {
     pub fn new(snap: &'a Snapshot, now: i64) -> Engine<'a> {
         let mut gpu_trees = Vec::new();
         let mut sig_ids: HashMap<Vec<u8>, u32, FnvBuild> = HashMap::with_hasher(FnvBuild);
-        let mut prev_sig: Vec<u8> = Vec::new();
         let mut prev_gt = u32::MAX;
         let mut nodes = Vec::with_capacity(snap.nodes.len());
         let mut sig = Vec::new();
+        let mut prev: Option<&Node> = None;
         for node in &snap.nodes {
-            gpu_signature(node, &mut sig);
             // Neighbours are usually identical: compare with the previous node first.
-            let gt = if prev_gt != u32::MAX && sig == prev_sig {
+            let gt = if prev_gt != u32::MAX && prev.is_some_and(|p| same_gpu_layout(p, node)) {
                 prev_gt
             } else {
+                gpu_signature(node, &mut sig);
                 match sig_ids.get(sig.as_slice()) {
                     Some(&g) => g,
                     None => {
@@ -415,7 +431,7 @@ impl<'a> Engine<'a> {
                     }
                 }
             };
-            std::mem::swap(&mut prev_sig, &mut sig);
+            prev = Some(node);
             prev_gt = gt;
             let (total, mask) = node_total(node, &gpu_trees[gt as usize]);
             let ng = gpu_trees[gt as usize].len() as u32;
@@ -468,16 +484,7 @@ impl<'a> Engine<'a> {
             })
             .collect();
         let member_of = Members::build(snap.nodes.len(), triples);
-        let mut by_name: Vec<u32> = (0..snap.nodes.len() as u32).collect();
-        by_name.sort_by(|&a, &b| {
-            natural_cmp(&snap.nodes[a as usize].name, &snap.nodes[b as usize].name).then(a.cmp(&b))
-        });
-        let mut name_rank = vec![0; snap.nodes.len()];
-        for (r, &n) in by_name.iter().enumerate() {
-            name_rank[n as usize] = r as u32;
-        }
         let mut e = Engine {
-            name_rank,
             plain_filter: vec![None; snap.partitions.len()],
             snap,
             now,

@@ -14,6 +14,7 @@ use super::model::{
 use super::node::NodeId;
 use super::priority::{PriorityInput, fair_share_factors, priority};
 use super::shape::{Demand, Mode, Res, normalize};
+use super::util::{NameKey, natural_cmp_keyed};
 
 /// Runs one scheduling cycle over `snap` at time `now` (seconds since the epoch).
 ///
@@ -106,6 +107,7 @@ impl<'a> Cycle<'a> {
         // same way whatever the input order.
         let mut order: Vec<usize> = (0..snap.running.len()).collect();
         order.sort_by_key(|&i| (snap.running[i].id, i));
+        let mut per_node: Vec<(NodeId, u64, u64, u64)> = Vec::new();
         for (ri, &i) in order.iter().enumerate() {
             let j = &snap.running[i];
             let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
@@ -122,8 +124,8 @@ impl<'a> Cycle<'a> {
             if let Some(a) = j.array_job_id {
                 *array_running.entry(a).or_insert(0) += 1;
             }
-            // Group the job's tasks per node.
-            let mut per_node: BTreeMap<NodeId, (u64, u64, u64)> = BTreeMap::new();
+            // Group the job's tasks per node (a job has few nodes: a sorted small vector).
+            per_node.clear();
             for t in &j.tasks {
                 if t.node as usize >= snap.nodes.len() {
                     continue;
@@ -135,13 +137,18 @@ impl<'a> Cycle<'a> {
                         mask |= 1 << p;
                     }
                 }
-                let x = per_node.entry(t.node).or_insert((0, 0, 0));
-                x.0 |= mask;
-                x.1 += t.cpu_millis;
-                x.2 += t.memory_mib;
+                match per_node.iter_mut().find(|x| x.0 == t.node) {
+                    Some(x) => {
+                        x.1 |= mask;
+                        x.2 += t.cpu_millis;
+                        x.3 += t.memory_mib;
+                    }
+                    None => per_node.push((t.node, mask, t.cpu_millis, t.memory_mib)),
+                }
             }
+            per_node.sort_unstable_by_key(|x| x.0);
             let mut nodes = Vec::with_capacity(per_node.len());
-            for (n, (mask, cpu, mem)) in per_node {
+            for &(n, mask, cpu, mem) in &per_node {
                 let taken = e.hold(n, mask, cpu, mem, j.exclusive);
                 e.release_at(n, release, taken, ri as u32);
                 nodes.push((n, taken));
@@ -417,7 +424,6 @@ impl<'a> Cycle<'a> {
             },
         };
         let mut alts = Vec::with_capacity(alternatives.len());
-        let (mut ever, mut up_now) = (false, false);
         for alt in &alternatives {
             let key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
             let filter = match alt {
@@ -437,41 +443,7 @@ impl<'a> Cycle<'a> {
                 }
             }
             let cid = self.e.class(pi, filter, &demand, bind.clone());
-            let need_nodes: u32 = counts.iter().map(|&(_, n)| n).sum();
-            let fits_counts = counts.iter().all(|&(f, n)| {
-                self.e.filters[f as usize].ok.iter().filter(|&&x| x).count() as u64 >= u64::from(n)
-            }) && need_nodes <= demand.max_nodes;
-            let (up, all) = self.e.statics(cid);
-            if all.hold(&demand) && fits_counts {
-                ever = true;
-                up_now |= up.hold(&demand);
-                alts.push(Alt { cid, counts });
-            }
-        }
-        if !ever {
-            return Err((
-                Reason::BadConstraints,
-                format!(
-                    "partition {} can never hold {}{}",
-                    part.name,
-                    describe(&demand, gpu_type),
-                    job.request
-                        .constraint
-                        .as_ref()
-                        .map(|c| format!(" with constraint {c}"))
-                        .unwrap_or_default()
-                ),
-            ));
-        }
-        if !up_now {
-            return Err((
-                Reason::ReqNodeNotAvail,
-                format!(
-                    "{} needs nodes or GPUs of partition {} that are down, cordoned or unhealthy",
-                    describe(&demand, gpu_type),
-                    part.name
-                ),
-            ));
+            alts.push(Alt { cid, counts });
         }
         let (max_leaves, leaves_deadline) = match &job.request.switches {
             None => (None, NEVER),
@@ -514,6 +486,48 @@ impl<'a> Cycle<'a> {
                 return Some(self.commit_start(job, jc, alt, &sel));
             }
         }
+        // Could it ever start? (Checked only now: jobs that start need not be.)
+        // Alternatives that fit the partition with every node idle: at all (`ever`) and with
+        // only the nodes and GPUs that are up (`usable`).
+        let mut ever = false;
+        let mut usable: Vec<usize> = Vec::new();
+        for (i, alt) in jc.alts.iter().enumerate() {
+            let need_nodes: u32 = alt.counts.iter().map(|&(_, n)| n).sum();
+            let fits_counts = alt.counts.iter().all(|&(f, n)| {
+                self.e.filters[f as usize].ok.iter().filter(|&&x| x).count() as u64 >= u64::from(n)
+            }) && need_nodes <= jc.demand.max_nodes;
+            let (up, all) = self.e.statics(alt.cid);
+            if fits_counts && all.hold(&jc.demand) {
+                ever = true;
+                if up.hold(&jc.demand) {
+                    usable.push(i);
+                }
+            }
+        }
+        let part_name = &self.snap.partitions[part].name;
+        let gpu_type = job.request.gpu_type.as_deref();
+        if !ever {
+            info.reason = Reason::BadConstraints;
+            info.eligible = false;
+            info.message = format!(
+                "partition {part_name} can never hold {}{}",
+                describe(&jc.demand, gpu_type),
+                job.request
+                    .constraint
+                    .as_ref()
+                    .map(|c| format!(" with constraint {c}"))
+                    .unwrap_or_default()
+            );
+            return None;
+        }
+        if usable.is_empty() {
+            info.reason = Reason::ReqNodeNotAvail;
+            info.message = format!(
+                "{} needs nodes or GPUs of partition {part_name} that are down, cordoned or unhealthy",
+                describe(&jc.demand, gpu_type),
+            );
+            return None;
+        }
         let was_blocked = self.blocked[part];
         self.blocked[part] = true;
         info.reason = if was_blocked {
@@ -538,7 +552,7 @@ impl<'a> Cycle<'a> {
         }
         // The earliest alternative (the first on a tie).
         let mut earliest: Option<(i64, Selection)> = None;
-        for alt in &jc.alts {
+        for alt in usable.iter().map(|&i| &jc.alts[i]) {
             let counts = self.count_masks(alt);
             if let Some((t, sel)) = self.e.earliest(
                 alt.cid,
@@ -557,7 +571,9 @@ impl<'a> Cycle<'a> {
                 .as_ref()
                 .is_none_or(|(t, _)| *t > self.stop_horizon)
         {
-            let found = jc.alts.iter().find_map(|alt| self.preempt(jc, alt, tier));
+            let found = usable
+                .iter()
+                .find_map(|&i| self.preempt(jc, &jc.alts[i], tier));
             if let Some((victims, t, sel)) = found {
                 info.reason = Reason::Resources;
                 info.message = format!(
@@ -690,8 +706,8 @@ impl<'a> Cycle<'a> {
             .iter()
             .map(|&(p, u)| (tree_nodes[p as usize], u, leaf_of[p as usize]))
             .collect();
-        let rank = &self.e.name_rank;
-        picks.sort_by_key(|p| rank[p.0 as usize]);
+        let names = &self.snap.nodes;
+        sort_by_name(&mut picks, |p| &names[p.0 as usize].name);
         let mut leaves: Vec<u32> = picks.iter().map(|p| p.2).collect();
         leaves.sort_unstable();
         leaves.dedup();
@@ -781,8 +797,8 @@ impl<'a> Cycle<'a> {
             self.e.claim(n, Claim { start: t, end, res });
             nodes.push(n);
         }
-        let rank = &self.e.name_rank;
-        nodes.sort_by_key(|&n| rank[n as usize]);
+        let names = &self.snap.nodes;
+        sort_by_name(&mut nodes, |&n| &names[n as usize].name);
         self.reservations += 1;
         info.start_estimate = Some(t);
         self.out.reservations.push(Reservation {
@@ -985,6 +1001,24 @@ impl<'a> Cycle<'a> {
             .unwrap_or(u32::MAX);
         Some((victims, t, sel))
     }
+}
+
+/// Sorts items by their node names in natural order (a job's node list order).
+fn sort_by_name<'n, T: Clone>(v: &mut [T], name: impl Fn(&T) -> &'n str) {
+    if v.len() < 2 {
+        return;
+    }
+    let mut keyed: Vec<(&'n str, NameKey, usize)> = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let n = name(x);
+            (n, NameKey::new(n), i)
+        })
+        .collect();
+    keyed.sort_by(|a, b| natural_cmp_keyed(a.0, a.1, b.0, b.1).then(a.2.cmp(&b.2)));
+    let sorted: Vec<T> = keyed.iter().map(|k| v[k.2].clone()).collect();
+    v.clone_from_slice(&sorted);
 }
 
 /// "4 nodes x 8 GPUs (h100)" and the like, for messages.

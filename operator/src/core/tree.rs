@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use super::model::Partition;
 use super::node::{Node, NodeId, TaintEffect};
-use super::util::natural_cmp;
+use super::util::{NameKey, natural_cmp, natural_cmp_keyed};
 
 /// Name of the synthetic switch that holds nodes missing a level's label.
 pub const UNLABELLED: &str = "(unlabelled)";
@@ -88,14 +88,16 @@ impl Tree {
             .collect();
         let value = |n: NodeId, j: usize| nodes[n as usize].labels.get(keys[j]).map(String::as_str);
         // Sort keys read once per node, not once per comparison.
-        let mut keyed: Vec<([Option<&str>; MAX_LEVELS], &str, NodeId)> = members
+        type Keyed<'n> = ([Option<&'n str>; MAX_LEVELS], &'n str, NameKey, NodeId);
+        let mut keyed: Vec<Keyed<'_>> = members
             .iter()
             .map(|&n| {
                 let mut path = [None; MAX_LEVELS];
                 for (j, v) in path.iter_mut().enumerate().take(depth) {
                     *v = value(n, j);
                 }
-                (path, nodes[n as usize].name.as_str(), n)
+                let name = nodes[n as usize].name.as_str();
+                (path, name, NameKey::new(name), n)
             })
             .collect();
         keyed.sort_by(|a, b| {
@@ -105,9 +107,9 @@ impl Tree {
                     return o;
                 }
             }
-            natural_cmp(a.1, b.1).then(a.2.cmp(&b.2))
+            natural_cmp_keyed(a.1, a.2, b.1, b.2).then(a.3.cmp(&b.3))
         });
-        let members: Vec<NodeId> = keyed.iter().map(|k| k.2).collect();
+        let members: Vec<NodeId> = keyed.iter().map(|k| k.3).collect();
         let paths: Vec<[Option<&str>; MAX_LEVELS]> = keyed.into_iter().map(|k| k.0).collect();
         let value = |pos: usize, j: usize| paths[pos][j];
         let n = members.len() as u32;
