@@ -2,12 +2,15 @@
 //! `cargo run --release -p muster-operator --example profile_cycle -- [cycle|gang|many] [N]`.
 
 use muster_operator::bench::{NOW, cycle_scenario, gang_scenario, many_scenario};
-use muster_operator::core::{Config, Decisions, Snapshot, schedule};
+use muster_operator::core::{Config, Decisions, Prepared, Snapshot, schedule, schedule_prepared};
 
 /// The measured call (a separate symbol so profilers can select it).
 #[inline(never)]
-fn measured(s: &Snapshot, cfg: &Config) -> Decisions {
-    schedule(s, NOW, cfg)
+fn measured(s: &Snapshot, prep: Option<&Prepared>, cfg: &Config) -> Decisions {
+    match prep {
+        Some(p) => schedule_prepared(p, s, NOW, cfg),
+        None => schedule(s, NOW, cfg),
+    }
 }
 
 fn main() {
@@ -23,10 +26,11 @@ fn main() {
     if let Some(r) = args.get(3).and_then(|a| a.parse().ok()) {
         cfg.max_reservations = r;
     }
+    let prep = std::env::var_os("PREPARED").map(|_| Prepared::new(&s.nodes, &s.partitions));
     let mut started = 0;
     for _ in 0..n {
         let t = std::time::Instant::now();
-        let d = measured(&s, &cfg);
+        let d = measured(&s, prep.as_ref(), &cfg);
         started = d.starts.len();
         eprintln!(
             "{which}: {:.2} ms, {} started, {} reserved",

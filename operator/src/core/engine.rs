@@ -236,10 +236,10 @@ pub struct Class {
 
 /// A partition during the cycle.
 #[derive(Clone, Debug)]
-pub struct PartState {
-    pub tree: Tree,
+pub struct PartState<'a> {
+    pub tree: &'a Tree,
     /// Switch ids at each level (root level 0 first).
-    pub levels: Vec<Vec<u32>>,
+    pub levels: &'a [Vec<u32>],
     /// Bumped whenever a node of the leaf changes.
     pub leaf_version: Vec<u32>,
     /// Hold starts on the leaf's nodes, sorted.
@@ -287,6 +287,87 @@ impl Event {
     }
 }
 
+/// What a cycle derives from the cluster's shape alone — each partition's switch tree, node
+/// memberships, GPU hierarchies — so that callers scheduling the same cluster again and
+/// again (the operator between node changes, the simulator always) build it once. It
+/// depends on node names, labels, taints and GPU wiring, and on partitions' selectors,
+/// topologies and tolerations; build a new one when any of those change.
+/// [`schedule_prepared`](super::schedule::schedule_prepared) checks node names and counts
+/// and rebuilds on a mismatch.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// Per partition: the tree and its switch ids per level.
+    pub trees: Vec<(Tree, Vec<Vec<u32>>)>,
+    pub member_of: Members,
+    pub gpu_trees: Vec<GpuTree>,
+    /// Each node's GPU hierarchy.
+    pub gtree_of: Vec<u32>,
+    /// Node names, to check a snapshot against.
+    names: Vec<String>,
+}
+
+impl Prepared {
+    /// Builds the trees of `partitions` over `nodes`.
+    pub fn new(nodes: &[Node], partitions: &[Partition]) -> Prepared {
+        let mut gpu_trees = Vec::new();
+        let mut sig_ids: HashMap<Vec<u8>, u32, FnvBuild> = HashMap::with_hasher(FnvBuild);
+        let mut prev_gt = u32::MAX;
+        let mut sig = Vec::new();
+        let mut prev: Option<&Node> = None;
+        let mut gtree_of = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            // Neighbours are usually identical: compare with the previous node first.
+            let gt = if prev_gt != u32::MAX && prev.is_some_and(|p| same_gpu_layout(p, node)) {
+                prev_gt
+            } else {
+                gpu_signature(node, &mut sig);
+                match sig_ids.get(sig.as_slice()) {
+                    Some(&g) => g,
+                    None => {
+                        gpu_trees.push(GpuTree::new(node));
+                        let g = gpu_trees.len() as u32 - 1;
+                        sig_ids.insert(sig.clone(), g);
+                        g
+                    }
+                }
+            };
+            prev = Some(node);
+            prev_gt = gt;
+            gtree_of.push(gt);
+        }
+        let mut triples = Vec::with_capacity(nodes.len());
+        let trees = partitions
+            .iter()
+            .enumerate()
+            .map(|(pi, p)| {
+                let tree = Tree::build(nodes, p);
+                for (pos, &n) in tree.nodes.iter().enumerate() {
+                    triples.push((n, pi as u32, pos as u32));
+                }
+                let mut levels = vec![Vec::new(); tree.depth + 1];
+                for (sid, s) in tree.switches.iter().enumerate() {
+                    levels[s.level].push(sid as u32);
+                }
+                (tree, levels)
+            })
+            .collect();
+        Prepared {
+            trees,
+            member_of: Members::build(nodes.len(), triples),
+            gpu_trees,
+            gtree_of,
+            names: nodes.iter().map(|n| n.name.clone()).collect(),
+        }
+    }
+
+    /// Whether this was built from nodes with these names and this many partitions.
+    pub fn fits(&self, snap: &Snapshot) -> bool {
+        self.trees.len() == snap.partitions.len()
+            && self.names.len() == snap.nodes.len()
+            && self.names.iter().zip(&snap.nodes).all(|(a, b)| *a == b.name)
+    }
+}
+
 /// Each node's `(partition, position)` memberships, stored flat (one allocation, not one per
 /// node).
 #[derive(Clone, Debug, Default)]
@@ -328,10 +409,10 @@ pub struct Engine<'a> {
     pub snap: &'a Snapshot,
     pub now: i64,
     pub nodes: Vec<NodeState>,
-    pub gpu_trees: Vec<GpuTree>,
-    pub parts: Vec<PartState>,
+    pub gpu_trees: &'a [GpuTree],
+    pub parts: Vec<PartState<'a>>,
     /// For each node: `(partition, position)` memberships.
-    pub member_of: Members,
+    pub member_of: &'a Members,
     /// The filter with no GPU type and no constraint, per partition.
     plain_filter: Vec<Option<u32>>,
     pub classes: Vec<Class>,
@@ -408,33 +489,12 @@ fn gpu_signature(node: &Node, s: &mut Vec<u8>) {
 impl<'a> Engine<'a> {
     /// Builds node states and partition trees from the snapshot (allocations are applied by
     /// the caller with [`Engine::hold`]).
-    pub fn new(snap: &'a Snapshot, now: i64) -> Engine<'a> {
-        let mut gpu_trees = Vec::new();
-        let mut sig_ids: HashMap<Vec<u8>, u32, FnvBuild> = HashMap::with_hasher(FnvBuild);
-        let mut prev_gt = u32::MAX;
+    pub fn new(snap: &'a Snapshot, prep: &'a Prepared, now: i64) -> Engine<'a> {
         let mut nodes = Vec::with_capacity(snap.nodes.len());
-        let mut sig = Vec::new();
-        let mut prev: Option<&Node> = None;
-        for node in &snap.nodes {
-            // Neighbours are usually identical: compare with the previous node first.
-            let gt = if prev_gt != u32::MAX && prev.is_some_and(|p| same_gpu_layout(p, node)) {
-                prev_gt
-            } else {
-                gpu_signature(node, &mut sig);
-                match sig_ids.get(sig.as_slice()) {
-                    Some(&g) => g,
-                    None => {
-                        gpu_trees.push(GpuTree::new(node));
-                        let g = gpu_trees.len() as u32 - 1;
-                        sig_ids.insert(sig.clone(), g);
-                        g
-                    }
-                }
-            };
-            prev = Some(node);
-            prev_gt = gt;
-            let (total, mask) = node_total(node, &gpu_trees[gt as usize]);
-            let ng = gpu_trees[gt as usize].len() as u32;
+        for (i, node) in snap.nodes.iter().enumerate() {
+            let gt = prep.gtree_of[i];
+            let (total, mask) = node_total(node, &prep.gpu_trees[gt as usize]);
+            let ng = prep.gpu_trees[gt as usize].len() as u32;
             let all_mask = if ng >= 64 { u64::MAX } else { (1u64 << ng) - 1 };
             nodes.push(NodeState {
                 all_total: Res {
@@ -454,20 +514,10 @@ impl<'a> Engine<'a> {
                 profile: Vec::new(),
             });
         }
-        let mut triples = Vec::with_capacity(snap.nodes.len());
-        let parts = snap
-            .partitions
+        let parts = prep
+            .trees
             .iter()
-            .enumerate()
-            .map(|(pi, p)| {
-                let tree = Tree::build(&snap.nodes, p);
-                for (pos, &n) in tree.nodes.iter().enumerate() {
-                    triples.push((n, pi as u32, pos as u32));
-                }
-                let mut levels = vec![Vec::new(); tree.depth + 1];
-                for (sid, s) in tree.switches.iter().enumerate() {
-                    levels[s.level].push(sid as u32);
-                }
+            .map(|(tree, levels)| {
                 let nl = tree.leaves.len();
                 PartState {
                     tree,
@@ -483,15 +533,14 @@ impl<'a> Engine<'a> {
                 }
             })
             .collect();
-        let member_of = Members::build(snap.nodes.len(), triples);
         let mut e = Engine {
             plain_filter: vec![None; snap.partitions.len()],
             snap,
             now,
             nodes,
-            gpu_trees,
+            gpu_trees: &prep.gpu_trees,
             parts,
-            member_of,
+            member_of: &prep.member_of,
             classes: Vec::new(),
             class_ids: HashMap::with_hasher(FnvBuild),
             filters: Vec::new(),

@@ -19,4 +19,5 @@ pub mod util;
 pub use cluster_spec::{ClusterSpec, NodeInfo};
 pub use model::*;
 pub use node::{Gpu, Link, Node, NodeId, Taint, TaintEffect, Toleration};
-pub use schedule::schedule;
+pub use engine::Prepared;
+pub use schedule::{schedule, schedule_prepared};

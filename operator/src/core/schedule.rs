@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::deps::{DepStatus, JobTable};
 use super::enforce;
-use super::engine::{Claim, Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
+use super::engine::{
+    Claim, Engine, LeafAgg, LeafView, NEVER, Prepared, SelectInput, Selection, select,
+};
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
     PreemptMode, Preemption, Reason, Reservation, Snapshot, Start, TaskAssignment, Victim,
@@ -21,7 +23,19 @@ use super::util::{NameKey, natural_cmp_keyed};
 /// Pure and deterministic: the same snapshot, time and config always give the same
 /// decisions, whatever the order of `snap.running` and `snap.pending`.
 pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
-    Cycle::new(snap, now, cfg).run()
+    let prep = Prepared::new(&snap.nodes, &snap.partitions);
+    Cycle::new(snap, &prep, now, cfg).run()
+}
+
+/// [`schedule`] with the cluster's trees built beforehand (see [`Prepared`]), for callers
+/// that schedule the same cluster many times. Same decisions as [`schedule`]; if `prep` does
+/// not match the snapshot's nodes, it is rebuilt for this call.
+pub fn schedule_prepared(prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
+    if prep.fits(snap) {
+        Cycle::new(snap, prep, now, cfg).run()
+    } else {
+        schedule(snap, now, cfg)
+    }
 }
 
 /// Queue order: tier (high first), priority (high first), submit time, job id, then the
@@ -96,8 +110,8 @@ fn split(total: u64, k: u32, i: u32) -> u64 {
 }
 
 impl<'a> Cycle<'a> {
-    fn new(snap: &'a Snapshot, now: i64, cfg: &'a Config) -> Cycle<'a> {
-        let mut e = Engine::new(snap, now);
+    fn new(snap: &'a Snapshot, prep: &'a Prepared, now: i64, cfg: &'a Config) -> Cycle<'a> {
+        let mut e = Engine::new(snap, prep, now);
         let stops = enforce::stops(snap, now);
         let stopped: BTreeSet<JobId> = stops.iter().map(|s| s.job).collect();
         let mut run = Vec::with_capacity(snap.running.len());
