@@ -461,7 +461,16 @@ impl fmt::Display for BenchReport {
         for c in &self.cases {
             let target = c
                 .target_ms
-                .map(|t| format!("{}{t}", if c.warm_ms.min(c.muster_ms) <= t { "<=" } else { "> " }))
+                .map(|t| {
+                    format!(
+                        "{}{t}",
+                        if c.warm_ms.min(c.muster_ms) <= t {
+                            "<="
+                        } else {
+                            "> "
+                        }
+                    )
+                })
                 .unwrap_or_default();
             writeln!(
                 f,

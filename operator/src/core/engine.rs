@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use smallvec::SmallVec;
+
 use super::gpus::GpuTree;
 use super::model::{Partition, Snapshot};
 use super::node::{Link, Node, NodeId};
@@ -48,7 +50,7 @@ pub struct NodeState {
     pub healthy_mask: u64,
     /// Resources coming back, `(time, res, running job index)`, time > now. Jobs started
     /// this cycle use index `u32::MAX`.
-    pub releases: Vec<(i64, Res, u32)>,
+    pub releases: SmallVec<[(i64, Res, u32); 2]>,
     /// Holds of reservations.
     pub claims: Vec<Claim>,
     /// For nodes with holds: `(time, least free from now until just after time)` at now and
@@ -185,6 +187,9 @@ pub const CACHE_WAYS: usize = 3;
 /// Which nodes a job may use at all, and which of their GPUs.
 #[derive(Clone, Debug)]
 pub struct Filter {
+    /// Every node of the partition, every GPU (no type, no constraint): `ok` and `gpu_mask`
+    /// are not consulted.
+    pub all: bool,
     /// By tree position.
     pub ok: Vec<bool>,
     /// GPU positions of the right type, by tree position (all ones when no type is asked).
@@ -364,7 +369,11 @@ impl Prepared {
     pub fn fits(&self, snap: &Snapshot) -> bool {
         self.trees.len() == snap.partitions.len()
             && self.names.len() == snap.nodes.len()
-            && self.names.iter().zip(&snap.nodes).all(|(a, b)| *a == b.name)
+            && self
+                .names
+                .iter()
+                .zip(&snap.nodes)
+                .all(|(a, b)| *a == b.name)
     }
 }
 
@@ -509,7 +518,7 @@ impl<'a> Engine<'a> {
                 free_mask: mask,
                 sched: node.schedulable(),
                 gtree: gt,
-                releases: Vec::new(),
+                releases: SmallVec::new(),
                 claims: Vec::new(),
                 profile: Vec::new(),
             });
@@ -747,7 +756,19 @@ impl<'a> Engine<'a> {
             return id as u32;
         }
         let ty = ty_in.to_ascii_lowercase();
-        let tree = &self.parts[part as usize].tree;
+        let tree = self.parts[part as usize].tree;
+        if plain {
+            self.filters.push(Filter {
+                all: true,
+                ok: vec![true; tree.nodes.len()],
+                gpu_mask: Vec::new(),
+                typed: false,
+            });
+            self.filter_keys.push((part, String::new(), String::new()));
+            let id = self.filters.len() as u32 - 1;
+            self.plain_filter[part as usize] = Some(id);
+            return id;
+        }
         let mut ok = Vec::with_capacity(tree.nodes.len());
         let mut gpu_mask = Vec::with_capacity(tree.nodes.len());
         for &n in &tree.nodes {
@@ -769,6 +790,7 @@ impl<'a> Engine<'a> {
             gpu_mask.push(m);
         }
         self.filters.push(Filter {
+            all: false,
             ok,
             gpu_mask,
             typed: !ty.is_empty(),
@@ -820,7 +842,7 @@ impl<'a> Engine<'a> {
     /// GPUs that may be used (`mask`; all ones for a future time, when GPUs are counted).
     pub fn units_for_count(&self, c: &Class, pos: u32, avail: Res, mask: u64, total: Res) -> u32 {
         let f = &self.filters[c.filter as usize];
-        if !f.ok[pos as usize] {
+        if !f.all && !f.ok[pos as usize] {
             return 0;
         }
         let mut a = avail;
@@ -831,7 +853,11 @@ impl<'a> Engine<'a> {
         let mut k = c.demand.units_fitting(a, total, idle);
         if let Some(sets) = &c.bind {
             // map_gpu/mask_gpu: local task i uses sets[i % len]; tasks may not share GPUs.
-            let usable = mask & f.gpu_mask[pos as usize];
+            let usable = if f.all {
+                mask
+            } else {
+                mask & f.gpu_mask[pos as usize]
+            };
             let tasks = c.demand.tasks_on_node(k.max(1)).max(k);
             let mut used = 0u64;
             let mut ok = 0;

@@ -17,7 +17,7 @@ pub mod tree;
 pub mod util;
 
 pub use cluster_spec::{ClusterSpec, NodeInfo};
+pub use engine::Prepared;
 pub use model::*;
 pub use node::{Gpu, Link, Node, NodeId, Taint, TaintEffect, Toleration};
-pub use engine::Prepared;
 pub use schedule::{schedule, schedule_prepared};

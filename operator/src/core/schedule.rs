@@ -48,8 +48,8 @@ struct RunInfo {
     tier: u32,
     mode: PreemptMode,
     grace: i64,
-    /// Nodes and what the job holds there.
-    nodes: Vec<(NodeId, Res)>,
+    /// Its nodes and what it holds there: a range of [`Cycle::run_nodes`].
+    nodes: std::ops::Range<u32>,
     stopping: bool,
     /// GPU-seconds of work lost if evicted now (GPUs × elapsed).
     cost: u128,
@@ -79,6 +79,8 @@ struct Cycle<'a> {
     cfg: &'a Config,
     e: Engine<'a>,
     run: Vec<RunInfo>,
+    /// `(node, held)` of every running job, by job (see [`RunInfo::nodes`]).
+    run_nodes: Vec<(NodeId, Res)>,
     array_running: BTreeMap<JobId, u32>,
     blocked: Vec<bool>,
     reservations: usize,
@@ -122,6 +124,7 @@ impl<'a> Cycle<'a> {
         let mut order: Vec<usize> = (0..snap.running.len()).collect();
         order.sort_by_key(|&i| (snap.running[i].id, i));
         let mut per_node: Vec<(NodeId, u64, u64, u64)> = Vec::new();
+        let mut run_nodes: Vec<(NodeId, Res)> = Vec::new();
         for (ri, &i) in order.iter().enumerate() {
             let j = &snap.running[i];
             let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
@@ -161,12 +164,13 @@ impl<'a> Cycle<'a> {
                 }
             }
             per_node.sort_unstable_by_key(|x| x.0);
-            let mut nodes = Vec::with_capacity(per_node.len());
+            let first = run_nodes.len() as u32;
             for &(n, mask, cpu, mem) in &per_node {
                 let taken = e.hold(n, mask, cpu, mem, j.exclusive);
                 e.release_at(n, release, taken, ri as u32);
-                nodes.push((n, taken));
+                run_nodes.push((n, taken));
             }
+            let nodes = first..run_nodes.len() as u32;
             let elapsed = (now - j.start_time).max(0) as u128;
             run.push(RunInfo {
                 id: j.id,
@@ -188,6 +192,7 @@ impl<'a> Cycle<'a> {
             cfg,
             e,
             run,
+            run_nodes,
             array_running,
             blocked: vec![false; snap.partitions.len()],
             reservations: 0,
@@ -204,6 +209,12 @@ impl<'a> Cycle<'a> {
                 .then(|| JobTable::new(snap)),
         }
         .with_preemptable_tier()
+    }
+
+    /// A running job's `(node, held)` pairs.
+    fn nodes_of(&self, v: usize) -> &[(NodeId, Res)] {
+        let r = &self.run[v].nodes;
+        &self.run_nodes[r.start as usize..r.end as usize]
     }
 
     fn with_preemptable_tier(mut self) -> Self {
@@ -742,7 +753,12 @@ impl<'a> Cycle<'a> {
                 .find(|&&(p, _)| p as usize == part)
                 .map(|&(_, pos)| pos)
                 .unwrap_or(0);
-            let usable = ns.free_mask & self.e.filters[filter].gpu_mask[pos as usize];
+            let f = &self.e.filters[filter];
+            let usable = if f.all {
+                ns.free_mask
+            } else {
+                ns.free_mask & f.gpu_mask[pos as usize]
+            };
             let k = d.tasks_on_node(units);
             let node_gpus = d.unit.gpus * units;
             let node_cpu = d.unit.cpu * u64::from(units);
@@ -841,13 +857,15 @@ impl<'a> Cycle<'a> {
                 !r.stopping
                     && r.tier < tier
                     && r.mode != PreemptMode::Off
-                    && r.nodes.iter().any(|(n, _)| {
-                        self.e
-                            .member_of
-                            .of(*n)
-                            .iter()
-                            .any(|&(p, _)| p as usize == part)
-                    })
+                    && self.run_nodes[r.nodes.start as usize..r.nodes.end as usize]
+                        .iter()
+                        .any(|(n, _)| {
+                            self.e
+                                .member_of
+                                .of(*n)
+                                .iter()
+                                .any(|&(p, _)| p as usize == part)
+                        })
             })
             .collect();
         if cands.is_empty() {
@@ -946,8 +964,7 @@ impl<'a> Cycle<'a> {
                 .iter()
                 .copied()
                 .filter(|&i| {
-                    self.run[i]
-                        .nodes
+                    self.nodes_of(i)
                         .iter()
                         .any(|(n, _)| pos_of(*n).is_some_and(|p| range.contains(&p)))
                 })
@@ -960,7 +977,7 @@ impl<'a> Cycle<'a> {
             for &v in &vs {
                 moved[v] = true;
                 chosen.push(v);
-                for (n, _) in &self.run[v].nodes {
+                for (n, _) in self.nodes_of(v) {
                     if let Some(p) = pos_of(*n) {
                         caps[p as usize] = cap_with(p as usize, &moved);
                     }
@@ -976,7 +993,7 @@ impl<'a> Cycle<'a> {
                 let v = chosen[k];
                 moved[v] = false;
                 let mut trial = caps.clone();
-                for (n, _) in &self.run[v].nodes {
+                for (n, _) in self.nodes_of(v) {
                     if let Some(p) = pos_of(*n) {
                         trial[p as usize] = cap_with(p as usize, &moved);
                     }
@@ -1001,7 +1018,8 @@ impl<'a> Cycle<'a> {
         for &v in &victims {
             self.run[v].stopping = true;
             let rel = now + self.run[v].grace.max(1);
-            for (n, _) in self.run[v].nodes.clone() {
+            for k in self.run[v].nodes.clone() {
+                let n = self.run_nodes[k as usize].0;
                 self.e.move_release(n, v as u32, rel);
             }
             self.stop_horizon = self.stop_horizon.max(rel);
