@@ -18,7 +18,7 @@ use crate::core::{
 
 /// A global allocator that counts live and peak bytes, for memory figures. Install it in a
 /// binary with `#[global_allocator] static A: CountingAllocator = CountingAllocator::new();`
-/// and pass [`CountingAllocator::probe`]-style functions in [`BenchOptions`].
+/// and pass a function returning [`CountingAllocator::live`] as [`BenchOptions::memory_probe`].
 pub struct CountingAllocator {
     live: AtomicUsize,
     peak: AtomicUsize,

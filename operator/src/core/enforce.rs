@@ -1,6 +1,6 @@
 //! Running jobs that must stop: past their time limit (TIMEOUT) or on a node that is not
 //! ready or a GPU that is unhealthy or gone (NODE_FAIL). Jobs already being stopped are left
-//! alone. [`schedule`](super::schedule) includes these in its decisions; the operator may
+//! alone. [`schedule`](super::schedule()) includes these in its decisions; the operator may
 //! also call [`stops`] on its own (e.g. on a node event) without a full cycle.
 
 use super::model::{JobState, RunningJob, Snapshot, Stop};

@@ -24,8 +24,11 @@ pub const NEVER: i64 = i64::MAX;
 /// A hold on a node's resources for a reserved job, from `start` until `end`.
 #[derive(Clone, Copy, Debug)]
 pub struct Claim {
+    /// When the reserved job starts.
     pub start: i64,
+    /// When its time limit ends (`NEVER` if unlimited).
     pub end: i64,
+    /// What it takes on the node.
     pub res: Res,
 }
 
@@ -134,7 +137,9 @@ impl NodeState {
 /// Units of one class on one leaf.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeafAgg {
+    /// Units of the class that fit on the leaf's nodes.
     pub units: u32,
+    /// Nodes that can take at least one unit.
     pub nodes: u32,
     /// Free room on the nodes that can take units (GPUs, or CPU cores for CPU-only classes):
     /// what a placement leaves over is judged by it.
@@ -144,7 +149,9 @@ pub struct LeafAgg {
 /// Per-leaf aggregates: a base array with a few leaves replaced (`patch`, sorted by leaf).
 #[derive(Clone, Copy, Debug)]
 pub struct LeafView<'a> {
+    /// Aggregates by leaf.
     pub base: &'a [LeafAgg],
+    /// Replacements `(leaf, aggregate)`, sorted by leaf.
     pub patch: &'a [(u32, LeafAgg)],
 }
 
@@ -175,9 +182,13 @@ impl LeafView<'_> {
 /// (between two consecutive hold starts of the leaf).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CacheEntry {
+    /// Leaf version read (0: empty entry).
     pub ver: u32,
+    /// Window ends above this …
     pub lo: i64,
+    /// … up to this one share the entry.
     pub hi: i64,
+    /// The aggregate.
     pub agg: LeafAgg,
 }
 
@@ -201,21 +212,32 @@ pub struct Filter {
 /// A class of jobs that see the same per-node capacity.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ClassKey {
+    /// Partition.
     pub part: u32,
+    /// Node filter.
     pub filter: u32,
+    /// One unit.
     pub unit: Res,
+    /// Memory per node beyond the units.
     pub node_mem: u64,
+    /// `--mem=0`.
     pub whole_mem: bool,
+    /// Whole nodes.
     pub exclusive: bool,
+    /// Most units per node.
     pub per_node: u32,
+    /// Per-node bundles rather than packed units.
     pub bundles: bool,
+    /// `map_gpu`/`mask_gpu` sets.
     pub bind: Option<Vec<u64>>,
 }
 
 /// Per-class state.
 #[derive(Clone, Debug)]
 pub struct Class {
+    /// Partition.
     pub part: u32,
+    /// Node filter.
     pub filter: u32,
     /// A representative demand (counts are per job).
     pub demand: Demand,
@@ -242,6 +264,7 @@ pub struct Class {
 /// A partition during the cycle.
 #[derive(Clone, Debug)]
 pub struct PartState<'a> {
+    /// The switch tree.
     pub tree: &'a Tree,
     /// Switch ids at each level (root level 0 first).
     pub levels: &'a [Vec<u32>],
@@ -267,7 +290,9 @@ pub struct PartState<'a> {
 /// A signed change of a node's free room at a time (for the reservation sweep).
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
+    /// When.
     pub time: i64,
+    /// Tree position of the node.
     pub pos: u32,
     /// Change of (GPUs, CPU millicores, memory MiB).
     pub d: [i64; 3],
@@ -303,9 +328,11 @@ impl Event {
 pub struct Prepared {
     /// Per partition: the tree and its switch ids per level.
     pub trees: Vec<(Tree, Vec<Vec<u32>>)>,
+    /// Each node's partitions and positions.
     pub member_of: Members,
+    /// Distinct GPU hierarchies (identical nodes share one).
     pub gpu_trees: Vec<GpuTree>,
-    /// Each node's GPU hierarchy.
+    /// Each node's GPU hierarchy (index into `gpu_trees`).
     pub gtree_of: Vec<u32>,
     /// Node names, to check a snapshot against.
     names: Vec<String>,
@@ -415,17 +442,24 @@ pub type Selection = Vec<(u32, u32)>;
 
 /// The cycle's state.
 pub struct Engine<'a> {
+    /// The input.
     pub snap: &'a Snapshot,
+    /// The cycle's time.
     pub now: i64,
+    /// Every node's state, by [`NodeId`].
     pub nodes: Vec<NodeState>,
+    /// GPU hierarchies (see [`NodeState::gtree`]).
     pub gpu_trees: &'a [GpuTree],
+    /// Every partition's state.
     pub parts: Vec<PartState<'a>>,
     /// For each node: `(partition, position)` memberships.
     pub member_of: &'a Members,
     /// The filter with no GPU type and no constraint, per partition.
     plain_filter: Vec<Option<u32>>,
+    /// Interned job classes.
     pub classes: Vec<Class>,
     class_ids: HashMap<ClassKey, u32, FnvBuild>,
+    /// Interned node filters.
     pub filters: Vec<Filter>,
     /// `(partition, GPU type, constraint key)` of each filter; few, so searched linearly
     /// without allocating.
@@ -1014,7 +1048,9 @@ pub fn slack_of(c: &Class, avail: Res) -> u32 {
 /// units any `k` nodes hold (prefix sums of the capacities sorted descending).
 #[derive(Clone, Debug, Default)]
 pub struct Caps {
+    /// Nodes with room for a unit.
     pub nodes: u32,
+    /// `prefix[k]`: most units on any `k` nodes.
     pub prefix: Vec<u64>,
 }
 
@@ -1052,10 +1088,15 @@ impl Caps {
 
 /// Placement inputs for [`select`].
 pub struct SelectInput<'t> {
+    /// The partition's tree.
     pub tree: &'t Tree,
+    /// Switch ids per level.
     pub levels: &'t [Vec<u32>],
+    /// Units per leaf.
     pub leaf_aggs: LeafView<'t>,
+    /// The gang.
     pub demand: &'t Demand,
+    /// `--switches` while it applies.
     pub max_leaves: Option<u32>,
     /// Feature counts: `(eligible by position, nodes)`: that many distinct nodes of the
     /// placement must be eligible for each.

@@ -676,8 +676,8 @@ impl<'a> Cycle<'a> {
         let c = &e.classes[cid as usize];
         let ps = &e.parts[part];
         let inp = SelectInput {
-            tree: &ps.tree,
-            levels: &ps.levels,
+            tree: ps.tree,
+            levels: ps.levels,
             leaf_aggs: LeafView {
                 base: &c.base,
                 patch: &buf,
@@ -943,7 +943,7 @@ impl<'a> Cycle<'a> {
             let aggs = leaf_aggs(&masked);
             let inp = SelectInput {
                 tree,
-                levels: &ps.levels,
+                levels: ps.levels,
                 leaf_aggs: LeafView {
                     base: &aggs,
                     patch: &[],

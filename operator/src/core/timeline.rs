@@ -123,7 +123,7 @@ impl Engine<'_> {
                 };
                 let inp = SelectInput {
                     tree,
-                    levels: &ps.levels,
+                    levels: ps.levels,
                     leaf_aggs: LeafView {
                         base: &aggs,
                         patch: &[],
