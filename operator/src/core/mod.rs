@@ -8,8 +8,8 @@
 //! No Kubernetes types, no I/O, no clock, no randomness: time is an argument and the same
 //! snapshot gives the same decisions whatever the order of its job lists (ties are broken by
 //! names and job ids, never by map iteration order). The operator, the simulator and the
-//! benchmarks all call this code. A test fails if a file here mentions `kube::`,
-//! `k8s_openapi`, `tokio` or a clock.
+//! benchmarks all call this code. A test (`tests/core_purity.rs`) fails if a file here names
+//! the Kubernetes client crates, the async runtime, the file system, the network or a clock.
 //!
 //! # The cycle
 //!
