@@ -428,7 +428,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             weight_age: 1_000.0,
-            weight_job_size: 1_000.0,
+            weight_job_size: 10.0,
             weight_fair_share: 10_000.0,
             max_age_secs: 7 * 24 * 3600,
             fair_share_half_life_secs: 7 * 24 * 3600,
