@@ -70,6 +70,11 @@ fn single_gpu_job_takes_one_gpu_on_the_first_node() {
     assert_eq!(st.tasks[0].gpus, [0]);
     assert_eq!(st.tasks[0].rank, 0);
     assert_eq!(st.leaves, 1);
+    assert_eq!(st.node_names(&s), ["gpu001"]);
+    assert_eq!(
+        st.tasks[0].gpu_uuids(&s),
+        [cluster_spec::gpu_uuid("gpu001", 0)]
+    );
 }
 
 #[test]

@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::model::Snapshot;
 use super::node::{Gpu, Link, Node, Taint};
 use super::util::{FNV_OFFSET, fnv1a};
 use muster_crds::labels;
@@ -694,6 +695,12 @@ impl ClusterSpec {
     /// The nodes as core [`Node`]s (ready, every GPU healthy).
     pub fn nodes(&self) -> Result<Vec<Node>, SpecError> {
         Ok(self.build()?.iter().map(NodeInfo::to_node).collect())
+    }
+
+    /// An empty snapshot of this cluster with one partition, `gpu`, over every node with
+    /// this spec's topology (what the simulator starts from).
+    pub fn snapshot(&self) -> Result<Snapshot, SpecError> {
+        Ok(Snapshot::with_nodes(self.nodes()?, self.topology()))
     }
 }
 

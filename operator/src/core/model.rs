@@ -698,6 +698,33 @@ impl PendingJob {
     }
 }
 
+impl TaskAssignment {
+    /// The UUIDs of the task's GPUs (for `NVIDIA_VISIBLE_DEVICES`), in the order of
+    /// [`TaskAssignment::gpus`]; empty strings for GPUs the snapshot does not list.
+    pub fn gpu_uuids(&self, snap: &Snapshot) -> Vec<String> {
+        let node = snap.nodes.get(self.node as usize);
+        self.gpus
+            .iter()
+            .map(|i| {
+                node.and_then(|n| n.gpus.iter().find(|g| g.index == *i))
+                    .map(|g| g.uuid.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+}
+
+impl Start {
+    /// The job's node names in node-list order (compress them with
+    /// `muster_crds::slurm::hostlist::compress` for `SLURM_JOB_NODELIST`).
+    pub fn node_names<'s>(&self, snap: &'s Snapshot) -> Vec<&'s str> {
+        self.nodes
+            .iter()
+            .filter_map(|&n| snap.nodes.get(n as usize).map(|x| x.name.as_str()))
+            .collect()
+    }
+}
+
 impl Snapshot {
     /// A snapshot of `nodes` with one partition `gpu` over all of them using `topology`.
     pub fn with_nodes(nodes: Vec<Node>, topology: Vec<String>) -> Snapshot {
