@@ -434,7 +434,7 @@ impl Default for Config {
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,
-            max_reservations: 16,
+            max_reservations: 4,
             preemption: true,
             max_switch_wait_secs: 300,
         }
