@@ -471,7 +471,7 @@ impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "Muster scheduling core benchmark (one core; baseline = topology-unaware first fit)"
+            "Muster scheduling core benchmark (CPU time on one core; baseline = topology-unaware first fit)"
         )?;
         writeln!(f)?;
         writeln!(

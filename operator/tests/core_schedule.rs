@@ -819,3 +819,30 @@ fn gpu_bind_map_gpu_is_honoured_and_sharing_is_refused() {
     // map_gpu:0,0 would put both tasks on GPU 0: no node can do that.
     assert_eq!(pending(&d, 3).reason, Reason::BadConstraints);
 }
+
+#[test]
+fn prepared_trees_give_the_same_decisions_and_are_checked() {
+    let mut s = sandbox();
+    busy(&mut s, 100, &["gpu001", "gpu002"], 4, Some(NOW + 300));
+    for i in 0..12u64 {
+        s.pending.push(PendingJob::new(
+            i + 1,
+            NOW - i as i64,
+            JobRequest::nodes(1 + (i as u32 % 5), 8).time(900),
+        ));
+    }
+    let prep = Prepared::new(&s.nodes, &s.partitions);
+    let cfg = Config::default();
+    assert_eq!(
+        schedule_prepared(&prep, &s, NOW, &cfg),
+        schedule(&s, NOW, &cfg)
+    );
+    // A snapshot of other nodes: the stale trees are not used.
+    let mut other = s.clone();
+    other.nodes.truncate(12);
+    other.running.clear();
+    assert_eq!(
+        schedule_prepared(&prep, &other, NOW, &cfg),
+        schedule(&other, NOW, &cfg)
+    );
+}

@@ -334,8 +334,8 @@ pub struct Prepared {
     pub gpu_trees: Vec<GpuTree>,
     /// Each node's GPU hierarchy (index into `gpu_trees`).
     pub gtree_of: Vec<u32>,
-    /// Node names, to check a snapshot against.
-    names: Vec<String>,
+    /// Number of nodes and a hash of their names, to check a snapshot against.
+    names: (usize, u64),
 }
 
 impl Prepared {
@@ -388,20 +388,23 @@ impl Prepared {
             member_of: Members::build(nodes.len(), triples),
             gpu_trees,
             gtree_of,
-            names: nodes.iter().map(|n| n.name.clone()).collect(),
+            names: (nodes.len(), names_hash(nodes)),
         }
     }
 
     /// Whether this was built from nodes with these names and this many partitions.
     pub fn fits(&self, snap: &Snapshot) -> bool {
         self.trees.len() == snap.partitions.len()
-            && self.names.len() == snap.nodes.len()
-            && self
-                .names
-                .iter()
-                .zip(&snap.nodes)
-                .all(|(a, b)| *a == b.name)
+            && self.names.0 == snap.nodes.len()
+            && self.names.1 == names_hash(&snap.nodes)
     }
+}
+
+/// A hash of the node names in order.
+fn names_hash(nodes: &[Node]) -> u64 {
+    nodes.iter().fold(crate::core::util::FNV_OFFSET, |h, n| {
+        crate::core::util::fnv1a(h, n.name.as_bytes()) ^ 0xff
+    })
 }
 
 /// Each node's `(partition, position)` memberships, stored flat (one allocation, not one per

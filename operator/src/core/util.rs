@@ -65,9 +65,11 @@ impl NameKey {
             .iter()
             .position(|c| !c.is_ascii_digit())
             .map_or(b.len(), |k| prefix + k);
-        let num = (end > prefix && end - prefix <= 18)
-            .then(|| name[prefix..end].parse().ok())
-            .flatten();
+        let num = (end > prefix && end - prefix <= 18).then(|| {
+            b[prefix..end]
+                .iter()
+                .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'))
+        });
         NameKey { prefix, num }
     }
 }
