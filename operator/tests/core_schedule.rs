@@ -846,3 +846,84 @@ fn prepared_trees_give_the_same_decisions_and_are_checked() {
         schedule(&other, NOW, &cfg)
     );
 }
+
+#[test]
+fn node_and_task_counts_spread_tasks_evenly() {
+    let mut s = sandbox();
+    // -N 2 -n 6 --gpus-per-task=1: 3 tasks on each of 2 nodes.
+    let req = JobRequest {
+        min_nodes: Some(2),
+        ntasks: Some(6),
+        gpus_per_task: Some(1),
+        ..Default::default()
+    };
+    s.pending.push(PendingJob::new(1, NOW, req));
+    // -n 6 alone packs onto one node.
+    s.pending
+        .push(PendingJob::new(2, NOW + 1, JobRequest::tasks(6, 1)));
+    let d = schedule(&s, NOW, &Config::default());
+    let a = started(&d, 1);
+    assert_eq!(a.nodes.len(), 2);
+    let per_node: Vec<usize> = a
+        .nodes
+        .iter()
+        .map(|&n| a.tasks.iter().filter(|t| t.node == n).count())
+        .collect();
+    assert_eq!(per_node, [3, 3]);
+    assert_eq!(started(&d, 2).nodes.len(), 1);
+}
+
+#[test]
+fn node_ranges_take_as_many_nodes_as_are_free_under_one_switch() {
+    let mut s = sandbox();
+    busy(&mut s, 100, &["gpu001"], 8, None);
+    // --nodes=2-8 --gpus-per-node=8: leaf 1 has 3 free nodes, leaves 2-4 have 4 each; the
+    // lowest switch holding 2 nodes is a leaf: best fit leaf 1, all 3 of its free nodes.
+    let req = JobRequest {
+        min_nodes: Some(2),
+        max_nodes: Some(8),
+        gpus_per_node: Some(8),
+        ..Default::default()
+    };
+    s.pending.push(PendingJob::new(1, NOW, req));
+    let d = schedule(&s, NOW, &Config::default());
+    assert_eq!(
+        names(&s, &started(&d, 1).nodes),
+        ["gpu002", "gpu003", "gpu004"]
+    );
+}
+
+#[test]
+fn cpu_and_memory_limit_what_a_node_takes() {
+    let mut s = sandbox();
+    // gpu001 has its GPUs free but almost no CPU left.
+    s.running.push(RunningJob {
+        id: 100,
+        namespace: "default".into(),
+        partition: Some(0),
+        start_time: NOW - 10,
+        tasks: vec![TaskAlloc {
+            node: 0,
+            gpus: vec![],
+            cpu_millis: 220_000,
+            memory_mib: 1024,
+        }],
+        ..Default::default()
+    });
+    let mut req = JobRequest::gpus(1);
+    req.cpus_per_task = Some(8);
+    req.memory = Some(MemoryRequest::PerNode(1024));
+    s.pending.push(PendingJob::new(1, NOW, req));
+    // --mem=0: the whole node's memory, so only a node whose memory is all free.
+    let mut whole = JobRequest::gpus(1);
+    whole.memory = Some(MemoryRequest::WholeNode);
+    s.pending.push(PendingJob::new(2, NOW + 1, whole));
+    let d = schedule(&s, NOW, &Config::default());
+    let a = started(&d, 1);
+    assert_eq!(names(&s, &a.nodes), ["gpu002"]);
+    assert_eq!(a.tasks[0].cpu_millis, 8000);
+    assert_eq!(a.tasks[0].memory_mib, 1024);
+    let b = started(&d, 2);
+    assert_eq!(names(&s, &b.nodes), ["gpu003"]);
+    assert_eq!(b.tasks[0].memory_mib, 2 << 20);
+}

@@ -1330,12 +1330,18 @@ fn take_switch(
         }
         Mode::Units { .. } => {
             if (out.len() as u32) < d.min_nodes {
-                // Spread: move single units onto more nodes of the switch.
+                // Spread: move single units onto more nodes of the switch (on the leaves
+                // already used first).
+                let used_leaves: Vec<u32> = out
+                    .iter()
+                    .map(|&(p, _)| inp.tree.leaf_of[p as usize])
+                    .collect();
                 let mut spare: Vec<(bool, u32, u32)> = (sw.nodes.clone())
                     .filter(|p| !out.iter().any(|&(q, _)| q == *p))
                     .filter_map(|p| {
                         let (u, slack) = node(p);
-                        (u > 0).then_some((false, slack, p))
+                        let other_leaf = !used_leaves.contains(&inp.tree.leaf_of[p as usize]);
+                        (u > 0).then_some((other_leaf, slack, p))
                     })
                     .collect();
                 spare.sort_unstable();
@@ -1355,6 +1361,23 @@ fn take_switch(
             }
             if out.len() as u32 > d.max_nodes {
                 return None;
+            }
+            if d.min_nodes > 1 {
+                // A node count and a task count: spread the tasks evenly, as Slurm does (no
+                // node gets two more than another, room permitting).
+                loop {
+                    let (imax, &(_, umax)) = out
+                        .iter()
+                        .enumerate()
+                        .max_by_key(|(i, (_, u))| (*u, std::cmp::Reverse(*i)))?;
+                    let (imin, &(pmin, umin)) =
+                        out.iter().enumerate().min_by_key(|(i, (_, u))| (*u, *i))?;
+                    if umax <= umin + 1 || umin + 1 > node(pmin).0 {
+                        break;
+                    }
+                    out[imax].1 -= 1;
+                    out[imin].1 += 1;
+                }
             }
         }
     }
