@@ -507,10 +507,10 @@ impl<'a> Cycle<'a> {
             None
         };
         for alt in &jc.alts {
-            if let Some(sel) = self.try_now(jc, alt, end, max_leaves) {
-                if let Some(start) = self.commit_start(job, jc, alt, &sel) {
-                    return Some(start);
-                }
+            if let Some(sel) = self.try_now(jc, alt, end, max_leaves)
+                && let Some(start) = self.commit_start(job, jc, alt, &sel)
+            {
+                return Some(start);
             }
         }
         // Could it ever start? (Checked only now: jobs that start need not be.)
