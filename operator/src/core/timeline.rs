@@ -1,0 +1,214 @@
+//! Earliest start of a waiting job: a sweep over the times at which resources come back.
+//!
+//! Free room on a node only rises when a running job's time limit ends or a hold ends, so the
+//! earliest feasible start is now or one of those times. The sweep keeps, for every node, its
+//! free room at the current time `t` and how many holds begin during the job's run
+//! `(t, t + limit)`; a node's usable units are its free room at `t`, lowered to the least free
+//! at any of those hold starts. Both change only at events or when a hold start enters or
+//! leaves the sliding window, so per-leaf aggregates are updated incrementally (O(1) per
+//! change); the topology placement runs only at times when the partition as a whole has room.
+
+use super::engine::{Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
+use super::shape::{Demand, Res};
+
+impl Engine<'_> {
+    /// The earliest time ≥ now at which class `cid` with `demand`'s counts can be placed for
+    /// `limit` seconds (`None`: unlimited), honouring `max_leaves` before `leaves_deadline`.
+    /// Returns the time and the placement.
+    pub fn earliest(
+        &mut self,
+        cid: u32,
+        demand: &Demand,
+        limit: Option<u64>,
+        max_leaves: Option<u32>,
+        leaves_deadline: i64,
+        counts: &[(Vec<bool>, u32)],
+    ) -> Option<(i64, Selection)> {
+        let part = self.classes[cid as usize].part;
+        self.events(part);
+        let c = &self.classes[cid as usize];
+        let ps = &self.parts[part as usize];
+        let main = ps.events.as_deref().unwrap_or(&[]);
+        let recent = ps.new_events.as_slice();
+        let starts = &ps.claim_starts;
+        let tree = &ps.tree;
+        let now = self.now;
+        let n = tree.nodes.len();
+        let dur = |t: i64| match limit {
+            Some(l) => t.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)),
+            None => NEVER,
+        };
+        // Raw counts may transiently exceed the total (releases before holds) or go below
+        // zero (holds before releases); they are clamped when read.
+        let mut raw: Vec<[i64; 3]> = tree
+            .nodes
+            .iter()
+            .map(|&node| {
+                let ns = &self.nodes[node as usize];
+                let r = if !ns.sched {
+                    Res::default()
+                } else if ns.profile.is_empty() {
+                    ns.free
+                } else {
+                    ns.profile[0].1
+                };
+                [i64::from(r.gpus), r.cpu as i64, r.mem as i64]
+            })
+            .collect();
+        let clamp = |pos: usize, raw: &[i64; 3]| -> Res {
+            let tot = self.nodes[tree.nodes[pos] as usize].total;
+            Res {
+                gpus: raw[0].clamp(0, i64::from(tot.gpus)) as u32,
+                cpu: raw[1].clamp(0, tot.cpu as i64) as u64,
+                mem: raw[2].clamp(0, tot.mem as i64) as u64,
+            }
+        };
+        // Holds beginning in (t, end) per node.
+        let mut inwin: Vec<u16> = vec![0; n];
+        let mut lo = 0usize;
+        let mut hi = starts.partition_point(|&(s, _)| s < dur(now));
+        for &(_, p) in &starts[..hi] {
+            inwin[p as usize] += 1;
+        }
+        // Usable units of a node for a run over [t, end).
+        let eff = |pos: usize, raw: &[i64; 3], inwin: u16, t: i64, end: i64| -> u32 {
+            let node = tree.nodes[pos];
+            let ns = &self.nodes[node as usize];
+            if !ns.sched {
+                return 0;
+            }
+            let mut r = clamp(pos, raw);
+            if inwin > 0 {
+                // A hold taking the whole node leaves nothing; else read the window exactly.
+                if ns
+                    .claims
+                    .iter()
+                    .any(|cl| cl.start > t && cl.start < end && cl.res == ns.total)
+                {
+                    return 0;
+                }
+                r = r.min(ns.window(t, end, now));
+            }
+            // Future GPUs are counted, not named: any of the node's GPUs may be free then.
+            self.units_for_count(c, pos as u32, r, u64::MAX, ns.total)
+        };
+        let mut caps: Vec<u32> = (0..n)
+            .map(|p| eff(p, &raw[p], inwin[p], now, dur(now)))
+            .collect();
+        let mut aggs = vec![LeafAgg::default(); tree.leaves.len()];
+        for (p, &u) in caps.iter().enumerate() {
+            if u > 0 {
+                let l = tree.leaf_of[p] as usize;
+                aggs[l].units += u;
+                aggs[l].nodes += 1;
+            }
+        }
+        // Slack is not tracked over time: a future placement is judged by units alone.
+        let mut root_units: u64 = aggs.iter().map(|a| u64::from(a.units)).sum();
+        let mut root_nodes: u64 = aggs.iter().map(|a| u64::from(a.nodes)).sum();
+        let need = u64::from(demand.need());
+        // Two sorted lists read as one.
+        let mut i = main.partition_point(|e| e.time <= now);
+        let mut j = recent.partition_point(|e| e.time <= now);
+        let mut t = now;
+        let mut check = true;
+        let mut touched: Vec<u32> = Vec::new();
+        let mut stamp: Vec<i64> = vec![i64::MIN; n];
+        loop {
+            if check && root_units >= need && root_nodes >= u64::from(demand.min_nodes) {
+                let ml = if t < leaves_deadline {
+                    max_leaves
+                } else {
+                    None
+                };
+                let inp = SelectInput {
+                    tree,
+                    levels: ps.levels,
+                    leaf_aggs: LeafView {
+                        base: &aggs,
+                        patch: &[],
+                    },
+                    demand,
+                    max_leaves: ml,
+                    counts,
+                };
+                let node_fn = |p: u32| -> (u32, u32) {
+                    (caps[p as usize], clamp(p as usize, &raw[p as usize]).gpus)
+                };
+                if let Some(sel) = select(&inp, &node_fn) {
+                    return Some((t, sel));
+                }
+            }
+            // Advance to the next event time (or the switches deadline).
+            let next_event = match (main.get(i), recent.get(j)) {
+                (Some(a), Some(b)) => Some(a.time.min(b.time)),
+                (Some(a), None) => Some(a.time),
+                (None, Some(b)) => Some(b.time),
+                (None, None) => None,
+            };
+            let next = match next_event {
+                Some(et) if leaves_deadline > t && leaves_deadline < et => leaves_deadline,
+                Some(et) => et,
+                None if leaves_deadline > t && leaves_deadline != NEVER => leaves_deadline,
+                None => return None,
+            };
+            t = next;
+            let end = dur(t);
+            check = t == leaves_deadline;
+            touched.clear();
+            let mut touch = |p: u32, touched: &mut Vec<u32>| {
+                if stamp[p as usize] != t {
+                    stamp[p as usize] = t;
+                    touched.push(p);
+                }
+            };
+            loop {
+                let e = if i < main.len() && main[i].time == t {
+                    i += 1;
+                    main[i - 1]
+                } else if j < recent.len() && recent[j].time == t {
+                    j += 1;
+                    recent[j - 1]
+                } else {
+                    break;
+                };
+                let r = &mut raw[e.pos as usize];
+                r[0] += e.d[0];
+                r[1] += e.d[1];
+                r[2] += e.d[2];
+                if e.adds() {
+                    check = true;
+                }
+                touch(e.pos, &mut touched);
+            }
+            while lo < starts.len() && starts[lo].0 <= t {
+                let p = starts[lo].1;
+                if lo < hi {
+                    inwin[p as usize] -= 1;
+                }
+                lo += 1;
+                touch(p, &mut touched);
+            }
+            hi = hi.max(lo);
+            while hi < starts.len() && starts[hi].0 < end {
+                let p = starts[hi].1;
+                inwin[p as usize] += 1;
+                hi += 1;
+                touch(p, &mut touched);
+            }
+            for &p in &touched {
+                let p = p as usize;
+                let u = eff(p, &raw[p], inwin[p], t, end);
+                let old = caps[p];
+                if u != old {
+                    let l = tree.leaf_of[p] as usize;
+                    aggs[l].units = aggs[l].units - old + u;
+                    aggs[l].nodes = aggs[l].nodes - u32::from(old > 0) + u32::from(u > 0);
+                    root_units = root_units - u64::from(old) + u64::from(u);
+                    root_nodes = root_nodes - u64::from(old > 0) + u64::from(u > 0);
+                    caps[p] = u;
+                }
+            }
+        }
+    }
+}
