@@ -1,0 +1,451 @@
+//! The agent loop: (inventory snapshot + events + processes + pods) → pure functions →
+//! GpuNode status, Node labels, Events, kills → thin kube calls.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use muster_crds::v1alpha1::{BatchJob, GpuHealthState, GpuNodeStatus};
+
+use crate::binding::{self, Evaluation, Violation};
+use crate::enforce::{KillError, Policy, ProcessKiller};
+use crate::health::{HealthBook, HealthChange, HealthConfig};
+use crate::inventory::GpuInventory;
+use crate::kube_io::{self, EventSpec};
+use crate::model::{GpuProcess, NodeInventory, Observation};
+use crate::procfs::{ProcFs, ProcessHome};
+use crate::publish::{self, Readiness};
+
+/// Event reason for a process on a GPU its pod was not given.
+pub const VIOLATION_REASON: &str = "GpuBindingViolation";
+/// Event reason on the GpuNode when a GPU turns Unhealthy.
+pub const UNHEALTHY_REASON: &str = "GpuUnhealthy";
+/// Event reason on the GpuNode when a GPU turns Healthy again.
+pub const RECOVERED_REASON: &str = "GpuRecovered";
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The Node this agent serves.
+    pub node_name: String,
+    /// What to do about binding violations.
+    pub policy: Policy,
+    /// Longest time between two status publishes.
+    pub heartbeat: SignedDuration,
+    /// Time between polls.
+    pub poll_interval: SignedDuration,
+    /// Health rules.
+    pub health: HealthConfig,
+    /// Root of the `/proc` tree the GPU processes' PIDs refer to.
+    pub proc_root: PathBuf,
+}
+
+/// A failed cycle (it is retried at the next poll).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A Kubernetes API call failed.
+    #[error("{what}: {source}")]
+    Kube {
+        /// What was being done.
+        what: String,
+        /// The client's error.
+        source: kube::Error,
+    },
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> AgentError {
+    let what = what.into();
+    move |source| AgentError::Kube { what, source }
+}
+
+/// What one cycle did (for logs and tests).
+#[derive(Clone, Debug, Default)]
+pub struct CycleReport {
+    /// The status computed (published or not).
+    pub status: GpuNodeStatus,
+    /// Whether the status was written.
+    pub published: bool,
+    /// Whether the Node labels were written.
+    pub labels_applied: bool,
+    /// Health transitions.
+    pub health_changes: Vec<HealthChange>,
+    /// Violations seen for the first time this cycle.
+    pub new_violations: Vec<Violation>,
+    /// PIDs killed this cycle.
+    pub killed: Vec<u32>,
+    /// GPU processes outside pods.
+    pub host_processes: Vec<GpuProcess>,
+}
+
+/// The node agent.
+pub struct Agent {
+    client: Client,
+    cfg: AgentConfig,
+    inventory: Box<dyn GpuInventory>,
+    killer: Arc<dyn ProcessKiller>,
+    procfs: ProcFs,
+    health: HealthBook,
+    violations_total: u64,
+    /// (pid, gpu, pod uid) of violations already counted and reported.
+    seen_violations: HashSet<(u32, u32, String)>,
+    /// (pid, gpu) of host processes already logged.
+    seen_host: HashSet<(u32, u32)>,
+    last_inventory: Option<NodeInventory>,
+    last_published: Option<(GpuNodeStatus, Timestamp)>,
+    last_labels: Option<BTreeMap<String, String>>,
+    gpunode_uid: Option<String>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("node", &self.cfg.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Prepares an agent: reads the node's GpuNode, if any, to carry on its GPUs' health and
+    /// violation count (state lives in the API, not in this process).
+    pub async fn new(
+        client: Client,
+        cfg: AgentConfig,
+        inventory: Box<dyn GpuInventory>,
+        killer: Arc<dyn ProcessKiller>,
+        now: Timestamp,
+    ) -> Result<Self, AgentError> {
+        let existing = kube_io::get_gpunode(&client, &cfg.node_name)
+            .await
+            .map_err(kube_err(format!("reading GpuNode {}", cfg.node_name)))?;
+        let status = existing.as_ref().and_then(|g| g.status.clone());
+        let health = HealthBook::seeded(
+            status
+                .iter()
+                .flat_map(|s| s.gpus.iter().map(|g| (g.uuid.as_str(), &g.health))),
+            now,
+        );
+        let violations_total = status.as_ref().map_or(0, |s| s.binding_violations);
+        if let Some(s) = &status {
+            let unhealthy: Vec<_> = s
+                .gpus
+                .iter()
+                .filter(|g| g.health.state == GpuHealthState::Unhealthy)
+                .map(|g| g.index)
+                .collect();
+            tracing::info!(
+                violations = violations_total,
+                ?unhealthy,
+                "carrying on from the published GpuNode status"
+            );
+        }
+        Ok(Agent {
+            procfs: ProcFs::new(cfg.proc_root.clone()),
+            client,
+            cfg,
+            inventory,
+            killer,
+            health,
+            violations_total,
+            seen_violations: HashSet::new(),
+            seen_host: HashSet::new(),
+            last_inventory: None,
+            last_published: status.map(|s| (s, Timestamp::UNIX_EPOCH)),
+            last_labels: None,
+            gpunode_uid: existing.and_then(|g| g.metadata.uid),
+        })
+    }
+
+    /// Polls every `poll_interval` until `shutdown` resolves. A failed cycle is logged and
+    /// retried at the next poll.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        let period = self
+            .cfg
+            .poll_interval
+            .unsigned_abs()
+            .max(std::time::Duration::from_millis(100));
+        let mut ticker = tokio::time::interval(period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => {
+                    tracing::info!("shutting down");
+                    return;
+                }
+                _ = ticker.tick() => {
+                    if let Err(e) = self.cycle(Timestamp::now()).await {
+                        tracing::warn!(error = %e, "cycle failed; retrying at the next poll");
+                    }
+                }
+            }
+        }
+    }
+
+    /// One poll at `now`: observe, judge, publish, enforce.
+    pub async fn cycle(&mut self, now: Timestamp) -> Result<CycleReport, AgentError> {
+        let mut report = CycleReport::default();
+        let node = self.cfg.node_name.clone();
+        let (obs, readiness) = match self.inventory.observe(now) {
+            Ok(obs) => {
+                let n = obs.inventory.gpus.len();
+                let r = Readiness {
+                    ready: true,
+                    reason: "InventoryCurrent".into(),
+                    message: format!(
+                        "{n} GPU{} seen by {}",
+                        if n == 1 { "" } else { "s" },
+                        self.inventory.describe()
+                    ),
+                };
+                (obs, r)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "inventory poll failed");
+                let obs = Observation {
+                    inventory: self.last_inventory.clone().unwrap_or_default(),
+                    ..Default::default()
+                };
+                (
+                    obs,
+                    Readiness {
+                        ready: false,
+                        reason: "InventoryFailed".into(),
+                        message: e.to_string(),
+                    },
+                )
+            }
+        };
+
+        if self.gpunode_uid.is_none() {
+            let g = kube_io::apply_gpunode(&self.client, &node)
+                .await
+                .map_err(kube_err(format!("applying GpuNode {node}")))?;
+            self.gpunode_uid = g.metadata.uid;
+        }
+
+        report.health_changes =
+            self.health
+                .update(&obs.inventory, &obs.events, now, &self.cfg.health);
+        for change in &report.health_changes {
+            self.report_health(change, now).await;
+        }
+
+        let eval = self.evaluate(&obs).await?;
+        report.host_processes = eval.host_processes.clone();
+        self.log_host_processes(&eval.host_processes);
+        for (p, r) in &eval.unknown_pod {
+            tracing::debug!(pid = p.pid, gpu = p.gpu, pod_uid = %r.pod_uid, "GPU process of a pod not (yet) listed on this node; judged next poll");
+        }
+        self.enforce(&eval, now, &mut report).await;
+
+        let previous = self.last_published.as_ref().map(|(s, _)| s);
+        let status = publish::desired_status(
+            &obs.inventory,
+            &self.health,
+            eval.usage.clone(),
+            self.violations_total,
+            &readiness,
+            now,
+            previous,
+        );
+        let due = match &self.last_published {
+            None => true,
+            Some((last, at)) => {
+                publish::status_changed(last, &status)
+                    || now.duration_since(*at) >= self.cfg.heartbeat
+            }
+        };
+        if due {
+            kube_io::apply_status(&self.client, &node, &status)
+                .await
+                .map_err(kube_err(format!("applying GpuNode {node} status")))?;
+            self.last_published = Some((status.clone(), now));
+            report.published = true;
+        }
+
+        if readiness.ready {
+            let labels = publish::node_labels(&obs.inventory);
+            if self.last_labels.as_ref() != Some(&labels) {
+                kube_io::apply_node_labels(&self.client, &node, &labels)
+                    .await
+                    .map_err(kube_err(format!("labelling Node {node}")))?;
+                tracing::info!(?labels, "Node labels applied");
+                self.last_labels = Some(labels);
+                report.labels_applied = true;
+            }
+            self.last_inventory = Some(obs.inventory);
+        }
+        report.status = status;
+        Ok(report)
+    }
+
+    async fn report_health(&self, change: &HealthChange, now: Timestamp) {
+        let unhealthy = change.to == GpuHealthState::Unhealthy;
+        if unhealthy {
+            tracing::warn!(gpu = change.gpu, uuid = %change.uuid, reason = %change.reason, "GPU unhealthy");
+        } else {
+            tracing::info!(gpu = change.gpu, uuid = %change.uuid, reason = %change.reason, "GPU healthy again");
+        }
+        let ev = EventSpec {
+            regarding: kube_io::gpunode_ref(&self.cfg.node_name, self.gpunode_uid.clone()),
+            type_: if unhealthy { "Warning" } else { "Normal" },
+            reason: if unhealthy {
+                UNHEALTHY_REASON
+            } else {
+                RECOVERED_REASON
+            },
+            action: if unhealthy {
+                "MarkUnhealthy"
+            } else {
+                "MarkHealthy"
+            },
+            note: format!("GPU {} ({}): {}", change.gpu, change.uuid, change.reason),
+        };
+        if let Err(e) = kube_io::create_event(&self.client, &self.cfg.node_name, &ev, now).await {
+            tracing::warn!(error = %e, "could not record the health Event");
+        }
+    }
+
+    /// Attributes processes to pods and judges them.
+    async fn evaluate(&self, obs: &Observation) -> Result<Evaluation, AgentError> {
+        if obs.processes.is_empty() {
+            return Ok(Evaluation::default());
+        }
+        let mut homes = HashMap::new();
+        for pid in obs.processes.iter().map(|p| p.pid).collect::<BTreeSet<_>>() {
+            match self.procfs.home(pid) {
+                Ok(h) => {
+                    if h == ProcessHome::Gone {
+                        tracing::debug!(
+                            pid,
+                            "GPU process not in {} (exited, or the agent lacks hostPID)",
+                            self.procfs.root().display()
+                        );
+                    }
+                    homes.insert(pid, h);
+                }
+                Err(e) => tracing::warn!(pid, error = %e, "cannot read the process's cgroup"),
+            }
+        }
+        let pods: Vec<Pod> = if homes.values().any(|h| matches!(h, ProcessHome::Pod(_))) {
+            kube_io::list_node_pods(&self.client, &self.cfg.node_name)
+                .await
+                .map_err(kube_err("listing the node's pods"))?
+        } else {
+            Vec::new()
+        };
+        let mut batchjobs: HashMap<(String, String), BatchJob> = HashMap::new();
+        let wanted: BTreeSet<(String, String)> =
+            pods.iter().filter_map(binding::batchjob_of).collect();
+        for (ns, name) in wanted {
+            if let Some(bj) = kube_io::get_batchjob(&self.client, &ns, &name)
+                .await
+                .map_err(kube_err(format!("reading BatchJob {ns}/{name}")))?
+            {
+                batchjobs.insert((ns, name), bj);
+            }
+        }
+        Ok(binding::evaluate(
+            &self.cfg.node_name,
+            &obs.inventory,
+            &obs.processes,
+            &homes,
+            &pods,
+            &batchjobs,
+        ))
+    }
+
+    fn log_host_processes(&mut self, host: &[GpuProcess]) {
+        let now: HashSet<(u32, u32)> = host.iter().map(|p| (p.pid, p.gpu)).collect();
+        self.seen_host.retain(|k| now.contains(k));
+        for p in host {
+            if self.seen_host.insert((p.pid, p.gpu)) {
+                tracing::info!(
+                    pid = p.pid,
+                    gpu = p.gpu,
+                    comm = self.procfs.comm(p.pid).unwrap_or_default(),
+                    used_mib = p.used_memory_mib,
+                    "GPU process outside any pod (host process): not enforced"
+                );
+            }
+        }
+    }
+
+    async fn enforce(&mut self, eval: &Evaluation, now: Timestamp, report: &mut CycleReport) {
+        let current: HashSet<(u32, u32, String)> = eval
+            .violations
+            .iter()
+            .map(|v| (v.process.pid, v.process.gpu, v.pod_uid.clone()))
+            .collect();
+        self.seen_violations.retain(|k| current.contains(k));
+        for v in &eval.violations {
+            let key = (v.process.pid, v.process.gpu, v.pod_uid.clone());
+            let is_new = !self.seen_violations.contains(&key);
+            let comm = self.procfs.comm(v.process.pid);
+            let outcome = match self.cfg.policy {
+                Policy::Report => None,
+                Policy::Kill => Some(self.kill(v)),
+            };
+            if let Some(Ok(())) = outcome {
+                report.killed.push(v.process.pid);
+            }
+            if !is_new {
+                continue;
+            }
+            self.seen_violations.insert(key);
+            self.violations_total += 1;
+            let mut note = v.message(comm.as_deref());
+            match &outcome {
+                None => note.push_str("; policy report: not killed"),
+                Some(Ok(())) => note.push_str("; policy kill: process killed"),
+                Some(Err(e)) => note.push_str(&format!("; policy kill: {e}")),
+            }
+            tracing::warn!(namespace = %v.namespace, pod = %v.pod, "binding violation: {note}");
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(v.pod.clone()),
+                namespace: Some(v.namespace.clone()),
+                uid: v.pod_api_uid.clone(),
+                ..Default::default()
+            };
+            let ev = EventSpec {
+                regarding,
+                type_: "Warning",
+                reason: VIOLATION_REASON,
+                action: if self.cfg.policy == Policy::Kill {
+                    "Kill"
+                } else {
+                    "Report"
+                },
+                note,
+            };
+            if let Err(e) = kube_io::create_event(&self.client, &self.cfg.node_name, &ev, now).await
+            {
+                tracing::warn!(error = %e, "could not record the violation Event");
+            }
+            report.new_violations.push(v.clone());
+        }
+    }
+
+    /// Kills a violating process after checking its PID still belongs to the same pod (PIDs
+    /// are reused; a kill must never hit a newcomer).
+    fn kill(&self, v: &Violation) -> Result<(), KillError> {
+        match self.procfs.home(v.process.pid) {
+            Ok(ProcessHome::Pod(r)) if r.pod_uid == v.pod_uid => {}
+            Ok(ProcessHome::Gone) => return Err(KillError::NoSuchProcess(v.process.pid)),
+            _ => return Err(KillError::Refused(v.process.pid)),
+        }
+        let r = self.killer.kill(v.process.pid);
+        match &r {
+            Ok(()) => {
+                tracing::warn!(pid = v.process.pid, pod = %v.pod, gpu = v.process.gpu, "killed process on a GPU its pod was not given")
+            }
+            Err(e) => tracing::warn!(pid = v.process.pid, error = %e, "kill failed"),
+        }
+        r
+    }
+}
