@@ -135,9 +135,7 @@ fn read_static(nvml: &Nvml, sys_root: &Path) -> Result<NodeInventory, InventoryE
             });
         // 64 words of 64 bits: up to 4096 CPUs.
         let cpu_affinity = optional(dev.cpu_affinity(64))
-            .map(|words| {
-                topology::cpuset_from_mask(&words.iter().map(|w| *w as u64).collect::<Vec<_>>())
-            })
+            .map(|words| topology::cpuset_from_mask(&words_u64(&words)))
             .filter(|s| !s.is_empty());
         let mig_enabled = optional(dev.mig_mode()).map(|m| nvml_map::mig_enabled(m.current));
         let mut mig_uuids = Vec::new();
@@ -168,25 +166,24 @@ fn read_static(nvml: &Nvml, sys_root: &Path) -> Result<NodeInventory, InventoryE
 
     let n = gpus.len();
     let mut levels = vec![vec![None; n]; n];
-    for i in 0..n {
-        for j in (i + 1)..n {
-            let (Ok(a), Ok(b)) = (
-                nvml.device_by_index(i as u32),
-                nvml.device_by_index(j as u32),
-            ) else {
-                continue;
-            };
-            let level = optional(a.topology_common_ancestor(b)).map(|l| match l {
-                TopologyLevel::Internal => TopoLevel::Internal,
-                TopologyLevel::Single => TopoLevel::Single,
-                TopologyLevel::Multiple => TopoLevel::Multiple,
-                TopologyLevel::HostBridge => TopoLevel::HostBridge,
-                TopologyLevel::Node => TopoLevel::Node,
-                TopologyLevel::System => TopoLevel::System,
-            });
-            levels[i][j] = level;
-            levels[j][i] = level;
-        }
+    let pairs = (0..n).flat_map(|i| ((i + 1)..n).map(move |j| (i, j)));
+    for (i, j) in pairs {
+        let (Ok(a), Ok(b)) = (
+            nvml.device_by_index(i as u32),
+            nvml.device_by_index(j as u32),
+        ) else {
+            continue;
+        };
+        let level = optional(a.topology_common_ancestor(b)).map(|l| match l {
+            TopologyLevel::Internal => TopoLevel::Internal,
+            TopologyLevel::Single => TopoLevel::Single,
+            TopologyLevel::Multiple => TopoLevel::Multiple,
+            TopologyLevel::HostBridge => TopoLevel::HostBridge,
+            TopologyLevel::Node => TopoLevel::Node,
+            TopologyLevel::System => TopoLevel::System,
+        });
+        levels[i][j] = level;
+        levels[j][i] = level;
     }
     let bus_ids: Vec<String> = gpus
         .iter()
@@ -203,6 +200,13 @@ fn read_static(nvml: &Nvml, sys_root: &Path) -> Result<NodeInventory, InventoryE
         gpus,
         topology: matrix,
     })
+}
+
+/// NVML's CPU mask words are `unsigned long`: 64 bits on the 64-bit Linux targets the agent
+/// ships for, which is the layout [`topology::cpuset_from_mask`] reads.
+#[allow(clippy::unnecessary_cast)]
+fn words_u64(words: &[std::os::raw::c_ulong]) -> Vec<u64> {
+    words.iter().map(|w| *w as u64).collect()
 }
 
 fn active_links(nvml: &Nvml, dev: &nvml_wrapper::Device<'_>) -> Vec<ActiveLink> {
