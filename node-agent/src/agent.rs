@@ -11,13 +11,13 @@ use kube::Client;
 use muster_crds::v1alpha1::{BatchJob, GpuHealthState, GpuNodeStatus};
 
 use crate::binding::{self, Evaluation, Violation};
-use crate::enforce::{KillError, Policy, ProcessKiller};
+use crate::enforce::{self, Policy, ProcessKiller, ViolationLedger};
 use crate::health::{HealthBook, HealthChange, HealthConfig};
 use crate::inventory::GpuInventory;
 use crate::kube_io::{self, EventSpec};
 use crate::model::{GpuProcess, NodeInventory, Observation};
 use crate::procfs::{ProcFs, ProcessHome};
-use crate::publish::{self, Readiness};
+use crate::publish::{self, PublishGate, Readiness};
 
 /// Event reason for a process on a GPU its pod was not given.
 pub const VIOLATION_REASON: &str = "GpuBindingViolation";
@@ -88,13 +88,11 @@ pub struct Agent {
     killer: Arc<dyn ProcessKiller>,
     procfs: ProcFs,
     health: HealthBook,
-    violations_total: u64,
-    /// (pid, gpu, pod uid) of violations already counted and reported.
-    seen_violations: HashSet<(u32, u32, String)>,
+    ledger: ViolationLedger,
     /// (pid, gpu) of host processes already logged.
     seen_host: HashSet<(u32, u32)>,
     last_inventory: Option<NodeInventory>,
-    last_published: Option<(GpuNodeStatus, Timestamp)>,
+    gate: PublishGate,
     last_labels: Option<BTreeMap<String, String>>,
     gpunode_uid: Option<String>,
 }
@@ -148,11 +146,10 @@ impl Agent {
             inventory,
             killer,
             health,
-            violations_total,
-            seen_violations: HashSet::new(),
+            ledger: ViolationLedger::starting_at(violations_total),
             seen_host: HashSet::new(),
             last_inventory: None,
-            last_published: status.map(|s| (s, Timestamp::UNIX_EPOCH)),
+            gate: PublishGate::after(status),
             last_labels: None,
             gpunode_uid: existing.and_then(|g| g.metadata.uid),
         })
@@ -241,28 +238,20 @@ impl Agent {
         }
         self.enforce(&eval, now, &mut report).await;
 
-        let previous = self.last_published.as_ref().map(|(s, _)| s);
         let status = publish::desired_status(
             &obs.inventory,
             &self.health,
             eval.usage.clone(),
-            self.violations_total,
+            self.ledger.total(),
             &readiness,
             now,
-            previous,
+            self.gate.last(),
         );
-        let due = match &self.last_published {
-            None => true,
-            Some((last, at)) => {
-                publish::status_changed(last, &status)
-                    || now.duration_since(*at) >= self.cfg.heartbeat
-            }
-        };
-        if due {
+        if self.gate.due(&status, now, self.cfg.heartbeat) {
             kube_io::apply_status(&self.client, &node, &status)
                 .await
                 .map_err(kube_err(format!("applying GpuNode {node} status")))?;
-            self.last_published = Some((status.clone(), now));
+            self.gate.published(status.clone(), now);
             report.published = true;
         }
 
@@ -338,8 +327,28 @@ impl Agent {
             Vec::new()
         };
         let mut batchjobs: HashMap<(String, String), BatchJob> = HashMap::new();
-        let wanted: BTreeSet<(String, String)> =
-            pods.iter().filter_map(binding::batchjob_of).collect();
+        // Only the BatchJobs of pods that have GPU processes right now.
+        let busy: HashSet<&str> = homes
+            .values()
+            .filter_map(|h| match h {
+                ProcessHome::Pod(r) => Some(r.pod_uid.as_str()),
+                _ => None,
+            })
+            .collect();
+        let wanted: BTreeSet<(String, String)> = pods
+            .iter()
+            .filter(|p| {
+                let uid = p.metadata.uid.as_deref().map(str::to_ascii_lowercase);
+                let hash = p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(binding::CONFIG_HASH));
+                uid.is_some_and(|u| busy.contains(u.as_str()))
+                    || hash.is_some_and(|h| busy.contains(h.to_ascii_lowercase().as_str()))
+            })
+            .filter_map(binding::batchjob_of)
+            .collect();
         for (ns, name) in wanted {
             if let Some(bj) = kube_io::get_batchjob(&self.client, &ns, &name)
                 .await
@@ -375,29 +384,27 @@ impl Agent {
     }
 
     async fn enforce(&mut self, eval: &Evaluation, now: Timestamp, report: &mut CycleReport) {
-        let current: HashSet<(u32, u32, String)> = eval
-            .violations
-            .iter()
-            .map(|v| (v.process.pid, v.process.gpu, v.pod_uid.clone()))
-            .collect();
-        self.seen_violations.retain(|k| current.contains(k));
-        for v in &eval.violations {
-            let key = (v.process.pid, v.process.gpu, v.pod_uid.clone());
-            let is_new = !self.seen_violations.contains(&key);
-            let comm = self.procfs.comm(v.process.pid);
+        let new: HashSet<usize> = self.ledger.record(&eval.violations).into_iter().collect();
+        for (i, v) in eval.violations.iter().enumerate() {
+            // Under `kill`, every poll kills what is still there (a kill can fail or race).
             let outcome = match self.cfg.policy {
                 Policy::Report => None,
-                Policy::Kill => Some(self.kill(v)),
+                Policy::Kill => {
+                    let r = enforce::verify_and_kill(&self.procfs, self.killer.as_ref(), v);
+                    match &r {
+                        Ok(()) => {
+                            tracing::warn!(pid = v.process.pid, pod = %v.pod, gpu = v.process.gpu, "killed a process on a GPU its pod was not given");
+                            report.killed.push(v.process.pid);
+                        }
+                        Err(e) => tracing::warn!(pid = v.process.pid, error = %e, "kill failed"),
+                    }
+                    Some(r)
+                }
             };
-            if let Some(Ok(())) = outcome {
-                report.killed.push(v.process.pid);
-            }
-            if !is_new {
+            if !new.contains(&i) {
                 continue;
             }
-            self.seen_violations.insert(key);
-            self.violations_total += 1;
-            let mut note = v.message(comm.as_deref());
+            let mut note = v.message(self.procfs.comm(v.process.pid).as_deref());
             match &outcome {
                 None => note.push_str("; policy report: not killed"),
                 Some(Ok(())) => note.push_str("; policy kill: process killed"),
@@ -429,23 +436,5 @@ impl Agent {
             }
             report.new_violations.push(v.clone());
         }
-    }
-
-    /// Kills a violating process after checking its PID still belongs to the same pod (PIDs
-    /// are reused; a kill must never hit a newcomer).
-    fn kill(&self, v: &Violation) -> Result<(), KillError> {
-        match self.procfs.home(v.process.pid) {
-            Ok(ProcessHome::Pod(r)) if r.pod_uid == v.pod_uid => {}
-            Ok(ProcessHome::Gone) => return Err(KillError::NoSuchProcess(v.process.pid)),
-            _ => return Err(KillError::Refused(v.process.pid)),
-        }
-        let r = self.killer.kill(v.process.pid);
-        match &r {
-            Ok(()) => {
-                tracing::warn!(pid = v.process.pid, pod = %v.pod, gpu = v.process.gpu, "killed process on a GPU its pod was not given")
-            }
-            Err(e) => tracing::warn!(pid = v.process.pid, error = %e, "kill failed"),
-        }
-        r
     }
 }

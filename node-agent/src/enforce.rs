@@ -1,6 +1,10 @@
 //! What to do about a binding violation, and the process killing behind a trait.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+
+use crate::binding::Violation;
+use crate::procfs::{ProcFs, ProcessHome};
 
 /// What the agent does about a process on a GPU its pod was not given.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -97,9 +101,137 @@ impl ProcessKiller for RecordingKiller {
     }
 }
 
+/// Kills a violating process after re-reading its cgroup: PIDs are reused, and a kill must
+/// never hit a newcomer that took the PID since the violation was seen.
+pub fn verify_and_kill(
+    procfs: &ProcFs,
+    killer: &dyn ProcessKiller,
+    v: &Violation,
+) -> Result<(), KillError> {
+    let pid = v.process.pid;
+    match procfs.home(pid) {
+        Ok(ProcessHome::Pod(r)) if r.pod_uid == v.pod_uid => killer.kill(pid),
+        Ok(ProcessHome::Gone) => Err(KillError::NoSuchProcess(pid)),
+        Ok(_) => Err(KillError::Refused(pid)),
+        Err(source) => Err(KillError::Other { pid, source }),
+    }
+}
+
+/// Counts violations once per (process, GPU, pod) while they last.
+#[derive(Clone, Debug, Default)]
+pub struct ViolationLedger {
+    seen: HashSet<(u32, u32, String)>,
+    total: u64,
+}
+
+impl ViolationLedger {
+    /// A ledger continuing from a published count.
+    pub fn starting_at(total: u64) -> Self {
+        ViolationLedger {
+            seen: HashSet::new(),
+            total,
+        }
+    }
+
+    /// Records this poll's violations; returns which of them (by position) are new. Ones no
+    /// longer present are forgotten (a PID reused later is a new violation).
+    pub fn record(&mut self, violations: &[Violation]) -> Vec<usize> {
+        let key = |v: &Violation| (v.process.pid, v.process.gpu, v.pod_uid.clone());
+        let current: HashSet<_> = violations.iter().map(key).collect();
+        self.seen.retain(|k| current.contains(k));
+        let mut new = Vec::new();
+        for (i, v) in violations.iter().enumerate() {
+            if self.seen.insert(key(v)) {
+                self.total += 1;
+                new.push(i);
+            }
+        }
+        new
+    }
+
+    /// Violations counted so far.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binding::{Assignment, Source};
+    use crate::model::GpuProcess;
+    use crate::procfs::fake;
+
+    const UID: &str = "8f3e2a14-5b6c-4d7e-9f80-a1b2c3d4e5f6";
+
+    fn violation(pid: u32, gpu: u32) -> Violation {
+        Violation {
+            process: GpuProcess {
+                gpu,
+                pid,
+                used_memory_mib: Some(1),
+            },
+            gpu_uuid: format!("GPU-{gpu}"),
+            namespace: "ml".into(),
+            pod: "p".into(),
+            pod_uid: UID.into(),
+            pod_api_uid: Some(UID.into()),
+            container: None,
+            assignment: Assignment::Gpus {
+                gpus: Default::default(),
+                source: Source::Nothing,
+            },
+        }
+    }
+
+    #[test]
+    fn ledger_counts_each_violation_once_while_it_lasts() {
+        let mut l = ViolationLedger::starting_at(5);
+        assert_eq!(l.record(&[violation(1, 0), violation(2, 0)]), vec![0, 1]);
+        assert_eq!(l.total(), 7);
+        // Still there: not new. A second GPU for pid 1: new.
+        assert_eq!(
+            l.record(&[violation(1, 0), violation(2, 0), violation(1, 3)]),
+            vec![2]
+        );
+        assert_eq!(l.total(), 8);
+        // Gone, then back (PID reuse): counted again.
+        assert_eq!(l.record(&[]), Vec::<usize>::new());
+        assert_eq!(l.record(&[violation(1, 0)]), vec![0]);
+        assert_eq!(l.total(), 9);
+    }
+
+    #[test]
+    fn kills_only_the_process_still_in_the_violating_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let procfs = ProcFs::new(dir.path());
+        let killer = RecordingKiller::default();
+        fake::pod_process(dir.path(), 10, "python", UID, &"c".repeat(64)).unwrap();
+        verify_and_kill(&procfs, &killer, &violation(10, 0)).unwrap();
+        // PID 11 now belongs to another pod; PID 12 to the host; PID 13 is gone.
+        fake::pod_process(
+            dir.path(),
+            11,
+            "python",
+            "1f0e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b",
+            &"c".repeat(64),
+        )
+        .unwrap();
+        fake::host_process(dir.path(), 12, "sshd").unwrap();
+        assert!(matches!(
+            verify_and_kill(&procfs, &killer, &violation(11, 0)),
+            Err(KillError::Refused(11))
+        ));
+        assert!(matches!(
+            verify_and_kill(&procfs, &killer, &violation(12, 0)),
+            Err(KillError::Refused(12))
+        ));
+        assert!(matches!(
+            verify_and_kill(&procfs, &killer, &violation(13, 0)),
+            Err(KillError::NoSuchProcess(13))
+        ));
+        assert_eq!(killer.killed(), vec![10]);
+    }
 
     #[test]
     fn signal_killer_refuses_init_and_reports_missing_processes() {

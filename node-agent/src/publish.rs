@@ -110,6 +110,48 @@ pub fn status_changed(a: &GpuNodeStatus, b: &GpuNodeStatus) -> bool {
     strip(a) != strip(b)
 }
 
+/// Decides when the status is written: at once when it changed (beyond the heartbeat time),
+/// otherwise when the heartbeat is due.
+#[derive(Clone, Debug, Default)]
+pub struct PublishGate {
+    last: Option<(GpuNodeStatus, Timestamp)>,
+}
+
+impl PublishGate {
+    /// A gate that knows what was published before (by an earlier agent: due at once, so the
+    /// heartbeat is fresh).
+    pub fn after(previous: Option<GpuNodeStatus>) -> Self {
+        PublishGate {
+            last: previous.map(|s| (s, Timestamp::UNIX_EPOCH)),
+        }
+    }
+
+    /// The last status published.
+    pub fn last(&self) -> Option<&GpuNodeStatus> {
+        self.last.as_ref().map(|(s, _)| s)
+    }
+
+    /// Whether `status` should be written at `now`.
+    pub fn due(
+        &self,
+        status: &GpuNodeStatus,
+        now: Timestamp,
+        heartbeat: jiff::SignedDuration,
+    ) -> bool {
+        match &self.last {
+            None => true,
+            Some((last, at)) => {
+                status_changed(last, status) || now.duration_since(*at) >= heartbeat
+            }
+        }
+    }
+
+    /// Records a successful write.
+    pub fn published(&mut self, status: GpuNodeStatus, now: Timestamp) {
+        self.last = Some((status, now));
+    }
+}
+
 /// A Kubernetes label value from a product name: spaces become `-`, any other character a
 /// label value cannot hold becomes `_`, the ends are trimmed to alphanumerics and the result
 /// cut to 63 characters (`NVIDIA H100 80GB HBM3` → `NVIDIA-H100-80GB-HBM3`).
@@ -306,6 +348,41 @@ mod tests {
         let s3 = desired_status(&i, &book, vec![], 3, &down, t(50), Some(&s2));
         assert_eq!(s3.conditions[0].last_transition_time.0, t(50));
         assert!(status_changed(&s2, &s3));
+    }
+
+    #[test]
+    fn publishes_on_change_or_heartbeat() {
+        let hb = jiff::SignedDuration::from_secs(30);
+        let ready = Readiness {
+            ready: true,
+            reason: "InventoryCurrent".into(),
+            message: "".into(),
+        };
+        let book = HealthBook::default();
+        let s = |n: u64, at: i64, gate: &PublishGate| {
+            desired_status(
+                &inv(&[("M", 1)]),
+                &book,
+                vec![],
+                n,
+                &ready,
+                t(at),
+                gate.last(),
+            )
+        };
+        let mut gate = PublishGate::default();
+        let first = s(0, 0, &gate);
+        assert!(gate.due(&first, t(0), hb));
+        gate.published(first, t(0));
+        assert!(!gate.due(&s(0, 5, &gate), t(5), hb));
+        assert!(
+            gate.due(&s(1, 5, &gate), t(5), hb),
+            "a change is published at once"
+        );
+        assert!(gate.due(&s(0, 30, &gate), t(30), hb), "heartbeat");
+        let restarted = PublishGate::after(gate.last().cloned());
+        assert!(restarted.due(&s(0, 100, &restarted), t(100), hb));
+        assert_eq!(restarted.last().map(|l| l.binding_violations), Some(0));
     }
 
     #[test]
