@@ -223,9 +223,13 @@ impl Agent {
             self.gpunode_uid = g.metadata.uid;
         }
 
-        report.health_changes =
-            self.health
-                .update(&obs.inventory, &obs.events, now, &self.cfg.health);
+        // Health is judged only on a successful poll: without NVML there is nothing to judge
+        // (and a quiet period is not evidence of recovery).
+        if readiness.ready {
+            report.health_changes =
+                self.health
+                    .update(&obs.inventory, &obs.events, now, &self.cfg.health);
+        }
         for change in &report.health_changes {
             self.report_health(change, now).await;
         }
@@ -248,9 +252,13 @@ impl Agent {
             self.gate.last(),
         );
         if self.gate.due(&status, now, self.cfg.heartbeat) {
-            kube_io::apply_status(&self.client, &node, &status)
-                .await
-                .map_err(kube_err(format!("applying GpuNode {node} status")))?;
+            if let Err(e) = kube_io::apply_status(&self.client, &node, &status).await {
+                if matches!(&e, kube::Error::Api(s) if s.is_not_found()) {
+                    // Someone deleted the GpuNode: create it again next poll.
+                    self.gpunode_uid = None;
+                }
+                return Err(kube_err(format!("applying GpuNode {node} status"))(e));
+            }
             self.gate.published(status.clone(), now);
             report.published = true;
         }
