@@ -14,7 +14,7 @@ use crate::binding::{self, Evaluation, Violation};
 use crate::enforce::{self, Policy, ProcessKiller, ViolationLedger};
 use crate::health::{HealthBook, HealthChange, HealthConfig};
 use crate::inventory::GpuInventory;
-use crate::kube_io::{self, EventSpec};
+use crate::kube_io::{self, EventSpec, NodePods};
 use crate::model::{GpuProcess, NodeInventory, Observation};
 use crate::procfs::{ProcFs, ProcessHome};
 use crate::publish::{self, PublishGate, Readiness};
@@ -25,6 +25,23 @@ pub const VIOLATION_REASON: &str = "GpuBindingViolation";
 pub const UNHEALTHY_REASON: &str = "GpuUnhealthy";
 /// Event reason on the GpuNode when a GPU turns Healthy again.
 pub const RECOVERED_REASON: &str = "GpuRecovered";
+
+/// How long a BatchJob read is trusted for pods that are not in violation.
+const BATCHJOB_CACHE_TTL: SignedDuration = SignedDuration::from_secs(60);
+
+/// The identities a pod's cgroup may carry: its UID, or a static pod's config hash.
+fn pod_keys(pod: &Pod) -> impl Iterator<Item = String> + '_ {
+    pod.metadata
+        .uid
+        .iter()
+        .chain(
+            pod.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(binding::CONFIG_HASH)),
+        )
+        .map(|s| s.to_ascii_lowercase())
+}
 
 /// How the agent runs.
 #[derive(Clone, Debug)]
@@ -93,6 +110,10 @@ pub struct Agent {
     seen_host: HashSet<(u32, u32)>,
     last_inventory: Option<NodeInventory>,
     gate: PublishGate,
+    /// Watch cache of the node's pods.
+    pods: Option<NodePods>,
+    /// BatchJobs read recently, with when.
+    bj_cache: HashMap<(String, String), (BatchJob, Timestamp)>,
     last_labels: Option<BTreeMap<String, String>>,
     gpunode_uid: Option<String>,
 }
@@ -139,6 +160,7 @@ impl Agent {
                 "carrying on from the published GpuNode status"
             );
         }
+        let pods = NodePods::watch(&client, &cfg.node_name);
         Ok(Agent {
             procfs: ProcFs::new(cfg.proc_root.clone()),
             client,
@@ -150,6 +172,8 @@ impl Agent {
             seen_host: HashSet::new(),
             last_inventory: None,
             gate: PublishGate::after(status),
+            pods: Some(pods),
+            bj_cache: HashMap::new(),
             last_labels: None,
             gpunode_uid: existing.and_then(|g| g.metadata.uid),
         })
@@ -234,7 +258,7 @@ impl Agent {
             self.report_health(change, now).await;
         }
 
-        let eval = self.evaluate(&obs).await?;
+        let eval = self.evaluate(&obs, now).await?;
         report.host_processes = eval.host_processes.clone();
         self.log_host_processes(&eval.host_processes);
         for (p, r) in &eval.unknown_pod {
@@ -307,7 +331,11 @@ impl Agent {
     }
 
     /// Attributes processes to pods and judges them.
-    async fn evaluate(&self, obs: &Observation) -> Result<Evaluation, AgentError> {
+    async fn evaluate(
+        &mut self,
+        obs: &Observation,
+        now: Timestamp,
+    ) -> Result<Evaluation, AgentError> {
         if obs.processes.is_empty() {
             return Ok(Evaluation::default());
         }
@@ -327,52 +355,120 @@ impl Agent {
                 Err(e) => tracing::warn!(pid, error = %e, "cannot read the process's cgroup"),
             }
         }
-        let pods: Vec<Pod> = if homes.values().any(|h| matches!(h, ProcessHome::Pod(_))) {
-            kube_io::list_node_pods(&self.client, &self.cfg.node_name)
-                .await
-                .map_err(kube_err("listing the node's pods"))?
-        } else {
-            Vec::new()
-        };
-        let mut batchjobs: HashMap<(String, String), BatchJob> = HashMap::new();
-        // Only the BatchJobs of pods that have GPU processes right now.
-        let busy: HashSet<&str> = homes
+        let busy: HashSet<String> = homes
             .values()
             .filter_map(|h| match h {
-                ProcessHome::Pod(r) => Some(r.pod_uid.as_str()),
+                ProcessHome::Pod(r) => Some(r.pod_uid.clone()),
                 _ => None,
             })
             .collect();
-        let wanted: BTreeSet<(String, String)> = pods
+        if busy.is_empty() {
+            return Ok(binding::evaluate(
+                &self.cfg.node_name,
+                &obs.inventory,
+                &obs.processes,
+                &homes,
+                &[],
+                &HashMap::new(),
+            ));
+        }
+        let pods = self.pods_for(&busy).await?;
+        let busy_pods: Vec<&Pod> = pods
             .iter()
-            .filter(|p| {
-                let uid = p.metadata.uid.as_deref().map(str::to_ascii_lowercase);
-                let hash = p
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(binding::CONFIG_HASH));
-                uid.is_some_and(|u| busy.contains(u.as_str()))
-                    || hash.is_some_and(|h| busy.contains(h.to_ascii_lowercase().as_str()))
-            })
-            .filter_map(binding::batchjob_of)
+            .filter(|p| pod_keys(p).any(|k| busy.contains(&k)))
             .collect();
-        for (ns, name) in wanted {
-            if let Some(bj) = kube_io::get_batchjob(&self.client, &ns, &name)
-                .await
-                .map_err(kube_err(format!("reading BatchJob {ns}/{name}")))?
-            {
-                batchjobs.insert((ns, name), bj);
+
+        // BatchJobs from a short-lived cache: a task's allocation does not change while its pod
+        // lives (a requeue makes new pods of a new attempt), so it is refetched only when
+        // stale or when it no longer describes the pod.
+        let mut fetched_now = BTreeSet::new();
+        for pod in &busy_pods {
+            let Some(key) = binding::batchjob_of(pod) else {
+                continue;
+            };
+            let fresh = self.bj_cache.get(&key).is_some_and(|(bj, at)| {
+                now.duration_since(*at) < BATCHJOB_CACHE_TTL
+                    && binding::task_of(pod, bj, &self.cfg.node_name).is_some()
+            });
+            if !fresh && !fetched_now.contains(&key) {
+                self.fetch_batchjob(&key, now).await?;
+                fetched_now.insert(key);
             }
         }
-        Ok(binding::evaluate(
+        let mut eval = self.judge(obs, &homes, &pods);
+        // Never act on a cached allocation: refetch the BatchJobs behind violations, judge again.
+        let stale: BTreeSet<(String, String)> = eval
+            .violations
+            .iter()
+            .filter_map(Violation::batchjob)
+            .filter(|k| !fetched_now.contains(k))
+            .collect();
+        if !stale.is_empty() {
+            for key in &stale {
+                self.fetch_batchjob(key, now).await?;
+            }
+            eval = self.judge(obs, &homes, &pods);
+        }
+        Ok(eval)
+    }
+
+    fn judge(
+        &self,
+        obs: &Observation,
+        homes: &HashMap<u32, ProcessHome>,
+        pods: &[Pod],
+    ) -> Evaluation {
+        let batchjobs: HashMap<(String, String), BatchJob> = self
+            .bj_cache
+            .iter()
+            .map(|(k, (bj, _))| (k.clone(), bj.clone()))
+            .collect();
+        binding::evaluate(
             &self.cfg.node_name,
             &obs.inventory,
             &obs.processes,
-            &homes,
-            &pods,
+            homes,
+            pods,
             &batchjobs,
-        ))
+        )
+    }
+
+    async fn fetch_batchjob(
+        &mut self,
+        key: &(String, String),
+        now: Timestamp,
+    ) -> Result<(), AgentError> {
+        let (ns, name) = key;
+        match kube_io::get_batchjob(&self.client, ns, name)
+            .await
+            .map_err(kube_err(format!("reading BatchJob {ns}/{name}")))?
+        {
+            Some(bj) => {
+                self.bj_cache.insert(key.clone(), (bj, now));
+            }
+            None => {
+                self.bj_cache.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// The node's pods from the watch cache; a fresh list when the cache has not synced yet
+    /// or lacks a pod whose process we see (a pod that just started).
+    async fn pods_for(&self, busy: &HashSet<String>) -> Result<Vec<Pod>, AgentError> {
+        if let Some(pods) = self
+            .pods
+            .as_ref()
+            .and_then(|w| w.snapshot(&self.cfg.node_name))
+        {
+            let known: HashSet<String> = pods.iter().flat_map(pod_keys).collect();
+            if busy.iter().all(|u| known.contains(u)) {
+                return Ok(pods);
+            }
+        }
+        kube_io::list_node_pods(&self.client, &self.cfg.node_name)
+            .await
+            .map_err(kube_err("listing the node's pods"))
     }
 
     fn log_host_processes(&mut self, host: &[GpuProcess]) {

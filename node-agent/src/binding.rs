@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use muster_crds::labels;
-use muster_crds::v1alpha1::{BatchJob, PodGpuUsage};
+use muster_crds::v1alpha1::{BatchJob, PodGpuUsage, TaskAllocation};
 
 use crate::cgroup::PodRef;
 use crate::model::{GpuProcess, NodeInventory};
@@ -163,15 +163,12 @@ pub fn assignment(
     }
 }
 
-fn from_batchjob(
-    pod: &Pod,
-    bj: &BatchJob,
-    node: &str,
-    inventory: &NodeInventory,
-) -> Option<Assignment> {
+/// The BatchJob task entry that describes `pod` on `node`: same rank (label
+/// `muster.dev/rank`), this node, the same pod name if the entry records one, and the same
+/// admission attempt (a pod of an older attempt after a requeue holds nothing any more).
+pub fn task_of<'a>(pod: &Pod, bj: &'a BatchJob, node: &str) -> Option<&'a TaskAllocation> {
     let rank: u32 = pod.labels().get(labels::RANK)?.parse().ok()?;
     let status = bj.status.as_ref()?;
-    // A pod of an older admission attempt (the job was requeued) holds nothing any more.
     let pod_attempt = pod
         .labels()
         .get(labels::ATTEMPT)
@@ -181,9 +178,18 @@ fn from_batchjob(
     {
         return None;
     }
-    let task = status.tasks.iter().find(|t| {
+    status.tasks.iter().find(|t| {
         t.rank == rank && t.node == node && t.pod.as_deref().is_none_or(|p| p == pod.name_any())
-    })?;
+    })
+}
+
+fn from_batchjob(
+    pod: &Pod,
+    bj: &BatchJob,
+    node: &str,
+    inventory: &NodeInventory,
+) -> Option<Assignment> {
+    let task = task_of(pod, bj, node)?;
     let gpus: BTreeSet<u32> = if task.gpu_uuids.is_empty() {
         task.gpus
             .iter()
@@ -200,7 +206,7 @@ fn from_batchjob(
         gpus,
         source: Source::BatchJob {
             name: bj.name_any(),
-            rank,
+            rank: task.rank,
         },
     })
 }
@@ -280,6 +286,17 @@ pub struct Violation {
 }
 
 impl Violation {
+    /// The BatchJob (namespace, name) the pod's assignment was read from, if any.
+    pub fn batchjob(&self) -> Option<(String, String)> {
+        match &self.assignment {
+            Assignment::Gpus {
+                source: Source::BatchJob { name, .. },
+                ..
+            } => Some((self.namespace.clone(), name.clone())),
+            _ => None,
+        }
+    }
+
     /// The message for the pod's Event and the log.
     pub fn message(&self, comm: Option<&str>) -> String {
         format!(
@@ -403,7 +420,7 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use kube::api::ObjectMeta;
-    use muster_crds::v1alpha1::{BatchJobSpec, BatchJobStatus, TaskAllocation};
+    use muster_crds::v1alpha1::{BatchJobSpec, BatchJobStatus};
 
     const NODE: &str = "gpu-a";
     const CID: &str = "4c01db0b339c9d5e2ff7b8a6d1e2c3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0";

@@ -2,6 +2,12 @@
 //! send is computed in [`crate::publish`] and [`crate::binding`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
@@ -73,6 +79,65 @@ pub async fn list_node_pods(client: &Client, node: &str) -> kube::Result<Vec<Pod
         .into_iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .collect())
+}
+
+/// A watch of the pods bound to one node (what the kubelet does too), so polls read a local
+/// cache instead of listing pods every few seconds from every node.
+pub struct NodePods {
+    store: Store<Pod>,
+    ready: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NodePods {
+    /// Starts watching the pods of `node` (field selector `spec.nodeName`).
+    pub fn watch(client: &Client, node: &str) -> Self {
+        let (store, writer) = reflector::store();
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let stream = reflector(
+            writer,
+            watcher(Api::<Pod>::all(client.clone()), config).default_backoff(),
+        );
+        let ready = Arc::new(AtomicBool::new(false));
+        let task = {
+            let (ready, store) = (ready.clone(), store.clone());
+            tokio::spawn(async move {
+                let mark = async {
+                    if store.wait_until_ready().await.is_ok() {
+                        ready.store(true, Ordering::Release);
+                    }
+                };
+                let drive = stream.for_each(|ev| async move {
+                    if let Err(e) = ev {
+                        tracing::debug!(error = %e, "pod watch");
+                    }
+                });
+                futures::join!(mark, drive);
+            })
+        };
+        NodePods { store, ready, task }
+    }
+
+    /// The cached pods of `node`, once the first list has arrived.
+    pub fn snapshot(&self, node: &str) -> Option<Vec<Pod>> {
+        if !self.ready.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(
+            self.store
+                .state()
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+                .map(|p| Pod::clone(p))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for NodePods {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// A BatchJob, if it exists.
