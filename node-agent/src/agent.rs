@@ -114,6 +114,8 @@ pub struct Agent {
     pods: Option<NodePods>,
     /// BatchJobs read recently, with when.
     bj_cache: HashMap<(String, String), (BatchJob, Timestamp)>,
+    /// Whether the "processes not visible, hostPID?" warning was given.
+    warned_invisible: bool,
     last_labels: Option<BTreeMap<String, String>>,
     gpunode_uid: Option<String>,
 }
@@ -174,6 +176,7 @@ impl Agent {
             gate: PublishGate::after(status),
             pods: Some(pods),
             bj_cache: HashMap::new(),
+            warned_invisible: false,
             last_labels: None,
             gpunode_uid: existing.and_then(|g| g.metadata.uid),
         })
@@ -290,12 +293,18 @@ impl Agent {
         if readiness.ready {
             let labels = publish::node_labels(&obs.inventory);
             if self.last_labels.as_ref() != Some(&labels) {
-                kube_io::apply_node_labels(&self.client, &node, &labels)
+                let applied = kube_io::apply_node_labels(&self.client, &node, &labels)
                     .await
                     .map_err(kube_err(format!("labelling Node {node}")))?;
-                tracing::info!(?labels, "Node labels applied");
-                self.last_labels = Some(labels);
-                report.labels_applied = true;
+                if applied.is_some() {
+                    tracing::info!(?labels, "Node labels applied");
+                    self.last_labels = Some(labels);
+                    report.labels_applied = true;
+                } else {
+                    tracing::warn!(
+                        "Node {node} does not exist: labels not applied (retrying next poll)"
+                    );
+                }
             }
             self.last_inventory = Some(obs.inventory);
         }
@@ -346,7 +355,7 @@ impl Agent {
                     if h == ProcessHome::Gone {
                         tracing::debug!(
                             pid,
-                            "GPU process not in {} (exited, or the agent lacks hostPID)",
+                            "GPU process not in {} (exited?)",
                             self.procfs.root().display()
                         );
                     }
@@ -354,6 +363,18 @@ impl Agent {
                 }
                 Err(e) => tracing::warn!(pid, error = %e, "cannot read the process's cgroup"),
             }
+        }
+        if !homes.is_empty()
+            && homes.values().all(|h| *h == ProcessHome::Gone)
+            && !self.warned_invisible
+        {
+            // Every GPU process invisible: almost surely the wrong PID namespace.
+            tracing::warn!(
+                "none of the {} GPU processes NVML reports is in {}: run the agent with hostPID: true (or point --proc-root at the host's /proc); nothing is enforced until then",
+                homes.len(),
+                self.procfs.root().display()
+            );
+            self.warned_invisible = true;
         }
         let busy: HashSet<String> = homes
             .values()

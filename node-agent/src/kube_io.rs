@@ -54,19 +54,24 @@ pub async fn apply_status(
 }
 
 /// Applies the agent's labels on the Node (its own field manager: labels it stops sending are
-/// removed, other labels are untouched).
+/// removed, other labels are untouched). `None` when the Node does not exist: an apply would
+/// create it, and only the kubelet registers Nodes.
 pub async fn apply_node_labels(
     client: &Client,
     node: &str,
     labels: &BTreeMap<String, String>,
-) -> kube::Result<Node> {
-    Api::<Node>::all(client.clone())
-        .patch(
-            node,
-            &PatchParams::apply(publish::LABELS_FIELD_MANAGER).force(),
-            &Patch::Apply(publish::labels_patch(node, labels)),
-        )
-        .await
+) -> kube::Result<Option<Node>> {
+    let api = Api::<Node>::all(client.clone());
+    if api.get_opt(node).await?.is_none() {
+        return Ok(None);
+    }
+    api.patch(
+        node,
+        &PatchParams::apply(publish::LABELS_FIELD_MANAGER).force(),
+        &Patch::Apply(publish::labels_patch(node, labels)),
+    )
+    .await
+    .map(Some)
 }
 
 /// The pods bound to `node` (field selector `spec.nodeName`, re-checked here).

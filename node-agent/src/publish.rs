@@ -101,11 +101,20 @@ pub fn desired_status(
     }
 }
 
-/// Whether two statuses differ in anything but the heartbeat (i.e. a publish is news).
+/// Whether two statuses differ in something worth writing at once: anything but the
+/// heartbeat and the memory figures. Memory in use moves all the time while jobs run; writing
+/// it every poll from every node would load the API server for little gain, so new memory
+/// numbers ride along with the next heartbeat. (A pod starting or stopping on a GPU — an entry
+/// appearing in or leaving `usage` — is news.)
 pub fn status_changed(a: &GpuNodeStatus, b: &GpuNodeStatus) -> bool {
-    let strip = |s: &GpuNodeStatus| GpuNodeStatus {
-        heartbeat_time: None,
-        ..s.clone()
+    let strip = |s: &GpuNodeStatus| {
+        let mut s = GpuNodeStatus {
+            heartbeat_time: None,
+            ..s.clone()
+        };
+        s.gpus.iter_mut().for_each(|g| g.memory_used_mib = None);
+        s.usage.iter_mut().for_each(|u| u.memory_used_mib = 0);
+        s
     };
     strip(a) != strip(b)
 }
@@ -380,6 +389,18 @@ mod tests {
             "a change is published at once"
         );
         assert!(gate.due(&s(0, 30, &gate), t(30), hb), "heartbeat");
+        // Memory figures alone wait for the heartbeat; a new usage entry does not.
+        let mut more = s(0, 10, &gate);
+        more.gpus[0].memory_used_mib = Some(4096);
+        assert!(!gate.due(&more, t(10), hb));
+        more.usage.push(PodGpuUsage {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            gpu: 0,
+            memory_used_mib: 1,
+            assigned: true,
+        });
+        assert!(gate.due(&more, t(10), hb));
         let restarted = PublishGate::after(gate.last().cloned());
         assert!(restarted.due(&s(0, 100, &restarted), t(100), hb));
         assert_eq!(restarted.last().map(|l| l.binding_violations), Some(0));
