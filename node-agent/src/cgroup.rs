@@ -256,4 +256,51 @@ mod tests {
             }
         );
     }
+
+    mod prop {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn uid() -> impl Strategy<Value = String> {
+            "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            #[test]
+            fn any_input_parses_without_panicking(text in "\\PC{0,300}") {
+                let _ = pod_of(&text);
+            }
+
+            #[test]
+            fn every_kubelet_layout_yields_the_pod(
+                uid in uid(),
+                cid in "[0-9a-f]{64}",
+                qos in prop::sample::select(vec!["", "burstable", "besteffort"]),
+                runtime in prop::sample::select(vec!["cri-containerd-", "crio-", "docker-"]),
+                v1 in any::<bool>(),
+                systemd in any::<bool>(),
+            ) {
+                let path = if systemd {
+                    let u = uid.replace('-', "_");
+                    if qos.is_empty() {
+                        format!("/kubepods.slice/kubepods-pod{u}.slice/{runtime}{cid}.scope")
+                    } else {
+                        format!("/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{u}.slice/{runtime}{cid}.scope")
+                    }
+                } else if qos.is_empty() {
+                    format!("/kubepods/pod{uid}/{cid}")
+                } else {
+                    format!("/kubepods/{qos}/pod{uid}/{cid}")
+                };
+                let file = if v1 {
+                    format!("12:pids:{path}\n11:memory:{path}\n1:name=systemd:{path}\n")
+                } else {
+                    format!("0::{path}\n")
+                };
+                prop_assert_eq!(pod_of(&file), Some(PodRef { pod_uid: uid, container_id: Some(cid) }));
+            }
+        }
+    }
 }

@@ -335,4 +335,19 @@ mod tests {
         assert_eq!(cpuset_from_mask(&[0b1010]), "1,3");
         assert_eq!(cpuset_from_mask(&[]), "");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn cpusets_round_trip(cpus in proptest::collection::btree_set(0u32..512, 0..64)) {
+            let text = format_cpuset(cpus.iter().copied());
+            proptest::prop_assert_eq!(parse_cpuset(&text).unwrap(), cpus.clone());
+            let mut words = vec![0u64; 8];
+            for c in &cpus {
+                words[(*c / 64) as usize] |= 1 << (c % 64);
+            }
+            proptest::prop_assert_eq!(cpuset_from_mask(&words), text);
+        }
+    }
 }
