@@ -246,7 +246,15 @@ impl Agent {
         if self.gpunode_uid.is_none() {
             let g = kube_io::apply_gpunode(&self.client, &node)
                 .await
-                .map_err(kube_err(format!("applying GpuNode {node}")))?;
+                .map_err(|e| {
+                    let hint = match &e {
+                        kube::Error::Api(s) if s.is_not_found() => {
+                            " (is the gpunodes.muster.dev CRD installed?)"
+                        }
+                        _ => "",
+                    };
+                    kube_err(format!("applying GpuNode {node}{hint}"))(e)
+                })?;
             self.gpunode_uid = g.metadata.uid;
         }
 
