@@ -175,7 +175,7 @@ impl<'a> Cycle<'a> {
             run.push(RunInfo {
                 id: j.id,
                 tier: part.map(|p| p.priority_tier).unwrap_or(u32::MAX),
-                mode: part.map(|p| p.preempt_mode).unwrap_or(PreemptMode::Off),
+                mode: part.map(|p| p.preempt_mode).unwrap_or(PreemptMode::None),
                 grace,
                 nodes,
                 stopping,
@@ -221,7 +221,7 @@ impl<'a> Cycle<'a> {
         self.lowest_preemptable_tier = self
             .run
             .iter()
-            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .filter(|r| !r.stopping && r.mode != PreemptMode::None)
             .map(|r| r.tier)
             .min()
             .unwrap_or(u32::MAX);
@@ -868,7 +868,7 @@ impl<'a> Cycle<'a> {
                 let r = &self.run[i];
                 !r.stopping
                     && r.tier < tier
-                    && r.mode != PreemptMode::Off
+                    && r.mode != PreemptMode::None
                     && self.run_nodes[r.nodes.start as usize..r.nodes.end as usize]
                         .iter()
                         .any(|(n, _)| {
@@ -1039,7 +1039,7 @@ impl<'a> Cycle<'a> {
         self.lowest_preemptable_tier = self
             .run
             .iter()
-            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .filter(|r| !r.stopping && r.mode != PreemptMode::None)
             .map(|r| r.tier)
             .min()
             .unwrap_or(u32::MAX);
