@@ -11,6 +11,7 @@
 //! The binary may also be installed under a Slurm command's name (`ln -s muster squeue`):
 //! it then behaves as that command.
 
+pub mod bench;
 pub mod cluster;
 pub mod fetch;
 pub mod format;
@@ -68,6 +69,8 @@ pub enum Command {
     Sacct(sacct::SacctArgs),
     /// Print a job's output (what slurm-JOBID.out would hold).
     Logs(logs::LogsArgs),
+    /// Measure the scheduling core: cycle time, memory and placement quality vs first fit.
+    Bench(bench::BenchArgs),
 }
 
 /// A command failed and has already said why on standard error: exit 1 without more text.
@@ -141,6 +144,7 @@ pub async fn execute(cli: &Cli, cluster: Option<Cluster>, io: &mut Io<'_>) -> an
         Command::Scontrol(args) => scontrol::run(args, &target, io).await,
         Command::Sacct(args) => sacct::run(args, &target, io).await,
         Command::Logs(args) => logs::run(args, &target, io).await,
+        Command::Bench(args) => bench::run(args, io),
     }
 }
 
@@ -154,6 +158,7 @@ fn command_name(cli: &Cli) -> &'static str {
         Command::Scontrol(_) => "scontrol",
         Command::Sacct(_) => "sacct",
         Command::Logs(_) => "logs",
+        Command::Bench(_) => "bench",
     }
 }
 

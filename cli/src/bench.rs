@@ -1,0 +1,77 @@
+//! `muster bench`: the scheduling core's speed, memory and placement-quality figures, with a
+//! naive topology-unaware first-fit baseline on the same input (see
+//! [`muster_operator::bench`]). Figures are thread CPU time of one core, so a loaded machine
+//! skews them less than wall time would.
+
+use std::sync::OnceLock;
+
+use muster_operator::bench::{BenchOptions, run as run_bench};
+
+use crate::Io;
+
+/// Live heap bytes of this process, when the binary installed a counting allocator
+/// (`muster` does; the memory figure is left out otherwise).
+pub static MEMORY_PROBE: OnceLock<fn() -> usize> = OnceLock::new();
+
+/// Options of `muster bench`.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct BenchArgs {
+    /// A shorter run (smaller scaling series and job counts), for a first look.
+    #[arg(long)]
+    pub quick: bool,
+    /// Nodes of the main cluster (8 GPUs each, 32 per leaf).
+    #[arg(long, default_value_t = 4096)]
+    pub nodes: u32,
+    /// Pending jobs in the main cycle.
+    #[arg(long, default_value_t = 10_000)]
+    pub jobs: usize,
+    /// Timed repetitions per case (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+    /// Seed of every synthetic input.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Cluster sizes (nodes) of the scaling series, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [512, 4096, 16_384])]
+    pub scales: Vec<u32>,
+    /// Nodes of the big gang placed on a half-fragmented cluster.
+    #[arg(long, default_value_t = 512)]
+    pub gang_nodes: u32,
+    /// One-GPU jobs placed in one cycle on an empty cluster.
+    #[arg(long, default_value_t = 100_000)]
+    pub many_jobs: usize,
+    /// Jobs of the placement-quality simulation (against first fit).
+    #[arg(long, default_value_t = 1_500)]
+    pub quality_jobs: usize,
+}
+
+/// Build the options and print the report.
+pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let mut opts = BenchOptions {
+        nodes: args.nodes,
+        jobs: args.jobs,
+        runs: args.runs,
+        seed: args.seed,
+        scales: args.scales.clone(),
+        gang_nodes: args.gang_nodes,
+        many_jobs: args.many_jobs,
+        quality_jobs: args.quality_jobs,
+        memory_probe: MEMORY_PROBE.get().copied(),
+        ..BenchOptions::default()
+    };
+    if args.quick {
+        opts.runs = opts.runs.min(1);
+        opts.scales = vec![512, 4096];
+        opts.many_jobs = 20_000;
+        opts.many_nodes = 4096;
+        opts.quality_jobs = 400;
+    }
+    if cfg!(debug_assertions) {
+        writeln!(
+            io.err,
+            "note: this is a debug build; figures are only meaningful from `cargo run --release -p muster-cli -- bench`"
+        )?;
+    }
+    writeln!(io.out, "{}", run_bench(&opts))?;
+    Ok(())
+}

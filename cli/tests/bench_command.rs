@@ -1,0 +1,58 @@
+//! `muster bench` runs the core benchmark and prints every figure the issue asks for, with the
+//! first-fit baseline beside it (a tiny configuration: this checks the wiring and the report,
+//! not speed — speed is what the printed figures are for).
+
+use std::ffi::OsString;
+
+#[tokio::test]
+async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
+    let argv: Vec<OsString> = [
+        "muster",
+        "bench",
+        "--nodes",
+        "64",
+        "--jobs",
+        "200",
+        "--runs",
+        "1",
+        "--scales",
+        "32,64",
+        "--gang-nodes",
+        "16",
+        "--many-jobs",
+        "500",
+        "--quality-jobs",
+        "60",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut stdin = std::io::empty();
+    let env = |_: &str| None;
+    let mut io = muster_cli::Io {
+        out: &mut out,
+        err: &mut err,
+        stdin: &mut stdin,
+        env: &env,
+        cwd: std::env::current_dir().unwrap(),
+    };
+    let code = muster_cli::run_with(argv, &mut io).await;
+    let out = String::from_utf8(out).unwrap();
+    let err = String::from_utf8(err).unwrap();
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    assert!(
+        out.contains("baseline = topology-unaware first fit"),
+        "{out}"
+    );
+    assert!(out.contains("full cycle with backfill: 64 nodes"), "{out}");
+    assert!(out.contains("cycle time by cluster size"), "{out}");
+    assert!(
+        out.contains("32 nodes") && out.contains("64 nodes"),
+        "{out}"
+    );
+    assert!(
+        out.to_lowercase().contains("leaf"),
+        "quality figures missing: {out}"
+    );
+}
