@@ -103,51 +103,87 @@ async fn sustained_writes(s: &ApiServer, total: usize, concurrency: usize) {
     );
 }
 
-/// 1,000 watches open (on pods, as per-object or per-node watches are) while writes go on.
-async fn idle_watches_then_writes(s: &ApiServer, watchers: usize, writes: usize) {
+/// 1,000 per-node pod watches (`spec.nodeName=node-i`, as kubelets keep) while pods are
+/// created on those nodes: every watch must get exactly its own pods.
+async fn node_watches(s: &ApiServer, nodes: usize, pods_total: usize) {
     let client = s.client();
-    let pods: Api<Pod> = Api::all(client.clone());
-    let mut streams = Vec::new();
-    for i in 0..watchers {
-        let st = pods
-            .watch(
-                &kube::api::WatchParams::default()
-                    .fields(&format!("spec.nodeName=node-{i}"))
-                    .timeout(290),
-                "0",
-            )
-            .await
-            .expect("watch");
-        streams.push(st.boxed());
+    let rv = s.resource_version().to_string();
+    let ready = Arc::new(tokio::sync::Barrier::new(nodes + 1));
+    let per_node = pods_total / nodes;
+    let mut handles = Vec::new();
+    for n in 0..nodes {
+        let client = client.clone();
+        let ready = ready.clone();
+        let rv = rv.clone();
+        handles.push(tokio::spawn(async move {
+            let req = axum::http::Request::get(format!(
+                "/api/v1/pods?watch=true&resourceVersion={rv}&timeoutSeconds=290&fieldSelector=spec.nodeName%3Dnode-{n}"
+            ))
+            .body(Vec::new())
+            .unwrap();
+            let resp = client.send(req.map(kube::client::Body::from)).await.expect("watch starts");
+            ready.wait().await;
+            let mut body = resp.into_body();
+            let mut seen = 0usize;
+            while seen < per_node {
+                match tokio::time::timeout(Duration::from_secs(60), body.frame()).await {
+                    Ok(Some(Ok(f))) => {
+                        if let Some(d) = f.data_ref() {
+                            seen += d.iter().filter(|b| **b == b'\n').count();
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            seen
+        }));
     }
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    ready.wait().await;
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..pods_total)
+            .map(|i| {
+                let mut p = serde_json::to_value(pod(1_000_000 + i)).unwrap();
+                p["spec"]["nodeName"] = json!(format!("node-{}", i % nodes));
+                serde_json::to_vec(&p).unwrap()
+            })
+            .collect(),
+    );
     let t = Instant::now();
-    let concurrency = 64;
+    let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for w in 0..concurrency {
-        let cms = cms.clone();
+    for _ in 0..64 {
+        let client = client.clone();
+        let next = next.clone();
+        let bodies = bodies.clone();
         tasks.push(tokio::spawn(async move {
-            let mut i = w;
-            while i < writes {
-                let cm: ConfigMap =
-                    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": format!("idle{i}")}, "data": {"k": "v"}}))
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= bodies.len() {
+                    break;
+                }
+                let req = axum::http::Request::post("/api/v1/namespaces/default/pods")
+                    .header("content-type", "application/json")
+                    .body(bodies[i].clone())
                     .unwrap();
-                cms.create(&PostParams::default(), &cm)
-                    .await
-                    .expect("create");
-                i += concurrency;
+                client.request_text(req).await.expect("create pod");
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
+    let writes = t.elapsed();
+    let mut complete = 0;
+    for h in handles {
+        if h.await.unwrap() == per_node {
+            complete += 1;
+        }
+    }
     println!(
-        "with {watchers} watches open: {:.0} creates/s ({writes}, 64 concurrent clients)",
-        writes as f64 / t.elapsed().as_secs_f64()
+        "{nodes} per-node pod watches: {pods_total} pods created through raw HTTP (JSON bodies, responses not decoded) at {:.0} pods/s; {complete}/{nodes} watches got exactly their {per_node} pods after {:.2}s",
+        pods_total as f64 / writes.as_secs_f64(),
+        t.elapsed().as_secs_f64()
     );
-    drop(streams);
 }
 
 async fn watch_fanout(s: &ApiServer, watchers: usize, writes: usize) {
@@ -281,7 +317,7 @@ async fn memory(s: &ApiServer, pods: usize, concurrency: usize) {
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let api: Api<Pod> = Api::default_namespaced(client.clone());
+        let client = client.clone();
         let next = next.clone();
         tasks.push(tokio::spawn(async move {
             loop {
@@ -289,9 +325,11 @@ async fn memory(s: &ApiServer, pods: usize, concurrency: usize) {
                 if i >= pods {
                     break;
                 }
-                api.create(&PostParams::default(), &pod(i))
-                    .await
-                    .expect("create pod");
+                let req = axum::http::Request::post("/api/v1/namespaces/default/pods")
+                    .header("content-type", "application/json")
+                    .body(serde_json::to_vec(&pod(i)).unwrap())
+                    .unwrap();
+                client.request_text(req).await.expect("create pod");
             }
         }));
     }
@@ -302,7 +340,7 @@ async fn memory(s: &ApiServer, pods: usize, concurrency: usize) {
     let after = rss_bytes();
     let per = (after.saturating_sub(before)) as f64 / pods as f64;
     println!(
-        "{pods} pods created via kube-rs in {:.1}s ({:.0} pods/s); RSS {:.0} MiB -> {:.0} MiB ({:.0} MiB for the pods, {per:.0} bytes/pod)",
+        "{pods} pods created through raw HTTP in {:.1}s ({:.0} pods/s); RSS {:.0} MiB -> {:.0} MiB ({:.0} MiB for the pods, {per:.0} bytes/pod)",
         took.as_secs_f64(),
         pods as f64 / took.as_secs_f64(),
         before as f64 / 1048576.0,
@@ -348,7 +386,7 @@ fn main() {
             base as f64 / 1048576.0
         );
         sustained_writes(&s, if quick { 5_000 } else { 30_000 }, 64).await;
-        idle_watches_then_writes(&s, 1000, if quick { 5_000 } else { 20_000 }).await;
+        node_watches(&s, 1000, if quick { 5_000 } else { 20_000 }).await;
         watch_fanout(&s, 1000, if quick { 100 } else { 500 }).await;
         s.shutdown().await;
         let s = ApiServer::start(ApiServerOptions::default())

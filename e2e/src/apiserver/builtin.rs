@@ -86,7 +86,7 @@ struct Roundtrip<'a>(&'a Value);
 impl TypedOp for Roundtrip<'_> {
     type Out = Result<Value, String>;
     fn run<T: DeserializeOwned + Serialize + schemars::JsonSchema>(self) -> Self::Out {
-        let t: T = serde_json::from_value(self.0.clone()).map_err(|e| e.to_string())?;
+        let t = T::deserialize(self.0).map_err(|e| e.to_string())?;
         serde_json::to_value(t).map_err(|e| e.to_string())
     }
 }

@@ -112,14 +112,14 @@ impl FaultState {
             let mut g = self.inner.lock().expect("faults lock");
             let latency = g.latency;
             let mut err = None;
-            let rules = g.rules.clone();
-            for r in rules {
-                if r.verbs.matches(verb) && r.resource.as_deref().is_none_or(|x| x == resource) {
-                    let hit = g.rng.random_bool(r.rate.clamp(0.0, 1.0));
-                    if hit {
-                        err = Some(r.code);
-                        break;
-                    }
+            let Inner { rng, rules, .. } = &mut *g;
+            for r in rules.iter() {
+                if r.verbs.matches(verb)
+                    && r.resource.as_deref().is_none_or(|x| x == resource)
+                    && rng.random_bool(r.rate.clamp(0.0, 1.0))
+                {
+                    err = Some(r.code);
+                    break;
                 }
             }
             (latency, err)

@@ -798,7 +798,7 @@ fn list(
         && let Some(want) = req.q("resourceVersion").and_then(|r| r.parse::<u64>().ok())
     {
         let changed_since = match coll.since(want, 1) {
-            Since::Events(evs, _) => !evs.is_empty(),
+            Since::Events(evs, _, _) => !evs.is_empty(),
             Since::Expired(_) => true,
         };
         if changed_since {
@@ -1207,7 +1207,10 @@ impl WatchState {
         }
         loop {
             self.notify.borrow_and_update();
-            match self.coll.since(self.last, 256) {
+            let (ns, sel) = (&self.ctx.ns, &self.ctx.sel);
+            let scope = |m: &Meta| ns.as_deref().is_none_or(|n| &*m.ns == n) && sel.matches(m);
+            let relevant = |e: &super::store::Event| scope(&e.obj.meta) || e.prev.as_ref().is_some_and(|p| scope(&p.meta));
+            match self.coll.since_matching(self.last, 256, relevant) {
                 Since::Expired(oldest) => {
                     let e = ApiError::expired(format!(
                         "too old resource version: {} ({oldest})",
@@ -1217,8 +1220,8 @@ impl WatchState {
                     self.done = true;
                     return Some(join(parts));
                 }
-                Since::Events(evs, read_to) => {
-                    let full = evs.len() == 256;
+                Since::Events(evs, read_to, more) => {
+                    let full = more;
                     for ev in &evs {
                         if let Some(f) = self.ctx.event(ev) {
                             size += f.len();

@@ -528,7 +528,7 @@ impl Shared {
                     if cur.is_some() {
                         continue;
                     }
-                    match self.create(rt, ns, v, opts, true) {
+                    match self.create(rt, ns, v, opts, opts.apply) {
                         Err(e) if e.reason == "AlreadyExists" => continue,
                         r => return r,
                     }

@@ -160,8 +160,9 @@ pub struct Window {
 
 /// What a watcher gets when it asks for the events after a resourceVersion.
 pub enum Since {
-    /// The events (possibly none) and the rv up to which the window has been read.
-    Events(Vec<Arc<Event>>, u64),
+    /// The events (possibly none), the rv up to which the window has been read, and whether
+    /// more events follow it.
+    Events(Vec<Arc<Event>>, u64, bool),
     /// The resourceVersion has left the window: the oldest one still answerable.
     Expired(u64),
 }
@@ -386,18 +387,33 @@ impl Collection {
 
     /// Events after `rv`, at most `max`.
     pub fn since(&self, rv: u64, max: usize) -> Since {
+        self.since_matching(rv, max, |_| true)
+    }
+
+    /// Events after `rv` that `keep` accepts, looking at `max` events at most. Filtering under
+    /// the lock spares watchers that select few objects a reference per event.
+    pub fn since_matching(&self, rv: u64, max: usize, mut keep: impl FnMut(&Event) -> bool) -> Since {
         let w = self.window.read().expect("window lock");
         if rv < w.start {
             return Since::Expired(w.start);
         }
         let from = w.events.partition_point(|e| e.rv <= rv);
-        let evs: Vec<_> = w.events.iter().skip(from).take(max).cloned().collect();
-        let read_to = if from + evs.len() == w.events.len() {
-            w.last.max(rv)
+        let scanned = (w.events.len() - from).min(max);
+        let evs: Vec<_> = w
+            .events
+            .iter()
+            .skip(from)
+            .take(scanned)
+            .filter(|e| keep(e))
+            .cloned()
+            .collect();
+        let more = from + scanned < w.events.len();
+        let read_to = if more {
+            w.events[from + scanned - 1].rv
         } else {
-            evs.last().map(|e| e.rv).unwrap_or(rv)
+            w.last.max(rv)
         };
-        Since::Events(evs, read_to)
+        Since::Events(evs, read_to, more)
     }
 
     /// Drop all events (tests use it to force `410 Gone`).
