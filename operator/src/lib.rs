@@ -1,1 +1,4 @@
-//! placeholder
+//! Muster's operator crate: the pure scheduling [`core`] and (added separately) the
+//! kube-runtime controllers that feed it snapshots and carry out its decisions.
+
+pub mod core;

@@ -1,0 +1,776 @@
+//! The snapshot the core schedules (input) and the decisions it returns (output).
+//!
+//! Plain data: no lifetimes, ids are indices (`NodeId`, `PartitionId`) or Slurm job ids
+//! (`JobId`), names are kept alongside for messages. Times are seconds since the Unix epoch
+//! (`i64`); durations are seconds (`u64`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use muster_crds::v1alpha1::{JobState, PartitionState, PreemptMode};
+
+use super::node::{Node, NodeId, Toleration};
+
+/// A Slurm job id.
+pub type JobId = u64;
+/// Index of a partition in [`Snapshot::partitions`].
+pub type PartitionId = u32;
+
+/// A time limit that means "no limit" where a job asks for one (`--time=UNLIMITED`).
+pub const UNLIMITED: u64 = u64::MAX;
+
+/// Everything one scheduling cycle looks at.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Snapshot {
+    /// Every node (GPU or not); [`NodeId`] indexes this list.
+    pub nodes: Vec<Node>,
+    /// Partitions; [`PartitionId`] indexes this list.
+    pub partitions: Vec<Partition>,
+    /// Jobs holding an allocation (running, or being stopped).
+    pub running: Vec<RunningJob>,
+    /// Jobs waiting to start.
+    pub pending: Vec<PendingJob>,
+    /// Jobs that ended and still exist, for dependencies (`afterok:train`).
+    #[serde(default)]
+    pub finished: Vec<FinishedJob>,
+    /// Decayed GPU-seconds used per namespace (fair share); see
+    /// [`decay_usage`](super::priority::decay_usage) for how the operator keeps it current.
+    #[serde(default)]
+    pub usage: BTreeMap<String, f64>,
+}
+
+/// A partition, with its node selector still as labels (evaluated by the core on
+/// [`Node::labels`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Partition {
+    /// Partition name.
+    pub name: String,
+    /// Which nodes belong to the partition; empty selects every node.
+    #[serde(default)]
+    pub selector: LabelSelector,
+    /// Node-label keys from the broadest switch level to the node; a trailing
+    /// `kubernetes.io/hostname` is optional. Empty: one flat switch.
+    #[serde(default)]
+    pub topology: Vec<String>,
+    /// Up, Down, Drain or Inactive.
+    #[serde(default)]
+    pub state: PartitionState,
+    /// Time limit (seconds) for jobs that give none; `None`: `max_time`, else unlimited.
+    #[serde(default)]
+    pub default_time: Option<u64>,
+    /// Longest time limit (seconds) a job may ask for; `None`: unlimited.
+    #[serde(default)]
+    pub max_time: Option<u64>,
+    /// Fewest nodes a job may ask for.
+    #[serde(default)]
+    pub min_nodes: Option<u32>,
+    /// Most nodes a job may ask for (also caps jobs that give no node count).
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    /// Higher tiers are scheduled first and may preempt lower tiers.
+    #[serde(default)]
+    pub priority_tier: u32,
+    /// What happens to this partition's jobs when a higher tier needs their resources.
+    #[serde(default)]
+    pub preempt_mode: PreemptMode,
+    /// Namespaces allowed to use the partition; empty: all.
+    #[serde(default)]
+    pub allowed_namespaces: Vec<String>,
+    /// Tolerations of the partition's pods: nodes with `NoSchedule`/`NoExecute` taints not
+    /// tolerated here are left out of the partition.
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+    /// CPUs per GPU for jobs that ask for neither CPUs nor memory (`DefCpuPerGPU`).
+    #[serde(default)]
+    pub def_cpu_per_gpu: Option<u32>,
+    /// Memory (MiB) per GPU for jobs that ask for no memory (`DefMemPerGPU`).
+    #[serde(default)]
+    pub def_mem_per_gpu_mib: Option<u64>,
+    /// Seconds a stopped job's tasks get between SIGTERM and SIGKILL; its resources count as
+    /// busy until then.
+    #[serde(default)]
+    pub grace_time_secs: u64,
+}
+
+/// A Kubernetes-style label selector evaluated on plain maps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Every key must have exactly this value.
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    /// Every requirement must hold.
+    #[serde(default)]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// One `matchExpressions` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorRequirement {
+    /// Label key.
+    pub key: String,
+    /// The test.
+    pub operator: SelectorOperator,
+    /// Values for `In` / `NotIn`.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// A selector operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SelectorOperator {
+    /// The label exists with one of the values.
+    In,
+    /// The label is absent or has none of the values.
+    NotIn,
+    /// The label exists.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    /// Whether `labels` satisfy the selector (an empty selector matches everything).
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let v = labels.get(&r.key);
+                match r.operator {
+                    SelectorOperator::In => v.is_some_and(|v| r.values.contains(v)),
+                    SelectorOperator::NotIn => v.is_none_or(|v| !r.values.contains(v)),
+                    SelectorOperator::Exists => v.is_some(),
+                    SelectorOperator::DoesNotExist => v.is_none(),
+                }
+            })
+    }
+}
+
+/// Where one task of a running job is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskAlloc {
+    /// The node.
+    pub node: NodeId,
+    /// GPU indices (NVML) on the node.
+    #[serde(default)]
+    pub gpus: Vec<u32>,
+    /// CPU millicores.
+    #[serde(default)]
+    pub cpu_millis: u64,
+    /// Memory in MiB.
+    #[serde(default)]
+    pub memory_mib: u64,
+}
+
+/// A job holding an allocation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningJob {
+    /// Job id.
+    pub id: JobId,
+    /// BatchJob name (what dependencies refer to).
+    #[serde(default)]
+    pub name: String,
+    /// Slurm job name (`--job-name`) if it differs from `name` (for `singleton`).
+    #[serde(default)]
+    pub job_name: Option<String>,
+    /// Namespace (Slurm's user/account for fair share and `singleton`).
+    #[serde(default)]
+    pub namespace: String,
+    /// The partition it runs in; `None` if that partition no longer exists (then it is never
+    /// preempted).
+    #[serde(default)]
+    pub partition: Option<PartitionId>,
+    /// When it started.
+    pub start_time: i64,
+    /// Effective time limit in seconds; `None`: unlimited.
+    #[serde(default)]
+    pub time_limit: Option<u64>,
+    /// Whole nodes: nothing else may run on its nodes.
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Every task's allocation.
+    pub tasks: Vec<TaskAlloc>,
+    /// Set once the operator began stopping the job (preempted, cancelled, timed out): its
+    /// resources count as busy until this time plus the partition's grace time, and it is
+    /// not chosen as a victim again.
+    #[serde(default)]
+    pub stopping_since: Option<i64>,
+    /// For an array element: the array's job id (for the `%N` throttle).
+    #[serde(default)]
+    pub array_job_id: Option<JobId>,
+}
+
+impl RunningJob {
+    /// The job's name as `singleton` compares it.
+    pub fn slurm_name(&self) -> &str {
+        self.job_name.as_deref().unwrap_or(&self.name)
+    }
+
+    /// When its time limit runs out, if it has one.
+    pub fn end_time(&self) -> Option<i64> {
+        self.time_limit.map(|l| {
+            self.start_time
+                .saturating_add(i64::try_from(l).unwrap_or(i64::MAX))
+        })
+    }
+
+    /// GPUs held.
+    pub fn gpu_count(&self) -> u64 {
+        self.tasks.iter().map(|t| t.gpus.len() as u64).sum()
+    }
+}
+
+/// A job that ended (kept for dependencies).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FinishedJob {
+    /// Job id.
+    pub id: JobId,
+    /// BatchJob name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// The final state (COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED).
+    pub state: JobState,
+    /// When it started, if it ever did.
+    #[serde(default)]
+    pub start_time: Option<i64>,
+    /// When it ended.
+    pub end_time: i64,
+}
+
+/// A job waiting to start.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJob {
+    /// Job id; also the last tie-break of the queue order.
+    pub id: JobId,
+    /// BatchJob name (what dependencies refer to).
+    #[serde(default)]
+    pub name: String,
+    /// Slurm job name (`--job-name`) if it differs from `name` (for `singleton`).
+    #[serde(default)]
+    pub job_name: Option<String>,
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// The partition (already resolved from the default); `None`: it names a partition that
+    /// does not exist (reason `PartitionConfig`).
+    #[serde(default)]
+    pub partition: Option<PartitionId>,
+    /// When it was submitted.
+    pub submit_time: i64,
+    /// When it became eligible (dependencies met, released); `None`: `submit_time`. Age and
+    /// `--switches` waits count from here.
+    #[serde(default)]
+    pub eligible_time: Option<i64>,
+    /// What it asks for.
+    #[serde(default)]
+    pub request: JobRequest,
+    /// `--hold`: stays pending with reason `JobHeldUser`.
+    #[serde(default)]
+    pub hold: bool,
+    /// `--nice`: subtracted from the priority.
+    #[serde(default)]
+    pub nice: i32,
+    /// `--priority`: replaces the computed priority.
+    #[serde(default)]
+    pub priority: Option<u32>,
+    /// For an array element: its array and throttle.
+    #[serde(default)]
+    pub array: Option<ArrayTask>,
+}
+
+impl PendingJob {
+    /// The job's name as `singleton` compares it.
+    pub fn slurm_name(&self) -> &str {
+        self.job_name.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// Array membership of a pending element.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArrayTask {
+    /// The array's job id.
+    pub array_job_id: JobId,
+    /// This element's index.
+    pub task_id: u32,
+    /// `%N`: at most this many elements of the array run at once.
+    #[serde(default)]
+    pub max_running: Option<u32>,
+}
+
+/// A job's resource request, in sbatch's terms (values already parsed).
+///
+/// How these combine into tasks and nodes (the gang's *shape*) is described in the
+/// [module docs](super#job-shapes).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRequest {
+    /// `--nodes` minimum.
+    #[serde(default)]
+    pub min_nodes: Option<u32>,
+    /// `--nodes` maximum (`None`: equal to the minimum when that is given).
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    /// `--ntasks`.
+    #[serde(default)]
+    pub ntasks: Option<u32>,
+    /// `--ntasks-per-node`.
+    #[serde(default)]
+    pub ntasks_per_node: Option<u32>,
+    /// `--cpus-per-task`.
+    #[serde(default)]
+    pub cpus_per_task: Option<u32>,
+    /// `--mem`, `--mem-per-cpu` or `--mem-per-gpu`.
+    #[serde(default)]
+    pub memory: Option<MemoryRequest>,
+    /// `--gpus`: GPUs for the whole job.
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    /// `--gpus-per-node` (or `--gres=gpu:N`).
+    #[serde(default)]
+    pub gpus_per_node: Option<u32>,
+    /// `--gpus-per-task`.
+    #[serde(default)]
+    pub gpus_per_task: Option<u32>,
+    /// GPU type: a case-insensitive substring of the GPU model (`a100` matches
+    /// `NVIDIA A100-SXM4-80GB`).
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    /// `--exclusive`: whole nodes, shared with no other job.
+    #[serde(default)]
+    pub exclusive: bool,
+    /// `--time` in seconds; [`UNLIMITED`] for no limit; `None`: the partition's default.
+    #[serde(default)]
+    pub time_limit: Option<u64>,
+}
+
+/// A memory request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryRequest {
+    /// `--mem=N`: MiB on each node.
+    PerNode(u64),
+    /// `--mem=0`: all of each node's memory.
+    WholeNode,
+    /// `--mem-per-cpu`: MiB per CPU.
+    PerCpu(u64),
+    /// `--mem-per-gpu`: MiB per GPU.
+    PerGpu(u64),
+}
+
+/// Knobs of the scheduler.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Config {
+    /// Weight of the age factor (0–1, full after `max_age_secs`).
+    pub weight_age: f64,
+    /// Weight of the job-size factor (0–1: the job's share of the partition's GPUs).
+    pub weight_job_size: f64,
+    /// Weight of the fair-share factor (0–1).
+    pub weight_fair_share: f64,
+    /// Age at which the age factor reaches 1.
+    pub max_age_secs: u64,
+    /// Half-life of the fair-share usage decay.
+    pub fair_share_half_life_secs: u64,
+    /// Shares per namespace (default 1 each).
+    pub shares: BTreeMap<String, u32>,
+    /// Start lower-priority jobs when they cannot delay a higher one (false: strict priority
+    /// order per partition, like Slurm's sched/builtin).
+    pub backfill: bool,
+    /// How many waiting jobs get a reservation (and an estimated start) per cycle.
+    pub max_reservations: usize,
+    /// Whether higher tiers may preempt lower ones (still subject to each partition's
+    /// preempt mode).
+    pub preemption: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            weight_age: 1_000.0,
+            weight_job_size: 1_000.0,
+            weight_fair_share: 10_000.0,
+            max_age_secs: 7 * 24 * 3600,
+            fair_share_half_life_secs: 7 * 24 * 3600,
+            shares: BTreeMap::new(),
+            backfill: true,
+            max_reservations: 64,
+            preemption: true,
+        }
+    }
+}
+
+/// What one cycle decided.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decisions {
+    /// Jobs to start now, in the order they were decided.
+    pub starts: Vec<Start>,
+    /// Jobs that wait with room held for them, in queue order.
+    pub reservations: Vec<Reservation>,
+    /// Running gangs to evict, grouped by the job they make room for.
+    pub preemptions: Vec<Preemption>,
+    /// Running jobs to stop now (time limit, failed node or GPU).
+    pub stops: Vec<Stop>,
+    /// Every pending job not started, in queue order, with its reason.
+    pub pending: Vec<PendingInfo>,
+}
+
+/// A job to start now, with every task placed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Start {
+    /// The job.
+    pub job: JobId,
+    /// Its nodes, in node-list order (names in natural order: `gpu2` before `gpu10`).
+    pub nodes: Vec<NodeId>,
+    /// Every task, by rank.
+    pub tasks: Vec<TaskAssignment>,
+    /// Effective time limit in seconds (`None`: unlimited).
+    pub time_limit: Option<u64>,
+    /// Whole nodes.
+    pub exclusive: bool,
+    /// Leaf switches the job spans.
+    pub leaves: u32,
+}
+
+/// Where one task runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskAssignment {
+    /// Global rank (`SLURM_PROCID`).
+    pub rank: u32,
+    /// The node.
+    pub node: NodeId,
+    /// Index of the node in the job's node list (`SLURM_NODEID`).
+    pub node_rank: u32,
+    /// Rank on the node (`SLURM_LOCALID`).
+    pub local_rank: u32,
+    /// GPU indices (NVML) on the node.
+    pub gpus: Vec<u32>,
+    /// CPU millicores.
+    pub cpu_millis: u64,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+}
+
+/// Room held for a waiting job: its estimated start (`squeue --start`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reservation {
+    /// The job.
+    pub job: JobId,
+    /// Estimated start.
+    pub start_time: i64,
+    /// The nodes planned for it, in node-list order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// Gangs evicted to make room for a higher-tier job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Preemption {
+    /// The job that needs the room.
+    pub for_job: JobId,
+    /// The victims.
+    pub victims: Vec<Victim>,
+}
+
+/// One evicted gang.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Victim {
+    /// The running job.
+    pub job: JobId,
+    /// Requeue it (partition `PreemptMode=Requeue`) rather than end it (`Cancel`).
+    pub requeue: bool,
+}
+
+/// A running job that must stop.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stop {
+    /// The job.
+    pub job: JobId,
+    /// TIMEOUT or NODE_FAIL.
+    pub state: JobState,
+    /// Why, for the job's status message.
+    pub message: String,
+}
+
+/// A pending job's status after the cycle.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingInfo {
+    /// The job.
+    pub job: JobId,
+    /// Slurm's reason.
+    pub reason: Reason,
+    /// Detail for the status message.
+    pub message: String,
+    /// Estimated start, when a reservation was made.
+    pub start_estimate: Option<i64>,
+    /// The priority the job was ordered by.
+    pub priority: u32,
+    /// Whether it is eligible (not held, dependencies met, partition and limits allow it);
+    /// the operator records the first time this is true as the eligible time.
+    pub eligible: bool,
+}
+
+/// Slurm's pending reasons, spelled as `squeue` prints them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Reason {
+    /// Waiting for resources held by running jobs.
+    Resources,
+    /// A higher-priority job in the partition is waiting (or holds a reservation).
+    Priority,
+    /// Waiting for a dependency.
+    Dependency,
+    /// A dependency can never be met.
+    DependencyNeverSatisfied,
+    /// Held by the user.
+    JobHeldUser,
+    /// The array's `%N` limit is reached.
+    JobArrayTaskLimit,
+    /// The partition is Down.
+    PartitionDown,
+    /// The partition is Inactive.
+    PartitionInactive,
+    /// The time limit exceeds the partition's maximum.
+    PartitionTimeLimit,
+    /// The node count is outside the partition's limits.
+    PartitionNodeLimit,
+    /// The job names a partition that does not exist.
+    PartitionConfig,
+    /// The namespace may not use the partition.
+    AccountNotAllowed,
+    /// The job fits the partition only with nodes (or GPUs) that are down, cordoned or
+    /// unhealthy.
+    ReqNodeNotAvail,
+    /// The request can never be met by the partition, or is contradictory.
+    BadConstraints,
+}
+
+impl Reason {
+    /// The spelling `squeue` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Resources => "Resources",
+            Reason::Priority => "Priority",
+            Reason::Dependency => "Dependency",
+            Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
+            Reason::JobHeldUser => "JobHeldUser",
+            Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            Reason::PartitionDown => "PartitionDown",
+            Reason::PartitionInactive => "PartitionInactive",
+            Reason::PartitionTimeLimit => "PartitionTimeLimit",
+            Reason::PartitionNodeLimit => "PartitionNodeLimit",
+            Reason::PartitionConfig => "PartitionConfig",
+            Reason::AccountNotAllowed => "AccountNotAllowed",
+            Reason::ReqNodeNotAvail => "ReqNodeNotAvail",
+            Reason::BadConstraints => "BadConstraints",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_follows_kubernetes_semantics() {
+        let mut labels = BTreeMap::new();
+        labels.insert("pool".to_string(), "gpu".to_string());
+        labels.insert("zone".to_string(), "a".to_string());
+        assert!(LabelSelector::default().matches(&labels));
+        let mut s = LabelSelector::default();
+        s.match_labels.insert("pool".into(), "gpu".into());
+        assert!(s.matches(&labels));
+        s.match_expressions.push(SelectorRequirement {
+            key: "zone".into(),
+            operator: SelectorOperator::NotIn,
+            values: vec!["b".into()],
+        });
+        assert!(s.matches(&labels));
+        s.match_expressions.push(SelectorRequirement {
+            key: "spot".into(),
+            operator: SelectorOperator::Exists,
+            values: vec![],
+        });
+        assert!(!s.matches(&labels));
+        let s = LabelSelector {
+            match_expressions: vec![SelectorRequirement {
+                key: "zone".into(),
+                operator: SelectorOperator::In,
+                values: vec!["b".into(), "c".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(!s.matches(&labels));
+    }
+
+    #[test]
+    fn running_job_end_time() {
+        let j = RunningJob {
+            start_time: 100,
+            time_limit: Some(60),
+            ..Default::default()
+        };
+        assert_eq!(j.end_time(), Some(160));
+        let u = RunningJob {
+            start_time: 100,
+            ..Default::default()
+        };
+        assert_eq!(u.end_time(), None);
+    }
+}
+
+impl Partition {
+    /// A partition named `name` over every node, with `topology` (broadest level first) and
+    /// defaults elsewhere (Up, tier 0, no limits, no preemption).
+    pub fn new(name: &str, topology: Vec<String>) -> Partition {
+        Partition {
+            name: name.into(),
+            topology,
+            ..Default::default()
+        }
+    }
+}
+
+impl JobRequest {
+    /// `--gpus=N`: N GPUs on as few nodes as possible.
+    pub fn gpus(n: u32) -> JobRequest {
+        JobRequest {
+            gpus: Some(n),
+            ..Default::default()
+        }
+    }
+
+    /// `--nodes=N --gpus-per-node=G` (one task per node).
+    pub fn nodes(n: u32, gpus_per_node: u32) -> JobRequest {
+        JobRequest {
+            min_nodes: Some(n),
+            gpus_per_node: (gpus_per_node > 0).then_some(gpus_per_node),
+            ..Default::default()
+        }
+    }
+
+    /// `--ntasks=N --gpus-per-task=G`.
+    pub fn tasks(n: u32, gpus_per_task: u32) -> JobRequest {
+        JobRequest {
+            ntasks: Some(n),
+            gpus_per_task: (gpus_per_task > 0).then_some(gpus_per_task),
+            ..Default::default()
+        }
+    }
+
+    /// With `--time` in seconds.
+    pub fn time(mut self, secs: u64) -> JobRequest {
+        self.time_limit = Some(secs);
+        self
+    }
+
+    /// With `--exclusive`.
+    pub fn exclusive(mut self) -> JobRequest {
+        self.exclusive = true;
+        self
+    }
+}
+
+impl PendingJob {
+    /// Job `id` named `job-<id>` in namespace `default`, partition 0, submitted at `submit`.
+    pub fn new(id: JobId, submit_time: i64, request: JobRequest) -> PendingJob {
+        PendingJob {
+            id,
+            name: format!("job-{id}"),
+            namespace: "default".into(),
+            partition: Some(0),
+            submit_time,
+            request,
+            ..Default::default()
+        }
+    }
+}
+
+impl Snapshot {
+    /// A snapshot of `nodes` with one partition `gpu` over all of them using `topology`.
+    pub fn with_nodes(nodes: Vec<Node>, topology: Vec<String>) -> Snapshot {
+        Snapshot {
+            nodes,
+            partitions: vec![Partition::new("gpu", topology)],
+            ..Default::default()
+        }
+    }
+
+    /// Carries out `d` as an operator would at time `now`: started jobs move from pending
+    /// to running with their allocations; stopped and preempted jobs are marked stopping.
+    /// (The simulator and tests use this; jobs leave `running` when the caller says they
+    /// ended.)
+    pub fn apply(&mut self, d: &Decisions, now: i64) {
+        let started: BTreeMap<JobId, &Start> = d.starts.iter().map(|s| (s.job, s)).collect();
+        let mut keep = Vec::with_capacity(self.pending.len());
+        for p in std::mem::take(&mut self.pending) {
+            if let Some(s) = started.get(&p.id) {
+                self.running.push(RunningJob {
+                    id: p.id,
+                    name: p.name.clone(),
+                    job_name: p.job_name.clone(),
+                    namespace: p.namespace.clone(),
+                    partition: p.partition,
+                    start_time: now,
+                    time_limit: s.time_limit,
+                    exclusive: s.exclusive,
+                    tasks: s
+                        .tasks
+                        .iter()
+                        .map(|t| TaskAlloc {
+                            node: t.node,
+                            gpus: t.gpus.clone(),
+                            cpu_millis: t.cpu_millis,
+                            memory_mib: t.memory_mib,
+                        })
+                        .collect(),
+                    stopping_since: None,
+                    array_job_id: p.array.as_ref().map(|a| a.array_job_id),
+                });
+            } else {
+                keep.push(p);
+            }
+        }
+        self.pending = keep;
+        let stopping: std::collections::BTreeSet<JobId> = d
+            .stops
+            .iter()
+            .map(|s| s.job)
+            .chain(
+                d.preemptions
+                    .iter()
+                    .flat_map(|p| p.victims.iter().map(|v| v.job)),
+            )
+            .collect();
+        for r in &mut self.running {
+            if stopping.contains(&r.id) && r.stopping_since.is_none() {
+                r.stopping_since = Some(now);
+            }
+        }
+    }
+}

@@ -1,0 +1,846 @@
+//! One scheduling cycle: eligibility, order, start-now placement with backfill, reservations
+//! and preemption. See the [module docs](super) for the rules.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::enforce;
+use super::engine::{Claim, Engine, LeafAgg, NEVER, SelectInput, Selection, caps_hold, select};
+use super::model::{
+    Config, Decisions, JobId, PartitionState, PendingInfo, PendingJob, PreemptMode, Preemption,
+    Reason, Reservation, Snapshot, Start, TaskAssignment, UNLIMITED, Victim,
+};
+use super::node::NodeId;
+use super::priority::{PriorityInput, fair_share_factors, priority};
+use super::shape::{Demand, Mode, Res, normalize};
+use super::util::natural_cmp;
+
+/// Runs one scheduling cycle over `snap` at time `now` (seconds since the epoch).
+///
+/// Pure and deterministic: the same snapshot, time and config always give the same
+/// decisions, whatever the order of `snap.running` and `snap.pending`.
+pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
+    Cycle::new(snap, now, cfg).run()
+}
+
+/// A running job as the cycle tracks it.
+struct RunInfo {
+    id: JobId,
+    tier: u32,
+    mode: PreemptMode,
+    grace: i64,
+    /// Nodes and what the job holds there.
+    nodes: Vec<(NodeId, Res)>,
+    stopping: bool,
+    /// GPU-seconds of work lost if evicted now (GPUs × elapsed).
+    cost: u128,
+}
+
+/// What a pending job needs, resolved for this cycle.
+struct JobCtx {
+    part: u32,
+    demand: Demand,
+    limit: Option<u64>,
+    cid: u32,
+    max_leaves: Option<u32>,
+    leaves_deadline: i64,
+}
+
+struct Cycle<'a> {
+    snap: &'a Snapshot,
+    now: i64,
+    cfg: &'a Config,
+    e: Engine<'a>,
+    run: Vec<RunInfo>,
+    array_running: BTreeMap<JobId, u32>,
+    blocked: Vec<bool>,
+    reservations: usize,
+    /// Latest time a job already being stopped releases its resources.
+    stop_horizon: i64,
+    out: Decisions,
+    buf: Vec<LeafAgg>,
+}
+
+fn end_of(start: i64, limit: Option<u64>) -> i64 {
+    match limit {
+        Some(l) => start.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)),
+        None => NEVER,
+    }
+}
+
+/// `total` split into `k` near-equal parts; part `i` (the first ones get the remainder).
+fn split(total: u64, k: u32, i: u32) -> u64 {
+    let k = u64::from(k.max(1));
+    total / k + u64::from(u64::from(i) < total % k)
+}
+
+impl<'a> Cycle<'a> {
+    fn new(snap: &'a Snapshot, now: i64, cfg: &'a Config) -> Cycle<'a> {
+        let mut e = Engine::new(snap, now);
+        let stops = enforce::stops(snap, now);
+        let stopped: BTreeSet<JobId> = stops.iter().map(|s| s.job).collect();
+        let mut run = Vec::with_capacity(snap.running.len());
+        let mut array_running = BTreeMap::new();
+        let mut stop_horizon = now;
+        // Running jobs in id order so that conflicting (double-booked) snapshots resolve the
+        // same way whatever the input order.
+        let mut order: Vec<usize> = (0..snap.running.len()).collect();
+        order.sort_by_key(|&i| (snap.running[i].id, i));
+        for (ri, &i) in order.iter().enumerate() {
+            let j = &snap.running[i];
+            let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
+            let grace = part.map(|p| p.grace_time_secs).unwrap_or(0) as i64;
+            let stopping = j.stopping_since.is_some() || stopped.contains(&j.id);
+            let release = match j.stopping_since {
+                Some(s) => end_of(j.start_time, j.time_limit).min(s.saturating_add(grace)),
+                None if stopped.contains(&j.id) => now.saturating_add(grace),
+                None => end_of(j.start_time, j.time_limit),
+            };
+            if stopping {
+                stop_horizon = stop_horizon.max(release.max(now + 1));
+            }
+            if let Some(a) = j.array_job_id {
+                *array_running.entry(a).or_insert(0) += 1;
+            }
+            // Group the job's tasks per node.
+            let mut per_node: BTreeMap<NodeId, (u64, u64, u64)> = BTreeMap::new();
+            for t in &j.tasks {
+                if t.node as usize >= snap.nodes.len() {
+                    continue;
+                }
+                let gt = &e.gpu_trees[e.nodes[t.node as usize].gtree as usize];
+                let mut mask = 0u64;
+                for g in &t.gpus {
+                    if let Some(p) = gt.position(*g) {
+                        mask |= 1 << p;
+                    }
+                }
+                let x = per_node.entry(t.node).or_insert((0, 0, 0));
+                x.0 |= mask;
+                x.1 += t.cpu_millis;
+                x.2 += t.memory_mib;
+            }
+            let mut nodes = Vec::with_capacity(per_node.len());
+            for (n, (mask, cpu, mem)) in per_node {
+                let taken = e.hold(n, mask, cpu, mem, j.exclusive);
+                e.release_at(n, release, taken, ri as u32);
+                nodes.push((n, taken));
+            }
+            let elapsed = (now - j.start_time).max(0) as u128;
+            run.push(RunInfo {
+                id: j.id,
+                tier: part.map(|p| p.priority_tier).unwrap_or(u32::MAX),
+                mode: part.map(|p| p.preempt_mode).unwrap_or(PreemptMode::Off),
+                grace,
+                nodes,
+                stopping,
+                cost: u128::from(j.gpu_count()) * elapsed,
+            });
+        }
+        let out = Decisions {
+            stops,
+            ..Default::default()
+        };
+        Cycle {
+            snap,
+            now,
+            cfg,
+            e,
+            run,
+            array_running,
+            blocked: vec![false; snap.partitions.len()],
+            reservations: 0,
+            stop_horizon,
+            out,
+            buf: Vec::new(),
+        }
+    }
+
+    fn run(mut self) -> Decisions {
+        let order = self.order();
+        for (idx, prio) in order {
+            let job = &self.snap.pending[idx];
+            let mut info = PendingInfo {
+                job: job.id,
+                reason: Reason::Resources,
+                message: String::new(),
+                start_estimate: None,
+                priority: prio,
+                eligible: false,
+            };
+            match self.eligible(job) {
+                Err((reason, message)) => {
+                    info.reason = reason;
+                    info.message = message;
+                    self.out.pending.push(info);
+                }
+                Ok(jc) => {
+                    info.eligible = true;
+                    if let Some(start) = self.consider(job, &jc, &mut info) {
+                        if let Some(a) = &job.array {
+                            *self.array_running.entry(a.array_job_id).or_insert(0) += 1;
+                        }
+                        self.out.starts.push(start);
+                    } else {
+                        self.out.pending.push(info);
+                    }
+                }
+            }
+        }
+        self.out
+    }
+
+    /// Pending jobs in queue order with their priorities: partition tier, priority, submit
+    /// time, job id.
+    fn order(&self) -> Vec<(usize, u32)> {
+        let snap = self.snap;
+        let active = snap
+            .pending
+            .iter()
+            .map(|j| j.namespace.clone())
+            .chain(snap.running.iter().map(|j| j.namespace.clone()));
+        let fs = fair_share_factors(&snap.usage, active, self.cfg);
+        // Partition sizes for the job-size factor.
+        let sizes: Vec<(u64, u64)> = self
+            .e
+            .parts
+            .iter()
+            .map(|p| {
+                let gpus = p
+                    .tree
+                    .nodes
+                    .iter()
+                    .map(|&n| u64::from(self.e.nodes[n as usize].total.gpus))
+                    .sum();
+                (gpus, p.tree.nodes.len() as u64)
+            })
+            .collect();
+        let mut keyed: Vec<(Reverse<u32>, Reverse<u32>, i64, JobId, usize)> = snap
+            .pending
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
+                let tier = part.map(|p| p.priority_tier).unwrap_or(0);
+                let size = match (part, j.partition) {
+                    (Some(p), Some(pi)) => match normalize(&j.request, p) {
+                        Ok(d) => {
+                            let (g, n) = sizes[pi as usize];
+                            if d.unit.gpus > 0 && g > 0 {
+                                d.min_gpus() as f64 / g as f64
+                            } else if n > 0 {
+                                f64::from(d.min_nodes) / n as f64
+                            } else {
+                                0.0
+                            }
+                        }
+                        Err(_) => 0.0,
+                    },
+                    _ => 0.0,
+                };
+                let pr = priority(
+                    &PriorityInput {
+                        namespace: &j.namespace,
+                        age_secs: self.now - j.eligible_time.unwrap_or(j.submit_time),
+                        size_fraction: size,
+                        nice: j.nice,
+                        fixed: j.priority,
+                    },
+                    &fs,
+                    self.cfg,
+                );
+                (Reverse(tier), Reverse(pr), j.submit_time, j.id, i)
+            })
+            .collect();
+        keyed.sort_unstable();
+        keyed.into_iter().map(|k| (k.4, k.1.0)).collect()
+    }
+
+    /// Whether the job may be considered now, and what it needs.
+    fn eligible(&mut self, job: &PendingJob) -> Result<JobCtx, (Reason, String)> {
+        if job.hold {
+            return Err((Reason::JobHeldUser, "held".into()));
+        }
+        let Some(pi) = job
+            .partition
+            .filter(|&p| (p as usize) < self.snap.partitions.len())
+        else {
+            return Err((
+                Reason::PartitionConfig,
+                "the job's partition does not exist".into(),
+            ));
+        };
+        let part = &self.snap.partitions[pi as usize];
+        if !part.allowed_namespaces.is_empty()
+            && !part.allowed_namespaces.iter().any(|n| *n == job.namespace)
+        {
+            return Err((
+                Reason::AccountNotAllowed,
+                format!(
+                    "namespace {} may not use partition {}",
+                    job.namespace, part.name
+                ),
+            ));
+        }
+        match part.state {
+            PartitionState::Down => {
+                return Err((
+                    Reason::PartitionDown,
+                    format!("partition {} is down", part.name),
+                ));
+            }
+            PartitionState::Inactive => {
+                return Err((
+                    Reason::PartitionInactive,
+                    format!("partition {} is inactive", part.name),
+                ));
+            }
+            PartitionState::Up | PartitionState::Drain => {}
+        }
+        let limit = match job.request.time_limit {
+            Some(UNLIMITED) => None,
+            Some(t) => Some(t),
+            None => part.default_time.or(part.max_time),
+        };
+        if let Some(max) = part.max_time {
+            let asked = match job.request.time_limit {
+                Some(UNLIMITED) => u64::MAX,
+                Some(t) => t,
+                None => limit.unwrap_or(u64::MAX),
+            };
+            if asked > max {
+                return Err((
+                    Reason::PartitionTimeLimit,
+                    format!(
+                        "time limit exceeds partition {}'s maximum of {max}s",
+                        part.name
+                    ),
+                ));
+            }
+        }
+        let r = &job.request;
+        if let Some(min) = r.min_nodes
+            && part.max_nodes.is_some_and(|m| min > m)
+        {
+            return Err((
+                Reason::PartitionNodeLimit,
+                format!(
+                    "{min} nodes exceed partition {}'s maximum of {}",
+                    part.name,
+                    part.max_nodes.unwrap_or(0)
+                ),
+            ));
+        }
+        if let Some(pmin) = part.min_nodes {
+            let most = r.max_nodes.or(r.min_nodes).or(r.ntasks).unwrap_or(1);
+            if most < pmin {
+                return Err((
+                    Reason::PartitionNodeLimit,
+                    format!(
+                        "partition {} needs jobs of at least {pmin} nodes",
+                        part.name
+                    ),
+                ));
+            }
+        }
+        let demand = normalize(&job.request, part).map_err(|m| (Reason::BadConstraints, m))?;
+        if let Some(a) = &job.array
+            && let Some(max) = a.max_running
+            && self
+                .array_running
+                .get(&a.array_job_id)
+                .copied()
+                .unwrap_or(0)
+                >= max
+        {
+            return Err((
+                Reason::JobArrayTaskLimit,
+                format!("{max} elements of array {} already run", a.array_job_id),
+            ));
+        }
+        let filter = self
+            .e
+            .filter(pi, job.request.gpu_type.as_deref(), "", &|_| true);
+        let cid = self.e.class(pi, filter, &demand, None);
+        let (up, all) = self.e.statics(cid);
+        if !caps_hold(all, &demand) {
+            return Err((
+                Reason::BadConstraints,
+                format!(
+                    "partition {} can never hold {}",
+                    part.name,
+                    describe(&demand, job.request.gpu_type.as_deref())
+                ),
+            ));
+        }
+        if !caps_hold(up, &demand) {
+            return Err((
+                Reason::ReqNodeNotAvail,
+                format!(
+                    "{} needs nodes or GPUs of partition {} that are down, cordoned or unhealthy",
+                    describe(&demand, job.request.gpu_type.as_deref()),
+                    part.name
+                ),
+            ));
+        }
+        Ok(JobCtx {
+            part: pi,
+            demand,
+            limit,
+            cid,
+            max_leaves: None,
+            leaves_deadline: NEVER,
+        })
+    }
+
+    /// Tries to start the job; otherwise preempts for it or reserves for it, and sets its
+    /// reason.
+    fn consider(&mut self, job: &PendingJob, jc: &JobCtx, info: &mut PendingInfo) -> Option<Start> {
+        let part = jc.part as usize;
+        if !self.cfg.backfill && self.blocked[part] {
+            info.reason = Reason::Priority;
+            info.message = "a higher-priority job of the partition is waiting".into();
+            return None;
+        }
+        let end = end_of(self.now, jc.limit);
+        let max_leaves = if self.now < jc.leaves_deadline {
+            jc.max_leaves
+        } else {
+            None
+        };
+        if let Some(sel) = self.try_now(jc, end, max_leaves) {
+            return Some(self.commit_start(job, jc, &sel));
+        }
+        let was_blocked = self.blocked[part];
+        self.blocked[part] = true;
+        info.reason = if was_blocked {
+            Reason::Priority
+        } else {
+            Reason::Resources
+        };
+        info.message = format!(
+            "waiting for {}",
+            describe(&jc.demand, job.request.gpu_type.as_deref())
+        );
+        let tier = self.snap.partitions[part].priority_tier;
+        let can_preempt = self.cfg.preemption
+            && self
+                .run
+                .iter()
+                .any(|r| !r.stopping && r.tier < tier && r.mode != PreemptMode::Off);
+        if !can_preempt && self.reservations >= self.cfg.max_reservations {
+            return None;
+        }
+        let earliest = self.e.earliest(
+            jc.cid,
+            &jc.demand,
+            jc.limit,
+            jc.max_leaves,
+            jc.leaves_deadline,
+        );
+        if can_preempt
+            && earliest
+                .as_ref()
+                .is_none_or(|(t, _)| *t > self.stop_horizon)
+        {
+            if let Some((victims, t, sel)) = self.preempt(jc, tier) {
+                info.reason = Reason::Resources;
+                info.message = format!(
+                    "preempting {} lower-tier job(s); starts when they have stopped",
+                    victims.len()
+                );
+                let vs: Vec<Victim> = victims
+                    .iter()
+                    .map(|&v| Victim {
+                        job: self.run[v].id,
+                        requeue: self.run[v].mode == PreemptMode::Requeue,
+                    })
+                    .collect();
+                self.out.preemptions.push(Preemption {
+                    for_job: job.id,
+                    victims: vs,
+                });
+                self.reserve(job, jc, t, &sel, info);
+                return None;
+            }
+        }
+        if self.reservations < self.cfg.max_reservations
+            && let Some((t, sel)) = earliest
+        {
+            self.reserve(job, jc, t, &sel, info);
+        }
+        None
+    }
+
+    fn try_now(&mut self, jc: &JobCtx, end: i64, max_leaves: Option<u32>) -> Option<Selection> {
+        let d = &jc.demand;
+        let part = jc.part as usize;
+        if d.min_gpus() > self.e.parts[part].free_gpus {
+            return None;
+        }
+        let key = (d.need(), d.min_nodes, d.max_nodes, end, max_leaves);
+        let dominated = |f: &(u32, u32, u32, i64, Option<u32>)| {
+            key.0 >= f.0
+                && key.1 >= f.1
+                && key.2 <= f.2
+                && key.3 >= f.3
+                && match (f.4, key.4) {
+                    (None, _) => true,
+                    (Some(a), Some(b)) => b <= a,
+                    (Some(_), None) => false,
+                }
+        };
+        if self.e.classes[jc.cid as usize]
+            .failures
+            .iter()
+            .any(dominated)
+        {
+            return None;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        self.e.leaf_aggs_now(jc.cid, end, &mut buf);
+        let e = &self.e;
+        let c = &e.classes[jc.cid as usize];
+        let ps = &e.parts[part];
+        let inp = SelectInput {
+            tree: &ps.tree,
+            levels: &ps.levels,
+            leaf_aggs: &buf,
+            demand: d,
+            max_leaves,
+        };
+        let node_fn = |p: u32| e.units_now(c, p, end);
+        let sel = select(&inp, &node_fn);
+        self.buf = buf;
+        if sel.is_none() {
+            let f = &mut self.e.classes[jc.cid as usize].failures;
+            if f.len() < 8 {
+                f.push(key);
+            } else {
+                f[(key.0 as usize) % 8] = key;
+            }
+        }
+        sel
+    }
+
+    /// Binds GPUs and records the start.
+    fn commit_start(&mut self, job: &PendingJob, jc: &JobCtx, sel: &Selection) -> Start {
+        let d = &jc.demand;
+        let part = jc.part as usize;
+        let end = end_of(self.now, jc.limit);
+        let tree_nodes = &self.e.parts[part].tree.nodes;
+        let leaf_of = &self.e.parts[part].tree.leaf_of;
+        let mut picks: Vec<(NodeId, u32, u32)> = sel
+            .iter()
+            .map(|&(p, u)| (tree_nodes[p as usize], u, leaf_of[p as usize]))
+            .collect();
+        picks.sort_by(|a, b| {
+            natural_cmp(
+                &self.snap.nodes[a.0 as usize].name,
+                &self.snap.nodes[b.0 as usize].name,
+            )
+            .then(a.0.cmp(&b.0))
+        });
+        let mut leaves: Vec<u32> = picks.iter().map(|p| p.2).collect();
+        leaves.sort_unstable();
+        leaves.dedup();
+        let filter = self.e.classes[jc.cid as usize].filter as usize;
+        let bind = self.e.classes[jc.cid as usize].bind.clone();
+        let mut tasks = Vec::new();
+        let mut nodes = Vec::with_capacity(picks.len());
+        let mut rank = 0u32;
+        for (node_rank, &(n, units, _)) in picks.iter().enumerate() {
+            nodes.push(n);
+            let ns = &self.e.nodes[n as usize];
+            let total = ns.total;
+            let pos = self.e.member_of[n as usize]
+                .iter()
+                .find(|&&(p, _)| p as usize == part)
+                .map(|&(_, pos)| pos)
+                .unwrap_or(0);
+            let usable = ns.free_mask & self.e.filters[filter].gpu_mask[pos as usize];
+            let k = d.tasks_on_node(units);
+            let node_gpus = d.unit.gpus * units;
+            let node_cpu = d.unit.cpu * u64::from(units);
+            let node_mem = if d.whole_mem {
+                total.mem
+            } else {
+                d.unit.mem * u64::from(units) + d.node_mem
+            };
+            let counts: Vec<u32> = (0..k)
+                .map(|i| split(u64::from(node_gpus), k, i) as u32)
+                .collect();
+            let gt = &self.e.gpu_trees[ns.gtree as usize];
+            let masks: Vec<u64> = match &bind {
+                Some(sets) => (0..k as usize).map(|i| sets[i % sets.len()]).collect(),
+                None => gt
+                    .pick_tasks(&counts, usable)
+                    .unwrap_or_else(|| vec![0; k as usize]),
+            };
+            let mut all = 0u64;
+            for (local, m) in masks.iter().enumerate() {
+                all |= m;
+                tasks.push(TaskAssignment {
+                    rank,
+                    node: n,
+                    node_rank: node_rank as u32,
+                    local_rank: local as u32,
+                    gpus: gt.indices(*m),
+                    cpu_millis: split(node_cpu, k, local as u32),
+                    memory_mib: split(node_mem, k, local as u32),
+                });
+                rank += 1;
+            }
+            let taken = self.e.hold(n, all, node_cpu, node_mem, d.exclusive);
+            self.e.release_at(n, end, taken, u32::MAX);
+        }
+        Start {
+            job: job.id,
+            nodes,
+            tasks,
+            time_limit: jc.limit,
+            exclusive: d.exclusive,
+            leaves: leaves.len() as u32,
+        }
+    }
+
+    /// Holds the selection's resources from `t` for the job's run and records the estimate.
+    fn reserve(
+        &mut self,
+        job: &PendingJob,
+        jc: &JobCtx,
+        t: i64,
+        sel: &Selection,
+        info: &mut PendingInfo,
+    ) {
+        let part = jc.part as usize;
+        let end = end_of(t, jc.limit);
+        let mut nodes = Vec::with_capacity(sel.len());
+        for &(pos, units) in sel {
+            let n = self.e.parts[part].tree.nodes[pos as usize];
+            let total = self.e.nodes[n as usize].total;
+            let res = if jc.demand.exclusive {
+                total
+            } else {
+                jc.demand.take(units, total)
+            };
+            self.e.claim(n, Claim { start: t, end, res });
+            nodes.push(n);
+        }
+        nodes.sort_by(|a, b| {
+            natural_cmp(
+                &self.snap.nodes[*a as usize].name,
+                &self.snap.nodes[*b as usize].name,
+            )
+        });
+        self.reservations += 1;
+        info.start_estimate = Some(t);
+        self.out.reservations.push(Reservation {
+            job: job.id,
+            start_time: t,
+            nodes,
+        });
+    }
+
+    /// Chooses lower-tier gangs to evict so the job can be placed: within each candidate
+    /// switch at the lowest level where evicting every candidate would make room, victims in
+    /// order of least lost work until the job fits, then any that turn out unnecessary are
+    /// spared; the switch whose set loses the fewest GPU-seconds wins.
+    fn preempt(&mut self, jc: &JobCtx, tier: u32) -> Option<(Vec<usize>, i64, Selection)> {
+        let part = jc.part as usize;
+        let now = self.now;
+        let cands: Vec<usize> = (0..self.run.len())
+            .filter(|&i| {
+                let r = &self.run[i];
+                !r.stopping
+                    && r.tier < tier
+                    && r.mode != PreemptMode::Off
+                    && r.nodes.iter().any(|(n, _)| {
+                        self.e.member_of[*n as usize]
+                            .iter()
+                            .any(|&(p, _)| p as usize == part)
+                    })
+            })
+            .collect();
+        if cands.is_empty() {
+            return None;
+        }
+        let grace = cands.iter().map(|&i| self.run[i].grace).max().unwrap_or(0);
+        let t = now + grace.max(1);
+        let end = end_of(t, jc.limit);
+        let ps = &self.e.parts[part];
+        let tree = &ps.tree;
+        let c = &self.e.classes[jc.cid as usize];
+        let npos = tree.nodes.len();
+        let cap_with = |pos: usize, moved: &[bool]| -> u32 {
+            let n = tree.nodes[pos];
+            let ns = &self.e.nodes[n as usize];
+            if !ns.sched {
+                return 0;
+            }
+            let early = |j: u32| moved.get(j as usize).copied().unwrap_or(false);
+            let w = ns.window_if(t, end, now, &early);
+            self.e.units_for_count(c, pos as u32, w, u64::MAX, ns.total)
+        };
+        // Positions of each candidate's nodes in this partition.
+        let pos_of = |n: NodeId| -> Option<u32> {
+            self.e.member_of[n as usize]
+                .iter()
+                .find(|&&(p, _)| p as usize == part)
+                .map(|&(_, pos)| pos)
+        };
+        let mut all_moved = vec![false; self.run.len()];
+        for &i in &cands {
+            all_moved[i] = true;
+        }
+        let caps_all: Vec<u32> = (0..npos).map(|p| cap_with(p, &all_moved)).collect();
+        let leaf_aggs = |caps: &[u32]| -> Vec<LeafAgg> {
+            let mut a = vec![LeafAgg::default(); tree.leaves.len()];
+            for (p, &u) in caps.iter().enumerate() {
+                if u > 0 {
+                    let l = tree.leaf_of[p] as usize;
+                    a[l].units += u;
+                    a[l].nodes += 1;
+                }
+            }
+            a
+        };
+        let aggs_all = leaf_aggs(&caps_all);
+        let d = &jc.demand;
+        let fits_switch = |s: u32, aggs: &[LeafAgg]| -> bool {
+            let r = &tree.switches[s as usize].leaves;
+            let (u, n) = aggs[r.start as usize..r.end as usize]
+                .iter()
+                .fold((0u64, 0u64), |(u, n), a| {
+                    (u + u64::from(a.units), n + u64::from(a.nodes))
+                });
+            u >= u64::from(d.need()) && n >= u64::from(d.min_nodes)
+        };
+        // Lowest level where some switch could hold the job with every candidate evicted.
+        let level = (0..ps.levels.len())
+            .rev()
+            .find(|&l| ps.levels[l].iter().any(|&s| fits_switch(s, &aggs_all)))?;
+        let ml = if t < jc.leaves_deadline {
+            jc.max_leaves
+        } else {
+            None
+        };
+        let try_fit = |caps: &[u32], dom: u32| -> Option<Selection> {
+            let r = tree.switches[dom as usize].nodes.clone();
+            let masked: Vec<u32> = caps
+                .iter()
+                .enumerate()
+                .map(|(p, &u)| if r.contains(&(p as u32)) { u } else { 0 })
+                .collect();
+            let aggs = leaf_aggs(&masked);
+            let inp = SelectInput {
+                tree,
+                levels: &ps.levels,
+                leaf_aggs: &aggs,
+                demand: d,
+                max_leaves: ml,
+            };
+            select(&inp, &|p| (masked[p as usize], masked[p as usize]))
+        };
+        let mut best: Option<(u128, usize, u32, Vec<usize>, Selection)> = None;
+        for &dom in &ps.levels[level] {
+            if !fits_switch(dom, &aggs_all) {
+                continue;
+            }
+            let range = tree.switches[dom as usize].nodes.clone();
+            let mut vs: Vec<usize> = cands
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    self.run[i]
+                        .nodes
+                        .iter()
+                        .any(|(n, _)| pos_of(*n).is_some_and(|p| range.contains(&p)))
+                })
+                .collect();
+            vs.sort_by_key(|&i| (self.run[i].cost, self.run[i].id));
+            let mut moved = vec![false; self.run.len()];
+            let mut caps: Vec<u32> = (0..npos).map(|p| cap_with(p, &moved)).collect();
+            let mut chosen = Vec::new();
+            let mut fit = None;
+            for &v in &vs {
+                moved[v] = true;
+                chosen.push(v);
+                for (n, _) in &self.run[v].nodes {
+                    if let Some(p) = pos_of(*n) {
+                        caps[p as usize] = cap_with(p as usize, &moved);
+                    }
+                }
+                if let Some(sel) = try_fit(&caps, dom) {
+                    fit = Some(sel);
+                    break;
+                }
+            }
+            let Some(mut sel) = fit else { continue };
+            // Spare victims that turn out unnecessary, costliest first.
+            for k in (0..chosen.len()).rev() {
+                let v = chosen[k];
+                moved[v] = false;
+                let mut trial = caps.clone();
+                for (n, _) in &self.run[v].nodes {
+                    if let Some(p) = pos_of(*n) {
+                        trial[p as usize] = cap_with(p as usize, &moved);
+                    }
+                }
+                if let Some(s) = try_fit(&trial, dom) {
+                    caps = trial;
+                    sel = s;
+                    chosen.remove(k);
+                } else {
+                    moved[v] = true;
+                }
+            }
+            let cost: u128 = chosen.iter().map(|&v| self.run[v].cost).sum();
+            let key = (cost, chosen.len(), dom);
+            if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2)) {
+                chosen.sort_unstable();
+                best = Some((cost, chosen.len(), dom, chosen, sel));
+            }
+        }
+        let (_, _, _, victims, sel) = best?;
+        // The victims now release their resources when their grace time ends.
+        for &v in &victims {
+            self.run[v].stopping = true;
+            let rel = now + self.run[v].grace.max(1);
+            for (n, _) in self.run[v].nodes.clone() {
+                for r in &mut self.e.nodes[n as usize].releases {
+                    if r.2 == v as u32 {
+                        r.0 = r.0.min(rel);
+                    }
+                }
+            }
+            self.stop_horizon = self.stop_horizon.max(rel);
+        }
+        Some((victims, t, sel))
+    }
+}
+
+/// "4 nodes x 8 GPUs (h100)" and the like, for messages.
+fn describe(d: &Demand, gpu_type: Option<&str>) -> String {
+    let ty = gpu_type.map(|t| format!(" ({t})")).unwrap_or_default();
+    let ex = if d.exclusive { ", exclusive" } else { "" };
+    match d.mode {
+        Mode::Bundles { .. } => {
+            if d.unit.gpus > 0 {
+                format!(
+                    "{} node(s) with {} GPU(s) each{ty}{ex}",
+                    d.min_nodes, d.unit.gpus
+                )
+            } else {
+                format!("{} node(s){ex}", d.min_nodes)
+            }
+        }
+        Mode::Units { total, .. } => {
+            if d.unit.gpus > 0 {
+                format!("{total} task(s) of {} GPU(s){ty}{ex}", d.unit.gpus)
+            } else {
+                format!("{total} task(s){ex}")
+            }
+        }
+    }
+}

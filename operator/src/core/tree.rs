@@ -1,0 +1,259 @@
+//! A partition's switch tree, built from node labels.
+//!
+//! Levels are the partition's topology keys (broadest first, `kubernetes.io/hostname`
+//! dropped). A root switch spanning the whole partition sits above the first level, so a job
+//! too big for any labelled switch can still be placed across them. A switch at level `j` is
+//! identified by the label values of levels `0..=j`, so two leaves labelled `leaf1` under
+//! different spines are different switches. A node without a level's label joins a synthetic
+//! switch named `(unlabelled)` at that level under its parent; such switches sort after the
+//! labelled ones. Within a leaf, nodes are in natural name order; leaves and switches are in
+//! natural order of their label values, so every switch's nodes (and leaves) are contiguous.
+
+use std::cmp::Ordering;
+use std::ops::Range;
+
+use super::model::Partition;
+use super::node::{Node, NodeId, TaintEffect};
+use super::util::natural_cmp;
+
+/// Name of the synthetic switch that holds nodes missing a level's label.
+pub const UNLABELLED: &str = "(unlabelled)";
+
+/// One switch.
+#[derive(Clone, Debug)]
+pub struct Switch {
+    /// Label value (or [`UNLABELLED`], or the partition name for the root).
+    pub name: String,
+    /// 0 for the root, `j + 1` for topology level `j`.
+    pub level: usize,
+    /// Child switches (empty for leaves).
+    pub children: Vec<u32>,
+    /// The leaves under it (indices into [`Tree::leaves`]).
+    pub leaves: Range<u32>,
+    /// Its nodes (positions in [`Tree::nodes`]).
+    pub nodes: Range<u32>,
+}
+
+/// A partition's switch tree.
+#[derive(Clone, Debug)]
+pub struct Tree {
+    /// Switches; `switches[0]` is the root; parents come before children.
+    pub switches: Vec<Switch>,
+    /// Leaf switches in order (switch ids).
+    pub leaves: Vec<u32>,
+    /// The partition's nodes in tree order.
+    pub nodes: Vec<NodeId>,
+    /// Leaf index of each position.
+    pub leaf_of: Vec<u32>,
+    /// Depth of the leaves (number of labelled levels).
+    pub depth: usize,
+}
+
+/// Whether `node` belongs to `part`: the selector matches and every `NoSchedule`/`NoExecute`
+/// taint is tolerated.
+pub fn in_partition(node: &Node, part: &Partition) -> bool {
+    part.selector.matches(&node.labels)
+        && node.taints.iter().all(|t| {
+            t.effect == TaintEffect::PreferNoSchedule
+                || part.tolerations.iter().any(|tol| tol.tolerates(t))
+        })
+}
+
+fn cmp_value(a: Option<&str>, b: Option<&str>) -> Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => natural_cmp(x, y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+impl Tree {
+    /// Builds the tree of `part` over `nodes`.
+    pub fn build(nodes: &[Node], part: &Partition) -> Tree {
+        let keys: Vec<&str> = part
+            .topology
+            .iter()
+            .map(String::as_str)
+            .filter(|k| *k != muster_crds::labels::HOSTNAME)
+            .collect();
+        let depth = keys.len();
+        let mut members: Vec<NodeId> = (0..nodes.len() as NodeId)
+            .filter(|&i| in_partition(&nodes[i as usize], part))
+            .collect();
+        let value = |n: NodeId, j: usize| nodes[n as usize].labels.get(keys[j]).map(String::as_str);
+        members.sort_by(|&a, &b| {
+            for j in 0..depth {
+                let o = cmp_value(value(a, j), value(b, j));
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            natural_cmp(&nodes[a as usize].name, &nodes[b as usize].name)
+        });
+        let n = members.len() as u32;
+        let mut switches = vec![Switch {
+            name: part.name.clone(),
+            level: 0,
+            children: Vec::new(),
+            leaves: 0..0,
+            nodes: 0..n,
+        }];
+        // Open switch at each level (switch id), as we scan nodes in order.
+        let mut open: Vec<u32> = vec![0];
+        let mut leaves = Vec::new();
+        let mut leaf_of = Vec::with_capacity(members.len());
+        for (pos, &node) in members.iter().enumerate() {
+            let pos = pos as u32;
+            // The first level whose value path differs from the previous node's.
+            let first_new = if pos == 0 {
+                0
+            } else {
+                let prev = members[pos as usize - 1];
+                (0..depth)
+                    .find(|&j| value(prev, j) != value(node, j))
+                    .unwrap_or(depth)
+            };
+            if pos == 0 || first_new < depth {
+                // Close switches from level first_new+1 down, open new ones.
+                open.truncate(first_new + 1);
+                for j in first_new..depth {
+                    let id = switches.len() as u32;
+                    let parent = open[j];
+                    switches[parent as usize].children.push(id);
+                    switches.push(Switch {
+                        name: value(node, j).unwrap_or(UNLABELLED).to_string(),
+                        level: j + 1,
+                        children: Vec::new(),
+                        leaves: 0..0,
+                        nodes: pos..pos,
+                    });
+                    open.push(id);
+                }
+                if depth == 0 && pos == 0 {
+                    leaves.push(0);
+                } else if depth > 0 {
+                    leaves.push(*open.last().expect("open leaf"));
+                }
+            }
+            for &s in &open {
+                switches[s as usize].nodes.end = pos + 1;
+            }
+            leaf_of.push(leaves.len() as u32 - 1);
+        }
+        if leaves.is_empty() {
+            leaves.push(0);
+        }
+        // Leaf ranges: leaves are in DFS order, so each switch's leaves are contiguous.
+        for (li, &sid) in leaves.iter().enumerate() {
+            let li = li as u32;
+            switches[sid as usize].leaves = li..li + 1;
+        }
+        for sid in (0..switches.len()).rev() {
+            if !switches[sid].children.is_empty() {
+                let first = switches[sid].children[0] as usize;
+                let last = *switches[sid].children.last().expect("children") as usize;
+                switches[sid].leaves = switches[first].leaves.start..switches[last].leaves.end;
+            }
+        }
+        Tree {
+            switches,
+            leaves,
+            nodes: members,
+            leaf_of,
+            depth,
+        }
+    }
+
+    /// The leaf switch of leaf index `l`.
+    pub fn leaf(&self, l: u32) -> &Switch {
+        &self.switches[self.leaves[l as usize] as usize]
+    }
+
+    /// Switch ids at `level`, in order.
+    pub fn level(&self, level: usize) -> impl Iterator<Item = u32> + '_ {
+        (0..self.switches.len() as u32).filter(move |&s| self.switches[s as usize].level == level)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::cluster_spec::ClusterSpec;
+
+    fn sandbox_part() -> (Vec<Node>, Partition) {
+        let spec = ClusterSpec::sandbox();
+        let part = Partition {
+            name: "gpu".into(),
+            topology: spec.topology(),
+            ..Default::default()
+        };
+        (spec.nodes().unwrap(), part)
+    }
+
+    #[test]
+    fn sandbox_tree_has_root_spine_and_four_leaves() {
+        let (nodes, part) = sandbox_part();
+        let t = Tree::build(&nodes, &part);
+        assert_eq!(t.depth, 2);
+        assert_eq!(t.leaves.len(), 4);
+        assert_eq!(t.nodes.len(), 16);
+        assert_eq!(t.switches[0].nodes, 0..16);
+        assert_eq!(t.switches[0].leaves, 0..4);
+        let spine = &t.switches[t.switches[0].children[0] as usize];
+        assert_eq!(spine.name, "spine1");
+        assert_eq!(spine.leaves, 0..4);
+        assert_eq!(t.leaf(2).name, "leaf3");
+        assert_eq!(t.leaf(2).nodes, 8..12);
+        assert_eq!(t.leaf_of[9], 2);
+        assert_eq!(nodes[t.nodes[8] as usize].name, "gpu009");
+    }
+
+    #[test]
+    fn missing_labels_form_an_unlabelled_switch_last() {
+        let (mut nodes, part) = sandbox_part();
+        nodes[0].labels.remove("muster.dev/leaf");
+        nodes[5].labels.remove("muster.dev/leaf");
+        nodes[6].labels.remove("muster.dev/spine");
+        let t = Tree::build(&nodes, &part);
+        let names: Vec<&str> = (0..t.leaves.len() as u32)
+            .map(|l| t.leaf(l).name.as_str())
+            .collect();
+        // spine1: leaf1..leaf4 then (unlabelled); then the (unlabelled) spine with leaf2.
+        assert_eq!(
+            names,
+            ["leaf1", "leaf2", "leaf3", "leaf4", UNLABELLED, "leaf2"]
+        );
+        let unl = t.leaf(4);
+        let members: Vec<&str> = (unl.nodes.start..unl.nodes.end)
+            .map(|p| nodes[t.nodes[p as usize] as usize].name.as_str())
+            .collect();
+        assert_eq!(members, ["gpu001", "gpu006"]);
+        let spines: Vec<&str> = t
+            .level(1)
+            .map(|s| t.switches[s as usize].name.as_str())
+            .collect();
+        assert_eq!(spines, ["spine1", UNLABELLED]);
+    }
+
+    #[test]
+    fn flat_partition_is_one_leaf_and_taints_exclude_nodes() {
+        let (mut nodes, mut part) = sandbox_part();
+        part.topology.clear();
+        nodes[3].taints.push(crate::core::node::Taint {
+            key: "dedicated".into(),
+            value: "x".into(),
+            effect: TaintEffect::NoSchedule,
+        });
+        let t = Tree::build(&nodes, &part);
+        assert_eq!(t.leaves, vec![0]);
+        assert_eq!(t.nodes.len(), 15);
+        assert!(!t.nodes.contains(&3));
+        part.tolerations.push(crate::core::node::Toleration {
+            key: "dedicated".into(),
+            exists: true,
+            ..Default::default()
+        });
+        assert_eq!(Tree::build(&nodes, &part).nodes.len(), 16);
+    }
+}
