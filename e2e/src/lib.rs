@@ -4,3 +4,8 @@
 //!   over HTTP, for kube-rs clients and `kubectl` alike.
 
 pub mod apiserver;
+pub mod clock;
+pub mod kubelet;
+pub mod nodes;
+pub mod quantity;
+pub mod scheduler;
