@@ -598,20 +598,25 @@ impl State {
         out
     }
 
-    fn bind_done(&mut self, uid: String, node: String, res: Result<(), kube::Error>, stats: &SchedulerStats) {
+    fn bind_done(&mut self, done: BindDone, stats: &SchedulerStats) {
+        let BindDone {
+            uid,
+            ns,
+            name,
+            node,
+            res,
+        } = done;
         match res {
             Ok(()) => {
                 stats.bound.fetch_add(1, Ordering::Relaxed);
-                if let Some(p) = self.pending.get(&uid) {
-                    if self.opts.scheduled_events {
-                        self.reports.push_back(Write::Scheduled {
-                            uid: uid.clone(),
-                            ns: p.ns.clone(),
-                            name: p.name.clone(),
-                            node,
-                        });
-                    }
-                    // The watch shows it bound soon; keep it assumed until then.
+                // The watch shows it bound soon (or already has); it stays assumed until then.
+                if self.opts.scheduled_events {
+                    self.reports.push_back(Write::Scheduled {
+                        uid,
+                        ns,
+                        name,
+                        node,
+                    });
                 }
             }
             Err(e) => {
@@ -636,7 +641,15 @@ impl State {
     }
 }
 
-type BindFut = BoxFuture<'static, (String, String, Result<(), kube::Error>)>;
+struct BindDone {
+    uid: String,
+    ns: String,
+    name: String,
+    node: String,
+    res: Result<(), kube::Error>,
+}
+
+type BindFut = BoxFuture<'static, BindDone>;
 type ReportFut = BoxFuture<'static, Option<String>>;
 
 fn bind_future(client: &Client, uid: String, ns: String, name: String, node: String) -> BindFut {
@@ -657,7 +670,13 @@ fn bind_future(client: &Client, uid: String, ns: String, name: String, node: Str
             )
             .await
             .map(|_| ());
-        (uid, node, res)
+        BindDone {
+            uid,
+            ns,
+            name,
+            node,
+            res,
+        }
     }
     .boxed()
 }
@@ -796,7 +815,7 @@ async fn run(
                 Some(Err(e)) => tracing::debug!(error = %e, "scheduler node watch"),
                 None => break,
             },
-            Some((uid, node, res)) = binds.next(), if !binds.is_empty() => st.bind_done(uid, node, res, &stats),
+            Some(done) = binds.next(), if !binds.is_empty() => st.bind_done(done, &stats),
             Some(failed) = reports.next(), if !reports.is_empty() => {
                 if let Some(uid) = failed && let Some(p) = st.pending.get_mut(&uid) {
                     p.reported = None;
@@ -815,8 +834,8 @@ async fn run(
         while let Some(Some(Ok(e))) = node_stream.next().now_or_never() {
             st.node_event(e);
         }
-        while let Some(Some((uid, node, res))) = binds.next().now_or_never() {
-            st.bind_done(uid, node, res, &stats);
+        while let Some(Some(done)) = binds.next().now_or_never() {
+            st.bind_done(done, &stats);
         }
         let room = opts.max_in_flight.saturating_sub(binds.len());
         for w in st.schedule(Instant::now(), room, &stats) {
