@@ -374,7 +374,7 @@ struct SimPod {
     reported_problems: bool,
     state: State,
     start_time: Timestamp,
-    bound_seen: Timestamp,
+    start_at: Timestamp,
     /// Deletion seen at, and the grace period.
     deleting: Option<(Timestamp, i64)>,
     evicted: bool,
@@ -625,7 +625,7 @@ impl SimPod {
             };
         }
         match &self.state {
-            State::Pending => Some((at(self.bound_seen), Action::Start)),
+            State::Pending => Some((at(self.start_at), Action::Start)),
             State::Running { started } => self
                 .plan
                 .run
@@ -886,7 +886,7 @@ impl Sim {
                     .and_then(|s| s.start_time.as_ref())
                     .map(|t| t.0)
                     .unwrap_or(now),
-                bound_seen: after(now, start_delay),
+                start_at: after(now, start_delay),
                 deleting: deletion.map(|g| (now, g)),
                 evicted: false,
                 final_delete_sent: false,
@@ -919,8 +919,11 @@ impl Sim {
     }
 
     /// Turn an action into a write; `None` when nothing is to be written.
-    fn begin(&mut self, uid: &str, action: Action) -> Option<PodFut> {
-        let now = self.clock.now();
+    /// `due`: when the action was due, in simulated time (not later than now); what the pod
+    /// reports (`startedAt`, `finishedAt`) uses it, so the simulated timeline stays exact
+    /// however late the loop gets to it.
+    fn begin(&mut self, uid: &str, action: Action, due: Timestamp) -> Option<PodFut> {
+        let now = due;
         let p = self.pods.get_mut(uid)?;
         let node = self.nodes.get_mut(&p.node)?;
         let host_ip = nodes::internal_ip(node.index);
@@ -1425,7 +1428,7 @@ async fn run(
             let failed = sim.nodes.get(&p.node).and_then(|n| n.failed);
             match p.next(failed, max_grace, now) {
                 Some((t, action)) if t <= now => {
-                    if let Some(f) = sim.begin(&uid, action) {
+                    if let Some(f) = sim.begin(&uid, action, t) {
                         writes.push(f);
                     }
                 }
