@@ -17,6 +17,7 @@ pub mod format;
 pub mod logs;
 pub mod rows;
 pub mod sacct;
+pub mod sandbox;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
@@ -68,6 +69,8 @@ pub enum Command {
     Sacct(sacct::SacctArgs),
     /// Print a job's output (what slurm-JOBID.out would hold).
     Logs(logs::LogsArgs),
+    /// Run a simulated GPU cluster to try Muster with no cluster.
+    Sandbox(sandbox::SandboxArgs),
 }
 
 /// A command failed and has already said why on standard error: exit 1 without more text.
@@ -141,6 +144,7 @@ pub async fn execute(cli: &Cli, cluster: Option<Cluster>, io: &mut Io<'_>) -> an
         Command::Scontrol(args) => scontrol::run(args, &target, io).await,
         Command::Sacct(args) => sacct::run(args, &target, io).await,
         Command::Logs(args) => logs::run(args, &target, io).await,
+        Command::Sandbox(args) => sandbox::run(args, io).await,
     }
 }
 
@@ -154,6 +158,7 @@ fn command_name(cli: &Cli) -> &'static str {
         Command::Scontrol(_) => "scontrol",
         Command::Sacct(_) => "sacct",
         Command::Logs(_) => "logs",
+        Command::Sandbox(_) => "sandbox",
     }
 }
 
