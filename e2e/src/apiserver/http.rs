@@ -13,7 +13,6 @@ use axum::response::Response;
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::apply::{Apply, Semantics};
 use super::builtin;
@@ -166,7 +165,7 @@ async fn dispatch(sh: &Arc<Shared>, req: &Req) -> Response {
             };
         }
         ["api"] if get => {
-            return discovery_resp(req, &cat, true, || discovery::api_versions("127.0.0.1"));
+            return discovery_resp(req, &cat, true, || discovery::api_versions(&sh.addr));
         }
         ["apis"] if get => return discovery_resp(req, &cat, false, || discovery::api_groups(&cat)),
         ["api", v] if get => {
@@ -213,26 +212,21 @@ fn discovery_resp(
     core: bool,
     legacy: impl FnOnce() -> Value,
 ) -> Response {
-    for (ver, ct) in [
-        (
-            "v2",
-            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-        ),
-        (
-            "v2beta1",
-            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList",
-        ),
-    ] {
-        let wanted = req.accept.split(',').any(|a| {
-            a.contains("as=APIGroupDiscoveryList")
-                && a.contains("g=apidiscovery.k8s.io")
-                && a.contains(&format!("v={ver};"))
-                || a.trim_end().ends_with(&format!("v={ver}"))
-                    && a.contains("as=APIGroupDiscoveryList")
-        });
-        if wanted {
-            let doc = discovery::aggregated(cat, core, &format!("apidiscovery.k8s.io/{ver}"));
-            return response(200, ct, serde_json::to_vec(&doc).unwrap_or_default(), &[]);
+    // Serve the first media type of the Accept list we can: aggregated v2, v2beta1 or legacy.
+    for media in req.accept.split(',') {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        let has = |p: &str| params.contains(&p);
+        if has("g=apidiscovery.k8s.io") && has("as=APIGroupDiscoveryList") {
+            for ver in ["v2", "v2beta1"] {
+                if has(&format!("v={ver}")) {
+                    let doc =
+                        discovery::aggregated(cat, core, &format!("apidiscovery.k8s.io/{ver}"));
+                    let ct = format!(
+                        "application/json;g=apidiscovery.k8s.io;v={ver};as=APIGroupDiscoveryList"
+                    );
+                    return response(200, &ct, serde_json::to_vec(&doc).unwrap_or_default(), &[]);
+                }
+            }
         }
     }
     json_resp(200, &legacy())
@@ -891,9 +885,9 @@ fn patch_object(
         | "application/json-patch+json"
         | "application/strategic-merge-patch+json" => {
             if ct == "application/strategic-merge-patch+json" && !served.accepts_strategic_merge() {
-                return Err(ApiError::unsupported_media_type(format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                )));
+                return Err(ApiError::unsupported_media_type(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                ));
             }
             sh.update(rt, ns, name, part, &opts, &mut |cur| {
                 let mut doc = view.out(cur.cloned().ok_or_else(missing)?);
@@ -1159,6 +1153,105 @@ impl WatchCtx {
     }
 }
 
+/// Most bytes of watch events sent as one chunk.
+const CHUNK: usize = 64 * 1024;
+
+struct WatchState {
+    sh: Arc<Shared>,
+    coll: Arc<super::store::Collection>,
+    ctx: WatchCtx,
+    notify: tokio::sync::watch::Receiver<u64>,
+    drops: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    tick: tokio::time::Interval,
+    last: u64,
+    initial: std::collections::VecDeque<super::store::Stored>,
+    initial_bookmark: bool,
+    bookmarks: bool,
+    done: bool,
+}
+
+fn join(parts: Vec<Bytes>) -> Bytes {
+    if parts.len() == 1 {
+        return parts.into_iter().next().expect("one part");
+    }
+    let mut v = Vec::with_capacity(parts.iter().map(Bytes::len).sum());
+    for p in parts {
+        v.extend_from_slice(&p);
+    }
+    Bytes::from(v)
+}
+
+impl WatchState {
+    /// The next chunk of the stream: every event available now (up to [`CHUNK`] bytes), or
+    /// the next one to come; `None` ends the watch.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        let mut parts: Vec<Bytes> = Vec::new();
+        let mut size = 0;
+        while let Some(s) = self.initial.pop_front() {
+            let f = self.ctx.frame("ADDED", &s.bytes, None);
+            size += f.len();
+            parts.push(f);
+            if size >= CHUNK {
+                return Some(join(parts));
+            }
+        }
+        if self.initial_bookmark {
+            self.initial_bookmark = false;
+            parts.push(self.ctx.bookmark(self.last, true));
+        }
+        loop {
+            self.notify.borrow_and_update();
+            match self.coll.since(self.last, 256) {
+                Since::Expired(oldest) => {
+                    let e = ApiError::expired(format!(
+                        "too old resource version: {} ({oldest})",
+                        self.last
+                    ));
+                    parts.push(status_frame(&e));
+                    self.done = true;
+                    return Some(join(parts));
+                }
+                Since::Events(evs, read_to) => {
+                    let full = evs.len() == 256;
+                    for ev in &evs {
+                        if let Some(f) = self.ctx.event(ev) {
+                            size += f.len();
+                            parts.push(f);
+                            if self.sh.faults.drop_watch_now() {
+                                self.done = true;
+                                return Some(join(parts));
+                            }
+                        }
+                    }
+                    self.last = read_to;
+                    if full && size < CHUNK {
+                        continue;
+                    }
+                }
+            }
+            if !parts.is_empty() {
+                return Some(join(parts));
+            }
+            tokio::select! {
+                r = self.notify.changed() => if r.is_err() { return None },
+                _ = &mut self.deadline => return None,
+                _ = self.tick.tick() => {
+                    if self.bookmarks {
+                        return Some(self.ctx.bookmark(self.last, false));
+                    }
+                }
+                _ = self.drops.changed() => return None,
+                _ = self.shutdown.changed() => return None,
+            }
+        }
+    }
+}
+
 fn watch(
     sh: &Arc<Shared>,
     rt: &ResourceType,
@@ -1211,7 +1304,7 @@ fn watch(
     } else {
         None
     };
-    let mut ctx = WatchCtx {
+    let ctx = WatchCtx {
         served: served.clone(),
         view,
         ns: scope_ns.clone(),
@@ -1230,72 +1323,34 @@ fn watch(
             .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param}")))?;
         (Vec::new(), rv)
     };
-    let (tx, mut rx) = mpsc::channel::<Bytes>(64);
-    let sh2 = sh.clone();
-    let mut notify = coll.subscribe();
     let mut drops = sh.faults.drops();
     drops.borrow_and_update();
-    let mut shutdown = sh.shutdown.clone();
-    tokio::spawn(async move {
-        let sh = sh2;
-        for s in &initial {
-            let f = ctx.frame("ADDED", &s.bytes, None);
-            if tx.send(f).await.is_err() {
-                return;
-            }
-        }
-        drop(initial);
-        if send_initial && bookmarks && tx.send(ctx.bookmark(start_rv, true)).await.is_err() {
-            return;
-        }
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut tick = tokio::time::interval(sh.bookmark_interval);
-        tick.tick().await;
-        let mut last = start_rv;
-        loop {
-            notify.borrow_and_update();
-            match coll.since(last, 256) {
-                Since::Expired(oldest) => {
-                    let e =
-                        ApiError::expired(format!("too old resource version: {last} ({oldest})"));
-                    let _ = tx.send(status_frame(&e)).await;
-                    return;
-                }
-                Since::Events(evs, read_to) => {
-                    let full = evs.len() == 256;
-                    for ev in &evs {
-                        if let Some(f) = ctx.event(ev) {
-                            if tx.send(f).await.is_err() {
-                                return;
-                            }
-                            if sh.faults.drop_watch_now() {
-                                return;
-                            }
-                        }
-                    }
-                    last = read_to;
-                    if full {
-                        continue;
-                    }
-                }
-            }
-            tokio::select! {
-                r = notify.changed() => if r.is_err() { return },
-                _ = &mut deadline => return,
-                _ = tick.tick() => {
-                    if bookmarks && tx.send(ctx.bookmark(last, false)).await.is_err() {
-                        return;
-                    }
-                }
-                _ = drops.changed() => return,
-                _ = shutdown.changed() => return,
-                _ = tx.closed() => return,
-            }
-        }
-    });
-    let stream = futures::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|o| o.map(Ok::<Bytes, Infallible>))
+    let st = WatchState {
+        sh: sh.clone(),
+        notify: coll.subscribe(),
+        coll,
+        ctx,
+        drops,
+        shutdown: sh.shutdown.clone(),
+        deadline: Box::pin(tokio::time::sleep(timeout)),
+        tick: {
+            let mut t = tokio::time::interval_at(
+                tokio::time::Instant::now() + sh.bookmark_interval,
+                sh.bookmark_interval,
+            );
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        },
+        last: start_rv,
+        initial: initial.into(),
+        initial_bookmark: send_initial && bookmarks,
+        bookmarks,
+        done: false,
+    };
+    // The stream runs in the connection's own task: no hop through a channel per event.
+    let stream = futures::stream::unfold(st, |mut st| async move {
+        let chunk = st.next_chunk().await?;
+        Some((Ok::<Bytes, Infallible>(chunk), st))
     });
     let mut r = Response::new(HttpBody::from_stream(stream));
     r.headers_mut().insert(

@@ -131,6 +131,7 @@ impl ApiServer {
             graceful_pods: AtomicBool::new(opts.graceful_pod_deletion),
             bookmark_interval: opts.bookmark_interval,
             next_ip: AtomicU32::new(10),
+            addr: addr.to_string(),
             logs: Default::default(),
         });
         let cat = shared.registry.catalog();

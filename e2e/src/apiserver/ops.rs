@@ -36,6 +36,8 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// Next service cluster IP.
     pub next_ip: AtomicU32,
+    /// `host:port` the server listens on.
+    pub addr: String,
     /// Pod logs set by tests or a simulated kubelet: (namespace, pod, container) → text.
     pub logs: std::sync::Mutex<HashMap<(String, String, String), String>>,
 }

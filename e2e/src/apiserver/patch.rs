@@ -149,9 +149,7 @@ fn merge_map(
             continue;
         }
         path.push(k.clone());
-        if pv.is_null() {
-            orig.remove(k);
-        } else if pv.get("$patch").and_then(Value::as_str) == Some("delete") {
+        if pv.is_null() || pv.get("$patch").and_then(Value::as_str) == Some("delete") {
             orig.remove(k);
         } else {
             match orig.get_mut(k) {

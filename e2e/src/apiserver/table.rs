@@ -175,7 +175,11 @@ pub fn jsonpath<'a>(v: &'a Value, path: &str) -> Vec<&'a Value> {
                             let matches = ok
                                 && match x {
                                     Value::String(s) => s == rhs,
-                                    other => other.to_string() == *rhs,
+                                    other => {
+                                        *other
+                                            == serde_json::from_str::<Value>(rhs)
+                                                .unwrap_or(Value::Null)
+                                    }
                                 };
                             if matches {
                                 next.push(it);
