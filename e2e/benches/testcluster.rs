@@ -2,6 +2,10 @@
 //! the kubelet) run to Succeeded per second, for batches of 1,000 pods on the 128-node
 //! superpod spec. The figure criterion prints as `thrpt` is pods/s.
 //!
+//! After criterion's figures it prints, for 1,000 and 10,000 pods, the wall-clock rate and the
+//! CPU time the whole process (API server double, scheduler, kubelet and the client creating
+//! the pods) spent per pod — the figure that does not depend on what else the machine runs.
+//!
 //! `cargo bench -p muster-e2e --bench testcluster`
 
 use std::sync::atomic::Ordering;
@@ -19,6 +23,15 @@ use serde_json::json;
 
 const PODS: usize = 1000;
 
+/// CPU time (user + system) of this process, from `/proc/self/stat` (USER_HZ is 100 on Linux).
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
 fn pod(i: usize) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -31,9 +44,13 @@ fn pod(i: usize) -> Pod {
 
 /// Create `PODS` pods (64 creates in flight) and wait until `done()` reaches `PODS`.
 async fn round(c: &TestCluster, done: impl Fn(&TestCluster) -> u64) -> Duration {
+    round_of(c, PODS, done).await
+}
+
+async fn round_of(c: &TestCluster, n: usize, done: impl Fn(&TestCluster) -> u64) -> Duration {
     let pods: Api<Pod> = Api::namespaced(c.client(), "default");
     let t0 = Instant::now();
-    futures::stream::iter(0..PODS)
+    futures::stream::iter(0..n)
         .map(|i| {
             let pods = pods.clone();
             async move { pods.create(&PostParams::default(), &pod(i)).await.unwrap() }
@@ -41,8 +58,8 @@ async fn round(c: &TestCluster, done: impl Fn(&TestCluster) -> u64) -> Duration 
         .buffer_unordered(64)
         .collect::<Vec<_>>()
         .await;
-    while done(c) < PODS as u64 {
-        assert!(t0.elapsed() < Duration::from_secs(120), "stuck at {}", done(c));
+    while done(c) < n as u64 {
+        assert!(t0.elapsed() < Duration::from_secs(600), "stuck at {}", done(c));
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     t0.elapsed()
@@ -106,5 +123,36 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// Wall-clock rate and CPU per pod for `n` pods bound and run.
+fn figures(n: usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = TestCluster::simulated(opts(true)).await.unwrap();
+        let cpu0 = cpu_time();
+        let wall = round_of(&c, n, |c| {
+            c.kubelet_stats().unwrap().finished.load(Ordering::Relaxed)
+        })
+        .await;
+        let cpu = cpu_time().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+        println!(
+            "{n} pods created, bound and run to Succeeded on 128 nodes: {:.2} s, {:.0} pods/s; CPU {} ({} per pod)",
+            wall.as_secs_f64(),
+            n as f64 / wall.as_secs_f64(),
+            cpu.map_or("n/a".into(), |c| format!("{:.2} s", c.as_secs_f64())),
+            cpu.map_or("n/a".into(), |c| format!("{:.2} ms", c.as_secs_f64() * 1000.0 / n as f64)),
+        );
+        c.shutdown().await;
+    });
+}
+
+fn printed(_: &mut Criterion) {
+    figures(1_000);
+    figures(10_000);
+}
+
+criterion_group!(benches, bench, printed);
 criterion_main!(benches);
