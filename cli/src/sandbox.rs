@@ -25,7 +25,9 @@ pub const DEFAULT_KUBECONFIG: &str = "muster-sandbox.kubeconfig";
 
 /// `muster sandbox`
 #[derive(Args, Clone, Debug, PartialEq)]
-#[command(about = "Run a simulated GPU cluster (API server, nodes, scheduler, kubelet) to try Muster with no cluster")]
+#[command(
+    about = "Run a simulated GPU cluster (API server, nodes, scheduler, kubelet) to try Muster with no cluster"
+)]
 pub struct SandboxArgs {
     /// Cluster spec (YAML, see examples/clusters/); default: 16 DGX H100 nodes under 4 leaves.
     #[arg(long, value_name = "FILE")]
@@ -56,7 +58,9 @@ impl Eq for SandboxArgs {}
 fn parse_speed(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && (0.001..=1_000_000.0).contains(&v) => Ok(v),
-        _ => Err(format!("{s:?} is not a speed-up factor: give a number from 0.001 to 1000000, e.g. 60")),
+        _ => Err(format!(
+            "{s:?} is not a speed-up factor: give a number from 0.001 to 1000000, e.g. 60"
+        )),
     }
 }
 
@@ -117,14 +121,26 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
         hostlist::compress(nodes.iter().map(|n| n.name.as_str()))
     )?;
     if !args.no_partition {
-        writeln!(out, "Default partition: {} (topology {})", args.partition, spec.topology().join(" > "))?;
+        writeln!(
+            out,
+            "Default partition: {} (topology {})",
+            args.partition,
+            spec.topology().join(" > ")
+        )?;
     }
     if args.speed != 1.0 {
-        writeln!(out, "Simulated time runs {}x faster than wall time.", args.speed)?;
+        writeln!(
+            out,
+            "Simulated time runs {}x faster than wall time.",
+            args.speed
+        )?;
     }
     writeln!(out, "\nPoint kubectl and kubectl muster at it:\n")?;
     writeln!(out, "  export KUBECONFIG={k}")?;
-    writeln!(out, "  kubectl get nodes -L muster.dev/leaf,muster.dev/gpu.product")?;
+    writeln!(
+        out,
+        "  kubectl get nodes -L muster.dev/leaf,muster.dev/gpu.product"
+    )?;
     writeln!(out, "  kubectl get gpunodes")?;
     writeln!(out, "  kubectl muster sinfo")?;
     writeln!(
@@ -197,16 +213,39 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let path = dir.path().join(DEFAULT_KUBECONFIG);
         assert!(text.contains("16 nodes (gpu[001-016]), 128 GPUs"), "{text}");
-        assert!(text.contains(&format!("export KUBECONFIG={}", path.canonicalize().unwrap().display())), "{text}");
+        assert!(
+            text.contains(&format!(
+                "export KUBECONFIG={}",
+                path.canonicalize().unwrap().display()
+            )),
+            "{text}"
+        );
         // The kubeconfig written works for a client.
         let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
         let client = kube::Client::try_from(cfg).unwrap();
         let nodes: Api<Node> = Api::all(client.clone());
-        assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 16);
+        assert_eq!(
+            nodes
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            16
+        );
         let parts: Api<Partition> = Api::all(client);
         let p = parts.get("gpu").await.unwrap();
-        assert_eq!(p.spec.topology, ["muster.dev/spine", "muster.dev/leaf", "kubernetes.io/hostname"]);
+        assert_eq!(
+            p.spec.topology,
+            [
+                "muster.dev/spine",
+                "muster.dev/leaf",
+                "kubernetes.io/hostname"
+            ]
+        );
         s.stop().await;
         assert!(!path.exists(), "the kubeconfig is removed on stop");
     }
@@ -214,7 +253,11 @@ mod tests {
     #[tokio::test]
     async fn bad_cluster_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("c.yaml"), "nodesPerLeaf: 0\nnode: {cpus: 1, memory: 1}\n").unwrap();
+        std::fs::write(
+            dir.path().join("c.yaml"),
+            "nodesPerLeaf: 0\nnode: {cpus: 1, memory: 1}\n",
+        )
+        .unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut stdin = std::io::empty();
         let env = |_: &str| None;
@@ -225,10 +268,19 @@ mod tests {
             env: &env,
             cwd: dir.path().to_path_buf(),
         };
-        let e = start(&args(&["--cluster", "c.yaml"]), &mut io).await.err().unwrap();
+        let e = start(&args(&["--cluster", "c.yaml"]), &mut io)
+            .await
+            .err()
+            .unwrap();
         let msg = format!("{e:#}");
-        assert!(msg.contains("c.yaml") && msg.contains("nodesPerLeaf"), "{msg}");
-        let e = start(&args(&["--cluster", "missing.yaml"]), &mut io).await.err().unwrap();
+        assert!(
+            msg.contains("c.yaml") && msg.contains("nodesPerLeaf"),
+            "{msg}"
+        );
+        let e = start(&args(&["--cluster", "missing.yaml"]), &mut io)
+            .await
+            .err()
+            .unwrap();
         assert!(format!("{e:#}").contains("reading cluster spec"), "{e:#}");
     }
 

@@ -59,7 +59,11 @@ async fn round_of(c: &TestCluster, n: usize, done: impl Fn(&TestCluster) -> u64)
         .collect::<Vec<_>>()
         .await;
     while done(c) < n as u64 {
-        assert!(t0.elapsed() < Duration::from_secs(600), "stuck at {}", done(c));
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "stuck at {}",
+            done(c)
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     t0.elapsed()

@@ -135,7 +135,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let dt = c.now().duration_since(t0).as_secs_f64();
         assert!(dt >= 19.0, "20 ms at 1000x is about 20 s, got {dt}");
-        assert_eq!(c.real_duration(Duration::from_secs(10)), Duration::from_millis(10));
+        assert_eq!(
+            c.real_duration(Duration::from_secs(10)),
+            Duration::from_millis(10)
+        );
         let before = c.now();
         c.advance(Duration::from_secs(3600));
         assert!(c.now().duration_since(before).as_secs() >= 3600);

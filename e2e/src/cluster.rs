@@ -207,9 +207,10 @@ impl TestCluster {
         )
         .await
         .map_err(kube_err("registering the nodes"))?;
-        let kubelet = opts.kubelet.clone().map(|k| {
-            Kubelet::start(server.client(), opts.clock.clone(), infos.clone(), k)
-        });
+        let kubelet = opts
+            .kubelet
+            .clone()
+            .map(|k| Kubelet::start(server.client(), opts.clock.clone(), infos.clone(), k));
         let scheduler = opts
             .scheduler
             .clone()

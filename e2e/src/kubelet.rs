@@ -174,7 +174,12 @@ pub enum KubeletError {
 enum Command {
     FailNode(String, oneshot::Sender<Result<(), KubeletError>>),
     RecoverNode(String, oneshot::Sender<Result<(), KubeletError>>),
-    GpuHealth(String, u32, GpuHealth, oneshot::Sender<Result<(), KubeletError>>),
+    GpuHealth(
+        String,
+        u32,
+        GpuHealth,
+        oneshot::Sender<Result<(), KubeletError>>,
+    ),
 }
 
 /// The running simulated kubelets (one task for every node); dropping it stops them.
@@ -188,7 +193,12 @@ pub struct Kubelet {
 impl Kubelet {
     /// Start simulating `nodes` (their Node objects must exist: see
     /// [`nodes::register`]).
-    pub fn start(client: Client, clock: SimClock, nodes: Vec<NodeInfo>, opts: KubeletOptions) -> Kubelet {
+    pub fn start(
+        client: Client,
+        clock: SimClock,
+        nodes: Vec<NodeInfo>,
+        opts: KubeletOptions,
+    ) -> Kubelet {
         let (cmds, rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = watch::channel(false);
         let stats = Arc::new(KubeletStats::default());
@@ -222,7 +232,8 @@ impl Kubelet {
 
     /// Bring a failed node back; returns once the Node is Ready again.
     pub async fn recover_node(&self, node: &str) -> Result<(), KubeletError> {
-        self.ask(|tx| Command::RecoverNode(node.to_string(), tx)).await
+        self.ask(|tx| Command::RecoverNode(node.to_string(), tx))
+            .await
     }
 
     /// Set a GPU's health (as the node agent would after an XID or a recovery); returns once
@@ -265,11 +276,17 @@ struct Plan {
 }
 
 fn parse_secs(v: &str) -> Option<f64> {
-    v.trim().parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 fn parse_exit(v: &str) -> Option<i32> {
-    v.trim().parse::<i32>().ok().filter(|x| (0..=255).contains(x))
+    v.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|x| (0..=255).contains(x))
 }
 
 /// The plan of a pod, and the problems found in its annotations/env.
@@ -409,9 +426,16 @@ fn hex64(s: &str) -> String {
 
 fn image_id(image: &str) -> String {
     let base = image.split('@').next().unwrap_or(image);
-    let repo = base.rsplit_once(':').filter(|(_, t)| !t.contains('/')).map_or(base, |(r, _)| r);
+    let repo = base
+        .rsplit_once(':')
+        .filter(|(_, t)| !t.contains('/'))
+        .map_or(base, |(r, _)| r);
     let full = if repo.contains('/') {
-        if repo.split('/').next().is_some_and(|h| h.contains('.') || h.contains(':')) {
+        if repo
+            .split('/')
+            .next()
+            .is_some_and(|h| h.contains('.') || h.contains(':'))
+        {
             repo.to_string()
         } else {
             format!("docker.io/{repo}")
@@ -422,7 +446,13 @@ fn image_id(image: &str) -> String {
     format!("{full}@sha256:{}", hex64(base))
 }
 
-fn cond(t: &str, status: bool, now: Timestamp, reason: Option<&str>, message: Option<&str>) -> Value {
+fn cond(
+    t: &str,
+    status: bool,
+    now: Timestamp,
+    reason: Option<&str>,
+    message: Option<&str>,
+) -> Value {
     let mut c = json!({"type": t, "status": if status { "True" } else { "False" },
         "lastProbeTime": null, "lastTransitionTime": Time(now)});
     if let Some(r) = reason {
@@ -436,7 +466,10 @@ fn cond(t: &str, status: bool, now: Timestamp, reason: Option<&str>, message: Op
 
 impl SimPod {
     fn container_id(&self, name: &str, restart: u32) -> String {
-        format!("containerd://{}", hex64(&format!("{}/{name}/{restart}", self.uid)))
+        format!(
+            "containerd://{}",
+            hex64(&format!("{}/{name}/{restart}", self.uid))
+        )
     }
 
     fn init_statuses(&self) -> Value {
@@ -484,17 +517,18 @@ impl SimPod {
             cond("Ready", true, now, None, None),
             cond("ContainersReady", true, now, None, None),
         ]);
-        st["containerStatuses"] = json!(self
-            .containers
-            .iter()
-            .map(|(n, image)| json!({
-                "name": n, "image": image, "imageID": image_id(image),
-                "containerID": self.container_id(n, self.restarts),
-                "ready": true, "started": true, "restartCount": self.restarts,
-                "state": {"running": {"startedAt": Time(started)}},
-                "lastState": self.last_state(),
-            }))
-            .collect::<Vec<_>>());
+        st["containerStatuses"] = json!(
+            self.containers
+                .iter()
+                .map(|(n, image)| json!({
+                    "name": n, "image": image, "imageID": image_id(image),
+                    "containerID": self.container_id(n, self.restarts),
+                    "ready": true, "started": true, "restartCount": self.restarts,
+                    "state": {"running": {"startedAt": Time(started)}},
+                    "lastState": self.last_state(),
+                }))
+                .collect::<Vec<_>>()
+        );
         if !self.init_containers.is_empty() {
             st["initContainerStatuses"] = self.init_statuses();
         }
@@ -510,7 +544,13 @@ impl SimPod {
             cond("PodReadyToStartContainers", true, now, None, None),
             cond("Initialized", true, now, None, None),
             cond("Ready", false, now, Some("ContainersNotReady"), Some(&msg)),
-            cond("ContainersReady", false, now, Some("ContainersNotReady"), Some(&msg)),
+            cond(
+                "ContainersReady",
+                false,
+                now,
+                Some("ContainersNotReady"),
+                Some(&msg)
+            ),
         ]);
         st["containerStatuses"] = json!(self
             .containers
@@ -528,7 +568,13 @@ impl SimPod {
     }
 
     /// Status patch for a finished pod: containers exited with `code` (`None`: never ran).
-    fn terminated(&self, host_ip: &str, code: Option<i32>, started: Option<Timestamp>, now: Timestamp) -> Value {
+    fn terminated(
+        &self,
+        host_ip: &str,
+        code: Option<i32>,
+        started: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Value {
         let mut st = self.ips(host_ip);
         let ok = code == Some(0);
         st["phase"] = json!(if ok { "Succeeded" } else { "Failed" });
@@ -583,15 +629,28 @@ impl SimPod {
         };
         // The taint manager's getMinTolerationTime: not tolerated -> now; the shortest
         // tolerationSeconds among the tolerations that match; none given -> never.
-        let matching: Vec<&Tol> = self.tolerations.iter().filter(|tol| tol.tolerates(&t)).collect();
+        let matching: Vec<&Tol> = self
+            .tolerations
+            .iter()
+            .filter(|tol| tol.tolerates(&t))
+            .collect();
         if matching.is_empty() {
             return Some(0);
         }
-        matching.iter().filter_map(|t| t.seconds).map(|s| s.max(0)).min()
+        matching
+            .iter()
+            .filter_map(|t| t.seconds)
+            .map(|s| s.max(0))
+            .min()
     }
 
     /// The next thing to do and when.
-    fn next(&self, node_failed: Option<Timestamp>, max_grace: Option<Duration>, now: Timestamp) -> Option<(Timestamp, Action)> {
+    fn next(
+        &self,
+        node_failed: Option<Timestamp>,
+        max_grace: Option<Duration>,
+        now: Timestamp,
+    ) -> Option<(Timestamp, Action)> {
         if self.busy {
             return None;
         }
@@ -808,7 +867,11 @@ impl Sim {
         let Some(spec) = pod.spec.as_ref() else {
             return;
         };
-        let Some(node) = spec.node_name.clone().filter(|n| self.nodes.contains_key(n)) else {
+        let Some(node) = spec
+            .node_name
+            .clone()
+            .filter(|n| self.nodes.contains_key(n))
+        else {
             return;
         };
         let now = self.clock.now();
@@ -854,9 +917,7 @@ impl Sim {
                     .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
                     .collect::<Vec<_>>()
             };
-            let start_delay = plan
-                .start
-                .unwrap_or(self.opts.start_delay.as_secs_f64());
+            let start_delay = plan.start.unwrap_or(self.opts.start_delay.as_secs_f64());
             let tolerations = spec
                 .tolerations
                 .iter()
@@ -876,7 +937,10 @@ impl Sim {
                 node: node.clone(),
                 containers: names(&spec.containers),
                 init_containers: names(spec.init_containers.as_deref().unwrap_or_default()),
-                restart_policy: spec.restart_policy.clone().unwrap_or_else(|| "Always".into()),
+                restart_policy: spec
+                    .restart_policy
+                    .clone()
+                    .unwrap_or_else(|| "Always".into()),
                 host_network: spec.host_network.unwrap_or(false),
                 tolerations,
                 plan,
@@ -907,7 +971,8 @@ impl Sim {
         match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => self.apply_pod(p),
             watcher::Event::Delete(p) => {
-                self.pods.remove(&p.metadata.uid.clone().unwrap_or_default());
+                self.pods
+                    .remove(&p.metadata.uid.clone().unwrap_or_default());
             }
             watcher::Event::Init => self.relist = Some(HashSet::new()),
             watcher::Event::InitDone => {
@@ -987,7 +1052,13 @@ impl Sim {
         Some(pod_write(&self.client, p, action, now, w))
     }
 
-    fn complete(&mut self, uid: String, action: Action, at: Timestamp, res: Result<(), WriteError>) {
+    fn complete(
+        &mut self,
+        uid: String,
+        action: Action,
+        at: Timestamp,
+        res: Result<(), WriteError>,
+    ) {
         let Some(p) = self.pods.get_mut(&uid) else {
             return;
         };
@@ -1140,8 +1211,12 @@ impl Sim {
                     let _ = with_retries(|| {
                         let (api, name, patch) = (api.clone(), name.clone(), patch.clone());
                         async move {
-                            api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                                .await
+                            api.patch_status(
+                                &name,
+                                &PatchParams::default(),
+                                &Patch::Strategic(patch),
+                            )
+                            .await
                         }
                     })
                     .await;
@@ -1226,7 +1301,13 @@ impl Sim {
         }
     }
 
-    fn gpu_health(&mut self, node: &str, index: u32, health: GpuHealth, reply: oneshot::Sender<Result<(), KubeletError>>) {
+    fn gpu_health(
+        &mut self,
+        node: &str,
+        index: u32,
+        health: GpuHealth,
+        reply: oneshot::Sender<Result<(), KubeletError>>,
+    ) {
         let Some(n) = self.nodes.get_mut(node) else {
             let _ = reply.send(Err(KubeletError::NoSuchNode(node.to_string())));
             return;
@@ -1259,7 +1340,12 @@ impl Sim {
 }
 
 /// Write a node's loss (`down`) or return: conditions and the unreachable taints.
-async fn set_node_down(api: &Api<Node>, name: &str, now: Timestamp, down: bool) -> Result<(), KubeletError> {
+async fn set_node_down(
+    api: &Api<Node>,
+    name: &str,
+    now: Timestamp,
+    down: bool,
+) -> Result<(), KubeletError> {
     let werr = |e: kube::Error| KubeletError::Write {
         what: format!("Node {name}"),
         error: e.to_string(),
@@ -1277,7 +1363,9 @@ async fn set_node_down(api: &Api<Node>, name: &str, now: Timestamp, down: bool) 
             .collect();
         if down {
             for effect in ["NoSchedule", "NoExecute"] {
-                taints.push(json!({"key": TAINT_UNREACHABLE, "effect": effect, "timeAdded": Time(now)}));
+                taints.push(
+                    json!({"key": TAINT_UNREACHABLE, "effect": effect, "timeAdded": Time(now)}),
+                );
             }
         }
         let patch = json!({
@@ -1362,9 +1450,8 @@ async fn run(
         misc: VecDeque::new(),
     };
     let pods: Api<Pod> = Api::all(client.clone());
-    let mut stream = pin!(
-        watcher(pods, watcher::Config::default().fields("spec.nodeName!=")).default_backoff()
-    );
+    let mut stream =
+        pin!(watcher(pods, watcher::Config::default().fields("spec.nodeName!=")).default_backoff());
     let mut writes: FuturesUnordered<PodFut> = FuturesUnordered::new();
     let mut misc: FuturesUnordered<MiscFut> = FuturesUnordered::new();
     let mut jumps = clock.jumps();
@@ -1466,7 +1553,10 @@ mod tests {
             json!([{"name": ENV_RUN_SECONDS, "value": "7"}, {"name": ENV_EXIT_CODE, "value": "1"}]),
         ));
         assert_eq!((p.run, p.exit), (Some(7.0), 1));
-        let (p, _) = plan_of(&pod(json!({RUN_SECONDS: "1"}), json!([{"name": ENV_RUN_SECONDS, "value": "7"}])));
+        let (p, _) = plan_of(&pod(
+            json!({RUN_SECONDS: "1"}),
+            json!([{"name": ENV_RUN_SECONDS, "value": "7"}]),
+        ));
         assert_eq!(p.run, Some(1.0), "the annotation wins");
         let (p, _) = plan_of(&pod(json!({}), json!([])));
         assert_eq!(p.run, None);
@@ -1474,17 +1564,30 @@ mod tests {
 
     #[test]
     fn bad_values_are_named() {
-        let (p, errs) = plan_of(&pod(json!({RUN_SECONDS: "soon", EXIT_CODE: "300"}), json!([])));
+        let (p, errs) = plan_of(&pod(
+            json!({RUN_SECONDS: "soon", EXIT_CODE: "300"}),
+            json!([]),
+        ));
         assert_eq!((p.run, p.exit), (None, 0));
         assert_eq!(errs.len(), 2);
-        assert!(errs[0].contains(RUN_SECONDS) && errs[0].contains("non-negative"), "{}", errs[0]);
-        assert!(errs[1].contains(EXIT_CODE) && errs[1].contains("0 to 255"), "{}", errs[1]);
+        assert!(
+            errs[0].contains(RUN_SECONDS) && errs[0].contains("non-negative"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains(EXIT_CODE) && errs[1].contains("0 to 255"),
+            "{}",
+            errs[1]
+        );
     }
 
     #[test]
     fn image_ids_look_like_containerd() {
         assert!(image_id("busybox:1.36").starts_with("docker.io/library/busybox@sha256:"));
-        assert!(image_id("nvcr.io/nvidia/pytorch:24.01").starts_with("nvcr.io/nvidia/pytorch@sha256:"));
+        assert!(
+            image_id("nvcr.io/nvidia/pytorch:24.01").starts_with("nvcr.io/nvidia/pytorch@sha256:")
+        );
         assert!(image_id("team/app").starts_with("docker.io/team/app@sha256:"));
         assert_eq!(hex64("x").len(), 64);
     }

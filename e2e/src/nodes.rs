@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use muster_crds::v1alpha1::{GpuHealth, GpuHealthState, GpuInfo as CrdGpuInfo, GpuNode, GpuNodeStatus};
+use muster_crds::v1alpha1::{
+    GpuHealth, GpuHealthState, GpuInfo as CrdGpuInfo, GpuNode, GpuNodeStatus,
+};
 use muster_operator::core::cluster_spec::NodeInfo;
 use serde_json::{Value, json};
 
@@ -41,7 +43,12 @@ pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 /// The node's `InternalIP`: `172.16.0.0/12`, by node index.
 pub fn internal_ip(index: usize) -> String {
     let i = index as u32 + 1;
-    format!("172.{}.{}.{}", 16 + ((i >> 16) & 0x0f), (i >> 8) & 0xff, i & 0xff)
+    format!(
+        "172.{}.{}.{}",
+        16 + ((i >> 16) & 0x0f),
+        (i >> 8) & 0xff,
+        i & 0xff
+    )
 }
 
 /// The node's pod CIDR: one `/24` of `10.128.0.0/9` per node.
@@ -53,7 +60,12 @@ pub fn pod_cidr(index: usize) -> String {
 /// The `n`-th pod IP of a node (`n` from 0; wraps after 253 addresses).
 pub fn pod_ip(index: usize, n: u32) -> String {
     let i = index as u32;
-    format!("10.{}.{}.{}", 128 + ((i >> 8) & 0x7f), i & 0xff, 2 + n % 253)
+    format!(
+        "10.{}.{}.{}",
+        128 + ((i >> 8) & 0x7f),
+        i & 0xff,
+        2 + n % 253
+    )
 }
 
 fn time(t: Timestamp) -> Value {
@@ -85,7 +97,12 @@ pub fn ready_conditions(now: Timestamp) -> Value {
             "KubeletHasSufficientPID",
             "kubelet has sufficient PID available"
         ),
-        c("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        c(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status"
+        ),
     ])
 }
 
@@ -335,7 +352,8 @@ mod tests {
 
     #[test]
     fn nodes_carry_the_spec_and_kubelet_fields() {
-        let spec = ClusterSpec::from_yaml(include_str!("../../examples/clusters/mixed.yaml")).unwrap();
+        let spec =
+            ClusterSpec::from_yaml(include_str!("../../examples/clusters/mixed.yaml")).unwrap();
         let infos = spec.build().unwrap();
         let now = Timestamp::now();
         let n = node_object(&infos[24], 24, now);
@@ -350,7 +368,13 @@ mod tests {
         assert_eq!(st.allocatable.as_ref().unwrap()["cpu"].0, "64");
         assert_eq!(st.allocatable.as_ref().unwrap()["memory"].0, "536870912Ki");
         assert_eq!(st.capacity.as_ref().unwrap()["pods"].0, "110");
-        let ready = st.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "Ready").unwrap();
+        let ready = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
         assert_eq!(ready.status, "True");
         let taints = n.spec.as_ref().unwrap().taints.as_ref().unwrap();
         assert_eq!(taints[0].key, "muster.dev/pcie");

@@ -31,7 +31,9 @@ async fn nodes_are_ready_with_labels_capacity_and_gpunodes() {
             .unwrap();
         assert_eq!(ready.status, "True", "{} is Ready", info.name);
         let alloc = st.allocatable.as_ref().unwrap();
-        assert!(alloc.contains_key("cpu") && alloc.contains_key("memory") && alloc.contains_key("pods"));
+        assert!(
+            alloc.contains_key("cpu") && alloc.contains_key("memory") && alloc.contains_key("pods")
+        );
         if !info.gpus.is_empty() {
             let g = gns.get(&info.name).await.expect("GpuNode exists");
             assert_eq!(g.spec.node_name, info.name);
@@ -61,7 +63,15 @@ async fn nodes_are_ready_with_labels_capacity_and_gpunodes() {
     assert_eq!(g.gpus[3].numa_node, Some(1));
     assert_eq!(g.gpus[0].nvlink_peers, vec![1, 2, 3]);
     assert_eq!(g.topology[1][2], "NV18");
-    assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 4);
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        4
+    );
     c.shutdown().await;
 }
 
@@ -73,11 +83,25 @@ async fn spec_taints_and_overrides_reach_the_nodes() {
         return;
     }
     let nodes: Api<Node> = Api::all(c.client());
-    assert_eq!(nodes.list(&ListParams::default()).await.unwrap().items.len(), 32);
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        32
+    );
     let l40s = nodes.get("gpu025").await.unwrap();
     let t = l40s.spec.unwrap().taints.unwrap();
-    assert_eq!((t[0].key.as_str(), t[0].effect.as_str()), ("muster.dev/pcie", "NoSchedule"));
-    assert_eq!(l40s.metadata.labels.unwrap()["muster.dev/feature.l40s"], "true");
+    assert_eq!(
+        (t[0].key.as_str(), t[0].effect.as_str()),
+        ("muster.dev/pcie", "NoSchedule")
+    );
+    assert_eq!(
+        l40s.metadata.labels.unwrap()["muster.dev/feature.l40s"],
+        "true"
+    );
     let gns: Api<GpuNode> = Api::all(c.client());
     let g = gns.get("gpu025").await.unwrap().status.unwrap();
     assert_eq!(g.gpu_count, 4);
@@ -98,9 +122,15 @@ async fn gpu_health_and_heartbeats_are_published() {
     }
     let gns: Api<GpuNode> = Api::all(c.client());
     let before = gns.get("gpu002").await.unwrap().status.unwrap();
-    c.set_gpu_health("gpu002", 1, false, Some(79), "XID 79: GPU has fallen off the bus")
-        .await
-        .unwrap();
+    c.set_gpu_health(
+        "gpu002",
+        1,
+        false,
+        Some(79),
+        "XID 79: GPU has fallen off the bus",
+    )
+    .await
+    .unwrap();
     let s = gns.get("gpu002").await.unwrap().status.unwrap();
     assert_eq!(s.healthy_gpus, 3);
     assert_eq!(s.gpus[1].health.state, GpuHealthState::Unhealthy);
@@ -118,9 +148,18 @@ async fn gpu_health_and_heartbeats_are_published() {
     .unwrap();
     let ls = later.status.unwrap();
     assert_eq!(ls.healthy_gpus, 3, "the heartbeat keeps the GPU unhealthy");
-    let err = c.set_gpu_health("gpu002", 9, false, None, "").await.unwrap_err();
+    let err = c
+        .set_gpu_health("gpu002", 9, false, None, "")
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("has no GPU 9 (it has 4)"), "{err}");
-    let err = c.set_gpu_health("nope", 0, false, None, "").await.unwrap_err();
-    assert!(err.to_string().contains("no simulated node named \"nope\""), "{err}");
+    let err = c
+        .set_gpu_health("nope", 0, false, None, "")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no simulated node named \"nope\""),
+        "{err}"
+    );
     c.shutdown().await;
 }

@@ -27,20 +27,28 @@ async fn required_affinity_binds_to_exactly_that_node() {
     // Each pod pinned to one node, by hostname label and by metadata.name field.
     for (i, n) in names.iter().enumerate() {
         let host = c.nodes()[i].labels[labels::HOSTNAME].clone();
-        pods.create(&PostParams::default(), &pod(&format!("by-label-{i}"), &[], affinity(&host)))
-            .await
-            .unwrap();
+        pods.create(
+            &PostParams::default(),
+            &pod(&format!("by-label-{i}"), &[], affinity(&host)),
+        )
+        .await
+        .unwrap();
         let fields = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}]}}}});
-        pods.create(&PostParams::default(), &pod(&format!("by-name-{i}"), &[], fields))
-            .await
-            .unwrap();
+        pods.create(
+            &PostParams::default(),
+            &pod(&format!("by-name-{i}"), &[], fields),
+        )
+        .await
+        .unwrap();
     }
     for (i, n) in names.iter().enumerate() {
         for p in [format!("by-label-{i}"), format!("by-name-{i}")] {
-            let got = wait(&pods, &p, "bound", timeout(&c, 10), |p| p.and_then(node_of).is_some())
-                .await
-                .unwrap();
+            let got = wait(&pods, &p, "bound", timeout(&c, 10), |p| {
+                p.and_then(node_of).is_some()
+            })
+            .await
+            .unwrap();
             assert_eq!(node_of(&got), Some(n.as_str()), "{p}");
             let sched = condition(&got, "PodScheduled").expect("PodScheduled");
             assert_eq!(sched.status, "True");
@@ -64,7 +72,8 @@ async fn untolerated_taint_blocks_until_removed() {
     let nodes: Api<Node> = Api::all(c.client());
     let target = c.nodes().last().unwrap().clone();
     let total = c.nodes().len();
-    let taint = json!([{"key": "muster.dev/e2e-maintenance", "value": "yes", "effect": "NoSchedule"}]);
+    let taint =
+        json!([{"key": "muster.dev/e2e-maintenance", "value": "yes", "effect": "NoSchedule"}]);
     let mut taints: Vec<serde_json::Value> = target
         .taints
         .iter()
@@ -73,11 +82,18 @@ async fn untolerated_taint_blocks_until_removed() {
     let original = json!({"spec": {"taints": if taints.is_empty() { serde_json::Value::Null } else { json!(taints) }}});
     taints.extend(taint.as_array().unwrap().iter().cloned());
     nodes
-        .patch(&target.name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": taints}})))
+        .patch(
+            &target.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": taints}})),
+        )
         .await
         .unwrap();
     let host = target.labels[labels::HOSTNAME].clone();
-    let blocked = create_until_refused(&c, &pods, |k| pod(&format!("blocked-{k}"), &[], affinity(&host))).await;
+    let blocked = create_until_refused(&c, &pods, |k| {
+        pod(&format!("blocked-{k}"), &[], affinity(&host))
+    })
+    .await;
     let blocked_name = name_of(&blocked);
     // A pod tolerating the taint goes there meanwhile.
     let mut tolerant = affinity(&host);
@@ -96,22 +112,38 @@ async fn untolerated_taint_blocks_until_removed() {
         "{msg}"
     );
     assert!(node_of(&blocked).is_none());
-    let tolerant = wait(&pods, "tolerant", "bound", timeout(&c, 10), |p| p.and_then(node_of).is_some())
-        .await
-        .unwrap();
+    let tolerant = wait(&pods, "tolerant", "bound", timeout(&c, 10), |p| {
+        p.and_then(node_of).is_some()
+    })
+    .await
+    .unwrap();
     assert_eq!(node_of(&tolerant), Some(target.name.as_str()));
     let ev = wait_events(&c, &ns, &blocked_name, "FailedScheduling").await;
     assert!(!ev.is_empty(), "a FailedScheduling event");
     assert_eq!(ev[0].type_.as_deref(), Some("Warning"));
-    assert!(ev[0].message.as_deref().unwrap().starts_with(&format!("0/{total} nodes are available")));
+    assert!(
+        ev[0]
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("0/{total} nodes are available"))
+    );
     // Removing the taint is a cluster change: the pod is retried and bound.
     nodes
-        .patch(&target.name, &PatchParams::default(), &Patch::Merge(original))
+        .patch(
+            &target.name,
+            &PatchParams::default(),
+            &Patch::Merge(original),
+        )
         .await
         .unwrap();
-    let bound = wait(&pods, &blocked_name, "bound after the taint went", timeout(&c, 15), |p| {
-        p.and_then(node_of).is_some()
-    })
+    let bound = wait(
+        &pods,
+        &blocked_name,
+        "bound after the taint went",
+        timeout(&c, 15),
+        |p| p.and_then(node_of).is_some(),
+    )
     .await
     .unwrap();
     assert_eq!(node_of(&bound), Some(target.name.as_str()));
@@ -127,17 +159,33 @@ async fn resources_that_do_not_fit_are_refused() {
     let biggest = c.nodes().iter().map(|n| n.cpu_millis).max().unwrap();
     let mut huge = pod("huge", &[], json!({}));
     huge.spec.as_mut().unwrap().containers[0].resources = Some(
-        serde_json::from_value(json!({"requests": {"cpu": format!("{}m", biggest + 1000), "memory": "1Mi"}})).unwrap(),
+        serde_json::from_value(
+            json!({"requests": {"cpu": format!("{}m", biggest + 1000), "memory": "1Mi"}}),
+        )
+        .unwrap(),
     );
     pods.create(&PostParams::default(), &huge).await.unwrap();
-    let p = wait(&pods, "huge", "reported unschedulable", timeout(&c, 10), |p| {
-        p.and_then(|p| condition(p, "PodScheduled"))
-            .is_some_and(|c| c.status == "False")
-    })
+    let p = wait(
+        &pods,
+        "huge",
+        "reported unschedulable",
+        timeout(&c, 10),
+        |p| {
+            p.and_then(|p| condition(p, "PodScheduled"))
+                .is_some_and(|c| c.status == "False")
+        },
+    )
     .await
     .unwrap();
-    let msg = condition(&p, "PodScheduled").unwrap().message.clone().unwrap();
-    assert!(msg.contains(&format!("0/{total} nodes are available")), "{msg}");
+    let msg = condition(&p, "PodScheduled")
+        .unwrap()
+        .message
+        .clone()
+        .unwrap();
+    assert!(
+        msg.contains(&format!("0/{total} nodes are available")),
+        "{msg}"
+    );
     assert!(msg.contains("Insufficient cpu"), "{msg}");
     assert!(!msg.contains("Insufficient memory"), "{msg}");
     if real_cluster_skips(&c, "exact packing needs the simulated nodes' sizes") {
@@ -153,9 +201,11 @@ async fn resources_that_do_not_fit_are_refused() {
         pods.create(&PostParams::default(), &p).await.unwrap();
         if first.is_none() {
             first = Some(
-                wait(&pods, name, "bound", timeout(&c, 10), |p| p.and_then(node_of).is_some())
-                    .await
-                    .unwrap(),
+                wait(&pods, name, "bound", timeout(&c, 10), |p| {
+                    p.and_then(node_of).is_some()
+                })
+                .await
+                .unwrap(),
             );
         }
     }
@@ -167,12 +217,18 @@ async fn resources_that_do_not_fit_are_refused() {
     .unwrap();
     assert_eq!(
         condition(&b, "PodScheduled").unwrap().message.as_deref(),
-        Some("0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector.")
+        Some(
+            "0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector."
+        )
     );
     // half-a finishes after 1 s; its CPUs free up and half-b is bound.
-    wait(&pods, "half-b", "bound once half-a finished", timeout(&c, 15), |p| {
-        p.and_then(node_of).is_some()
-    })
+    wait(
+        &pods,
+        "half-b",
+        "bound once half-a finished",
+        timeout(&c, 15),
+        |p| p.and_then(node_of).is_some(),
+    )
     .await;
     let a = pods.get("half-a").await.unwrap();
     assert_eq!(phase(&a), "Succeeded");
@@ -188,7 +244,11 @@ async fn cordoned_and_lost_nodes_are_skipped() {
     let pods: Api<Pod> = Api::namespaced(c.client(), "default");
     let nodes: Api<Node> = Api::all(c.client());
     nodes
-        .patch("gpu001", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
+        .patch(
+            "gpu001",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
         .await
         .unwrap();
     c.fail_node("gpu002").await.unwrap();
@@ -197,15 +257,27 @@ async fn cordoned_and_lost_nodes_are_skipped() {
     let leaf1 = name_of(&p);
     assert_eq!(
         condition(&p, "PodScheduled").unwrap().message.as_deref(),
-        Some("0/4 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector.")
+        Some(
+            "0/4 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
+        )
     );
     nodes
-        .patch("gpu001", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": false}})))
+        .patch(
+            "gpu001",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
         .await
         .unwrap();
-    let p = wait(&pods, &leaf1, "bound after uncordon", timeout(&c, 15), |p| p.and_then(node_of).is_some())
-        .await
-        .unwrap();
+    let p = wait(
+        &pods,
+        &leaf1,
+        "bound after uncordon",
+        timeout(&c, 15),
+        |p| p.and_then(node_of).is_some(),
+    )
+    .await
+    .unwrap();
     assert_eq!(node_of(&p), Some("gpu001"));
     c.shutdown().await;
 }
@@ -223,8 +295,10 @@ async fn many_pods_are_bound_quickly() {
         let pods = pods.clone();
         async move {
             let mut p = pod(&format!("many-{i}"), &[], json!({}));
-            p.spec.as_mut().unwrap().containers[0].resources =
-                Some(serde_json::from_value(json!({"requests": {"cpu": "10m", "memory": "16Mi"}})).unwrap());
+            p.spec.as_mut().unwrap().containers[0].resources = Some(
+                serde_json::from_value(json!({"requests": {"cpu": "10m", "memory": "16Mi"}}))
+                    .unwrap(),
+            );
             pods.create(&PostParams::default(), &p).await.unwrap();
         }
     }))
@@ -242,11 +316,17 @@ async fn many_pods_are_bound_quickly() {
             assert!(per.values().all(|&k| k <= 110 && k >= 80), "{per:?}");
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(20), "only {bound}/{n} bound");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "only {bound}/{n} bound"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        c.scheduler_stats().unwrap().bound.load(std::sync::atomic::Ordering::Relaxed),
+        c.scheduler_stats()
+            .unwrap()
+            .bound
+            .load(std::sync::atomic::Ordering::Relaxed),
         n as u64
     );
     c.shutdown().await;

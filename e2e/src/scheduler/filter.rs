@@ -126,7 +126,11 @@ impl Req {
                 ) else {
                     return false;
                 };
-                if self.op == Op::Gt { v > bound } else { v < bound }
+                if self.op == Op::Gt {
+                    v > bound
+                } else {
+                    v < bound
+                }
             }
         }
     }
@@ -149,9 +153,10 @@ impl Term {
         self.exprs
             .iter()
             .all(|r| r.matches(node.labels.get(&r.key).map(String::as_str)))
-            && self.fields.iter().all(|r| {
-                r.key == "metadata.name" && r.matches(Some(node.name.as_str()))
-            })
+            && self
+                .fields
+                .iter()
+                .all(|r| r.key == "metadata.name" && r.matches(Some(node.name.as_str())))
     }
 
     /// Node names (`by_name`) or hostname label values (`by_host`) this term is limited to.
@@ -271,12 +276,18 @@ fn requests_of(
     // A limit without a request means a request of the limit (API defaulting).
     if let Some(lim) = c_lim {
         for (k, q) in lim {
-            r.set(k, parse_milli(&q.0).map_err(|e| format!("{what}.limits.{k}: {e}"))?);
+            r.set(
+                k,
+                parse_milli(&q.0).map_err(|e| format!("{what}.limits.{k}: {e}"))?,
+            );
         }
     }
     if let Some(req) = c_req {
         for (k, q) in req {
-            r.set(k, parse_milli(&q.0).map_err(|e| format!("{what}.requests.{k}: {e}"))?);
+            r.set(
+                k,
+                parse_milli(&q.0).map_err(|e| format!("{what}.requests.{k}: {e}"))?,
+            );
         }
     }
     Ok(r)
@@ -323,11 +334,16 @@ impl PodNeeds {
             .affinity
             .as_ref()
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
         {
             let mut out = Vec::new();
             for (ti, t) in req.node_selector_terms.iter().enumerate() {
-                let conv = |list: &Option<Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>>,
+                let conv = |list: &Option<
+                    Vec<k8s_openapi::api::core::v1::NodeSelectorRequirement>,
+                >,
                             kind: &str|
                  -> Result<Vec<Req>, String> {
                     list.iter()
@@ -427,7 +443,11 @@ impl NodeView {
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
             .map(|c| c.status.clone());
-        let has = |k: &str| taints.iter().any(|t| t.key == k && t.effect == "NoSchedule");
+        let has = |k: &str| {
+            taints
+                .iter()
+                .any(|t| t.key == k && t.effect == "NoSchedule")
+        };
         let implied = match ready.as_deref() {
             Some("True") => None,
             Some("Unknown") if !has(TAINT_UNREACHABLE) => Some(TAINT_UNREACHABLE),
@@ -613,11 +633,17 @@ mod tests {
             .unwrap()
             .entry("containers")
             .or_insert(json!([{"name": "c", "image": "x"}]));
-        let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).unwrap();
+        let p: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).unwrap();
         PodNeeds::from_pod(&p).unwrap()
     }
 
-    fn node(name: &str, labels: serde_json::Value, taints: serde_json::Value, ready: &str) -> NodeView {
+    fn node(
+        name: &str,
+        labels: serde_json::Value,
+        taints: serde_json::Value,
+        ready: &str,
+    ) -> NodeView {
         let n: Node = serde_json::from_value(json!({
             "metadata": {"name": name, "labels": labels},
             "spec": {"taints": taints},
@@ -648,23 +674,63 @@ mod tests {
 
     #[test]
     fn affinity_operators_and_fields() {
-        let n = node("gpu001", json!({"kubernetes.io/hostname": "gpu001", "tier": "5"}), json!([]), "True");
+        let n = node(
+            "gpu001",
+            json!({"kubernetes.io/hostname": "gpu001", "tier": "5"}),
+            json!([]),
+            "True",
+        );
         let req = |exprs: serde_json::Value, fields: serde_json::Value| {
-            pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                {"nodeSelectorTerms": [{"matchExpressions": exprs, "matchFields": fields}]}}}}))
+            pod(
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": exprs, "matchFields": fields}]}}}}),
+            )
         };
         let ok = |p: &PodNeeds| check(p, &n, &Res::default()).is_ok();
-        assert!(ok(&req(json!([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu001"]}]), json!([]))));
-        assert!(!ok(&req(json!([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu002"]}]), json!([]))));
-        assert!(ok(&req(json!([{"key": "zone", "operator": "NotIn", "values": ["a"]}]), json!([]))));
-        assert!(ok(&req(json!([{"key": "zone", "operator": "DoesNotExist"}]), json!([]))));
-        assert!(!ok(&req(json!([{"key": "zone", "operator": "Exists"}]), json!([]))));
-        assert!(ok(&req(json!([{"key": "tier", "operator": "Gt", "values": ["4"]}]), json!([]))));
-        assert!(!ok(&req(json!([{"key": "tier", "operator": "Lt", "values": ["4"]}]), json!([]))));
-        assert!(ok(&req(json!([]), json!([{"key": "metadata.name", "operator": "In", "values": ["gpu001"]}]))));
-        assert!(!ok(&req(json!([]), json!([{"key": "metadata.name", "operator": "NotIn", "values": ["gpu001"]}]))));
-        assert!(!ok(&req(json!([]), json!([]))), "an empty term matches nothing");
-        let pinned = req(json!([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu001"]}]), json!([]));
+        assert!(ok(&req(
+            json!([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu001"]}]),
+            json!([])
+        )));
+        assert!(!ok(&req(
+            json!([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu002"]}]),
+            json!([])
+        )));
+        assert!(ok(&req(
+            json!([{"key": "zone", "operator": "NotIn", "values": ["a"]}]),
+            json!([])
+        )));
+        assert!(ok(&req(
+            json!([{"key": "zone", "operator": "DoesNotExist"}]),
+            json!([])
+        )));
+        assert!(!ok(&req(
+            json!([{"key": "zone", "operator": "Exists"}]),
+            json!([])
+        )));
+        assert!(ok(&req(
+            json!([{"key": "tier", "operator": "Gt", "values": ["4"]}]),
+            json!([])
+        )));
+        assert!(!ok(&req(
+            json!([{"key": "tier", "operator": "Lt", "values": ["4"]}]),
+            json!([])
+        )));
+        assert!(ok(&req(
+            json!([]),
+            json!([{"key": "metadata.name", "operator": "In", "values": ["gpu001"]}])
+        )));
+        assert!(!ok(&req(
+            json!([]),
+            json!([{"key": "metadata.name", "operator": "NotIn", "values": ["gpu001"]}])
+        )));
+        assert!(
+            !ok(&req(json!([]), json!([]))),
+            "an empty term matches nothing"
+        );
+        let pinned = req(
+            json!([{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu001"]}]),
+            json!([]),
+        );
         assert_eq!(pinned.pin.unwrap().hosts, vec!["gpu001"]);
         let sel = pod(json!({"nodeSelector": {"tier": "5"}}));
         assert!(ok(&sel));
@@ -673,7 +739,12 @@ mod tests {
 
     #[test]
     fn taints_tolerations_and_readiness() {
-        let tainted = node("n", json!({}), json!([{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]), "True");
+        let tainted = node(
+            "n",
+            json!({}),
+            json!([{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]),
+            "True",
+        );
         let plain = pod(json!({}));
         assert_eq!(
             check(&plain, &tainted, &Res::default()).unwrap_err(),
@@ -687,9 +758,15 @@ mod tests {
             let p = pod(json!({"tolerations": [tol]}));
             assert!(check(&p, &tainted, &Res::default()).is_ok(), "{tol}");
         }
-        let wrong = pod(json!({"tolerations": [{"key": "gpu", "operator": "Equal", "value": "no"}]}));
+        let wrong =
+            pod(json!({"tolerations": [{"key": "gpu", "operator": "Equal", "value": "no"}]}));
         assert!(check(&wrong, &tainted, &Res::default()).is_err());
-        let soft = node("n", json!({}), json!([{"key": "x", "effect": "PreferNoSchedule"}]), "True");
+        let soft = node(
+            "n",
+            json!({}),
+            json!([{"key": "x", "effect": "PreferNoSchedule"}]),
+            "True",
+        );
         assert!(check(&plain, &soft, &Res::default()).is_ok());
         let down = node("n", json!({}), json!([]), "Unknown");
         assert_eq!(
@@ -703,22 +780,40 @@ mod tests {
         );
         let mut cordoned = node("n", json!({}), json!([]), "True");
         cordoned.unschedulable = true;
-        assert_eq!(check(&plain, &cordoned, &Res::default()).unwrap_err(), vec![Reason::Unschedulable]);
+        assert_eq!(
+            check(&plain, &cordoned, &Res::default()).unwrap_err(),
+            vec![Reason::Unschedulable]
+        );
     }
 
     #[test]
     fn resources_fit_against_what_is_taken() {
         let n = node("n", json!({}), json!([]), "True");
-        let p = pod(json!({"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "3", "memory": "8Gi"}}}]}));
+        let p = pod(
+            json!({"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "3", "memory": "8Gi"}}}]}),
+        );
         assert!(check(&p, &n, &Res::default()).is_ok());
-        let taken = Res { cpu: 2000, memory: 1, pods: 1, ..Res::default() };
+        let taken = Res {
+            cpu: 2000,
+            memory: 1,
+            pods: 1,
+            ..Res::default()
+        };
         assert_eq!(
             check(&p, &n, &taken).unwrap_err(),
-            vec![Reason::Insufficient("cpu".into()), Reason::Insufficient("memory".into())]
+            vec![
+                Reason::Insufficient("cpu".into()),
+                Reason::Insufficient("memory".into())
+            ]
         );
-        let full = Res { pods: 3, ..Res::default() };
+        let full = Res {
+            pods: 3,
+            ..Res::default()
+        };
         assert_eq!(check(&p, &n, &full).unwrap_err(), vec![Reason::TooManyPods]);
-        let gpu = pod(json!({"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}));
+        let gpu = pod(
+            json!({"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}),
+        );
         assert_eq!(
             check(&gpu, &n, &Res::default()).unwrap_err(),
             vec![Reason::Insufficient("nvidia.com/gpu".into())]
@@ -748,6 +843,9 @@ mod tests {
                 {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Near"}]}]}}}}}))
         .unwrap();
         let e = PodNeeds::from_pod(&p).unwrap_err();
-        assert!(e.contains("nodeSelectorTerms[0].matchExpressions[0].operator") && e.contains("Near"), "{e}");
+        assert!(
+            e.contains("nodeSelectorTerms[0].matchExpressions[0].operator") && e.contains("Near"),
+            "{e}"
+        );
     }
 }

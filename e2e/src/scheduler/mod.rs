@@ -572,7 +572,12 @@ impl State {
                     p.at = Where::Assumed;
                     let (ns, name) = (p.ns.clone(), p.name.clone());
                     self.bind_local(&uid, &node, req);
-                    out.push(Write::Bind { uid, ns, name, node });
+                    out.push(Write::Bind {
+                        uid,
+                        ns,
+                        name,
+                        node,
+                    });
                     binds += 1;
                 }
                 Err(message) => {

@@ -30,7 +30,9 @@ pub fn spec() -> ClusterSpec {
 }
 
 pub async fn start() -> TestCluster {
-    TestCluster::start(spec()).await.expect("test cluster starts")
+    TestCluster::start(spec())
+        .await
+        .expect("test cluster starts")
 }
 
 /// Skip (return `true`) on a real cluster, saying why.
@@ -109,10 +111,7 @@ pub fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
-pub fn condition<'a>(
-    p: &'a Pod,
-    t: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
+pub fn condition<'a>(p: &'a Pod, t: &str) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
     p.status
         .as_ref()?
         .conditions
@@ -182,7 +181,11 @@ pub async fn cleanup(c: &TestCluster, ns: &str) {
 /// A node change and a pod created right after it reach a scheduler through separate watches,
 /// so the first pods may still be scheduled on the old picture (as with the real
 /// kube-scheduler); those are deleted.
-pub async fn create_until_refused(c: &TestCluster, pods: &Api<Pod>, make: impl Fn(u32) -> Pod) -> Pod {
+pub async fn create_until_refused(
+    c: &TestCluster,
+    pods: &Api<Pod>,
+    make: impl Fn(u32) -> Pod,
+) -> Pod {
     for k in 0..20 {
         let p = make(k);
         let name = name_of(&p);
@@ -216,7 +219,10 @@ pub async fn wait_events(c: &TestCluster, ns: &str, name: &str, reason: &str) ->
         if !ev.is_empty() {
             return ev;
         }
-        assert!(t0.elapsed() < timeout(c, 10), "no {reason} event for {ns}/{name}");
+        assert!(
+            t0.elapsed() < timeout(c, 10),
+            "no {reason} event for {ns}/{name}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
