@@ -1,6 +1,6 @@
 //! Running jobs that must stop: past their time limit (TIMEOUT) or on a node that is not
 //! ready or a GPU that is unhealthy or gone (NODE_FAIL). Jobs already being stopped are left
-//! alone. [`schedule`](super::schedule) includes these in its decisions; the operator may
+//! alone. [`schedule`](super::schedule()) includes these in its decisions; the operator may
 //! also call [`stops`] on its own (e.g. on a node event) without a full cycle.
 
 use super::model::{JobState, RunningJob, Snapshot, Stop};
@@ -57,12 +57,15 @@ pub fn stop_for(snap: &Snapshot, job: &RunningJob, now: i64) -> Option<Stop> {
     None
 }
 
-/// Every running job that must stop now, in snapshot order.
+/// Every running job that must stop now, by job id.
 pub fn stops(snap: &Snapshot, now: i64) -> Vec<Stop> {
-    snap.running
+    let mut out: Vec<Stop> = snap
+        .running
         .iter()
         .filter_map(|j| stop_for(snap, j, now))
-        .collect()
+        .collect();
+    out.sort_by_key(|s| s.job);
+    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use muster_crds::slurm::{Constraint, DependencySpec, GpuBind, Switches, TimeLimit};
 pub use muster_crds::v1alpha1::{JobState, PartitionState, PreemptMode};
 
 use super::node::{Node, NodeId, Toleration};
@@ -17,9 +18,6 @@ use super::node::{Node, NodeId, Toleration};
 pub type JobId = u64;
 /// Index of a partition in [`Snapshot::partitions`].
 pub type PartitionId = u32;
-
-/// A time limit that means "no limit" where a job asks for one (`--time=UNLIMITED`).
-pub const UNLIMITED: u64 = u64::MAX;
 
 /// Everything one scheduling cycle looks at.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -59,12 +57,12 @@ pub struct Partition {
     /// Up, Down, Drain or Inactive.
     #[serde(default)]
     pub state: PartitionState,
-    /// Time limit (seconds) for jobs that give none; `None`: `max_time`, else unlimited.
+    /// Time limit for jobs that give none; `None`: `max_time`, else unlimited.
     #[serde(default)]
-    pub default_time: Option<u64>,
-    /// Longest time limit (seconds) a job may ask for; `None`: unlimited.
+    pub default_time: Option<TimeLimit>,
+    /// Longest time limit a job may ask for; `None`: unlimited.
     #[serde(default)]
-    pub max_time: Option<u64>,
+    pub max_time: Option<TimeLimit>,
     /// Fewest nodes a job may ask for.
     #[serde(default)]
     pub min_nodes: Option<u32>,
@@ -203,9 +201,12 @@ pub struct RunningJob {
     /// not chosen as a victim again.
     #[serde(default)]
     pub stopping_since: Option<i64>,
-    /// For an array element: the array's job id (for the `%N` throttle).
+    /// For an array element: the array's job id (for the `%N` throttle and `aftercorr`).
     #[serde(default)]
     pub array_job_id: Option<JobId>,
+    /// For an array element: its index.
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
 }
 
 impl RunningJob {
@@ -247,6 +248,12 @@ pub struct FinishedJob {
     pub start_time: Option<i64>,
     /// When it ended.
     pub end_time: i64,
+    /// For an array element: the array's job id.
+    #[serde(default)]
+    pub array_job_id: Option<JobId>,
+    /// For an array element: its index.
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
 }
 
 /// A job waiting to start.
@@ -289,6 +296,10 @@ pub struct PendingJob {
     /// For an array element: its array and throttle.
     #[serde(default)]
     pub array: Option<ArrayTask>,
+    /// `--dependency`: names refer to BatchJobs of the same namespace, ids to any job of the
+    /// snapshot (pending, running or finished).
+    #[serde(default)]
+    pub dependency: Option<DependencySpec>,
 }
 
 impl PendingJob {
@@ -352,9 +363,22 @@ pub struct JobRequest {
     /// `--exclusive`: whole nodes, shared with no other job.
     #[serde(default)]
     pub exclusive: bool,
-    /// `--time` in seconds; [`UNLIMITED`] for no limit; `None`: the partition's default.
+    /// `--time`; `None`: the partition's default.
     #[serde(default)]
-    pub time_limit: Option<u64>,
+    pub time_limit: Option<TimeLimit>,
+    /// `--constraint`: node features (see [`Node::has_feature`]). Matching-OR brackets
+    /// (`[a|b]`) put every node on one alternative (the first alternative that fits, in
+    /// order); feature counts (`a*2`, `[a*2&b*2]`) need that many distinct nodes of each.
+    #[serde(default)]
+    pub constraint: Option<Constraint>,
+    /// `--switches=N[@WAIT]`: at most N leaf switches, waiting up to WAIT from the eligible
+    /// time ([`Config::max_switch_wait_secs`] when not given) before taking any placement.
+    #[serde(default)]
+    pub switches: Option<Switches>,
+    /// `--gpu-bind`: how GPUs are given to the tasks of a node (see the
+    /// [module docs](super#gpu-binding)).
+    #[serde(default)]
+    pub gpu_bind: Option<GpuBind>,
 }
 
 /// A memory request.
@@ -395,20 +419,24 @@ pub struct Config {
     /// Whether higher tiers may preempt lower ones (still subject to each partition's
     /// preempt mode).
     pub preemption: bool,
+    /// How long a job with `--switches=N` and no `@WAIT` waits for N leaves (Slurm's
+    /// `max_switch_wait`, default 300 s).
+    pub max_switch_wait_secs: u64,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             weight_age: 1_000.0,
-            weight_job_size: 1_000.0,
+            weight_job_size: 10.0,
             weight_fair_share: 10_000.0,
             max_age_secs: 7 * 24 * 3600,
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,
-            max_reservations: 64,
+            max_reservations: 4,
             preemption: true,
+            max_switch_wait_secs: 300,
         }
     }
 }
@@ -592,6 +620,176 @@ impl fmt::Display for Reason {
     }
 }
 
+impl Partition {
+    /// A job's effective time limit in seconds (`None`: unlimited): what it asked for, else
+    /// the partition's default time, else its maximum.
+    pub fn effective_limit(&self, asked: Option<TimeLimit>) -> Option<u64> {
+        asked
+            .or(self.default_time)
+            .or(self.max_time)
+            .and_then(|t| t.seconds())
+    }
+
+    /// A partition named `name` over every node, with `topology` (broadest level first) and
+    /// defaults elsewhere (Up, tier 0, no limits, no preemption).
+    pub fn new(name: &str, topology: Vec<String>) -> Partition {
+        Partition {
+            name: name.into(),
+            topology,
+            ..Default::default()
+        }
+    }
+}
+
+impl JobRequest {
+    /// `--gpus=N`: N GPUs on as few nodes as possible.
+    pub fn gpus(n: u32) -> JobRequest {
+        JobRequest {
+            gpus: Some(n),
+            ..Default::default()
+        }
+    }
+
+    /// `--nodes=N --gpus-per-node=G` (one task per node).
+    pub fn nodes(n: u32, gpus_per_node: u32) -> JobRequest {
+        JobRequest {
+            min_nodes: Some(n),
+            gpus_per_node: (gpus_per_node > 0).then_some(gpus_per_node),
+            ..Default::default()
+        }
+    }
+
+    /// `--ntasks=N --gpus-per-task=G`.
+    pub fn tasks(n: u32, gpus_per_task: u32) -> JobRequest {
+        JobRequest {
+            ntasks: Some(n),
+            gpus_per_task: (gpus_per_task > 0).then_some(gpus_per_task),
+            ..Default::default()
+        }
+    }
+
+    /// With `--time` of `secs` seconds (rounded up to whole minutes, as Slurm does; 0 is
+    /// unlimited).
+    pub fn time(mut self, secs: u64) -> JobRequest {
+        let minutes = u32::try_from(secs.div_ceil(60)).unwrap_or(TimeLimit::MAX_MINUTES);
+        self.time_limit = Some(TimeLimit::from_minutes(minutes.min(TimeLimit::MAX_MINUTES)));
+        self
+    }
+
+    /// With `--exclusive`.
+    pub fn exclusive(mut self) -> JobRequest {
+        self.exclusive = true;
+        self
+    }
+}
+
+impl PendingJob {
+    /// Job `id` named `job-<id>` in namespace `default`, partition 0, submitted at `submit`.
+    pub fn new(id: JobId, submit_time: i64, request: JobRequest) -> PendingJob {
+        PendingJob {
+            id,
+            name: format!("job-{id}"),
+            namespace: "default".into(),
+            partition: Some(0),
+            submit_time,
+            request,
+            ..Default::default()
+        }
+    }
+}
+
+impl TaskAssignment {
+    /// The UUIDs of the task's GPUs (for `NVIDIA_VISIBLE_DEVICES`), in the order of
+    /// [`TaskAssignment::gpus`]; empty strings for GPUs the snapshot does not list.
+    pub fn gpu_uuids(&self, snap: &Snapshot) -> Vec<String> {
+        let node = snap.nodes.get(self.node as usize);
+        self.gpus
+            .iter()
+            .map(|i| {
+                node.and_then(|n| n.gpus.iter().find(|g| g.index == *i))
+                    .map(|g| g.uuid.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+}
+
+impl Start {
+    /// The job's node names in node-list order (compress them with
+    /// `muster_crds::slurm::hostlist::compress` for `SLURM_JOB_NODELIST`).
+    pub fn node_names<'s>(&self, snap: &'s Snapshot) -> Vec<&'s str> {
+        self.nodes
+            .iter()
+            .filter_map(|&n| snap.nodes.get(n as usize).map(|x| x.name.as_str()))
+            .collect()
+    }
+}
+
+impl Snapshot {
+    /// A snapshot of `nodes` with one partition `gpu` over all of them using `topology`.
+    pub fn with_nodes(nodes: Vec<Node>, topology: Vec<String>) -> Snapshot {
+        Snapshot {
+            nodes,
+            partitions: vec![Partition::new("gpu", topology)],
+            ..Default::default()
+        }
+    }
+
+    /// Carries out `d` as an operator would at time `now`: started jobs move from pending
+    /// to running with their allocations; stopped and preempted jobs are marked stopping.
+    /// (The simulator and tests use this; jobs leave `running` when the caller says they
+    /// ended.)
+    pub fn apply(&mut self, d: &Decisions, now: i64) {
+        let started: BTreeMap<JobId, &Start> = d.starts.iter().map(|s| (s.job, s)).collect();
+        let mut keep = Vec::with_capacity(self.pending.len());
+        for p in std::mem::take(&mut self.pending) {
+            if let Some(s) = started.get(&p.id) {
+                self.running.push(RunningJob {
+                    id: p.id,
+                    name: p.name.clone(),
+                    job_name: p.job_name.clone(),
+                    namespace: p.namespace.clone(),
+                    partition: p.partition,
+                    start_time: now,
+                    time_limit: s.time_limit,
+                    exclusive: s.exclusive,
+                    tasks: s
+                        .tasks
+                        .iter()
+                        .map(|t| TaskAlloc {
+                            node: t.node,
+                            gpus: t.gpus.clone(),
+                            cpu_millis: t.cpu_millis,
+                            memory_mib: t.memory_mib,
+                        })
+                        .collect(),
+                    stopping_since: None,
+                    array_job_id: p.array.as_ref().map(|a| a.array_job_id),
+                    array_task_id: p.array.as_ref().map(|a| a.task_id),
+                });
+            } else {
+                keep.push(p);
+            }
+        }
+        self.pending = keep;
+        let stopping: std::collections::BTreeSet<JobId> = d
+            .stops
+            .iter()
+            .map(|s| s.job)
+            .chain(
+                d.preemptions
+                    .iter()
+                    .flat_map(|p| p.victims.iter().map(|v| v.job)),
+            )
+            .collect();
+        for r in &mut self.running {
+            if stopping.contains(&r.id) && r.stopping_since.is_none() {
+                r.stopping_since = Some(now);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -641,136 +839,5 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(u.end_time(), None);
-    }
-}
-
-impl Partition {
-    /// A partition named `name` over every node, with `topology` (broadest level first) and
-    /// defaults elsewhere (Up, tier 0, no limits, no preemption).
-    pub fn new(name: &str, topology: Vec<String>) -> Partition {
-        Partition {
-            name: name.into(),
-            topology,
-            ..Default::default()
-        }
-    }
-}
-
-impl JobRequest {
-    /// `--gpus=N`: N GPUs on as few nodes as possible.
-    pub fn gpus(n: u32) -> JobRequest {
-        JobRequest {
-            gpus: Some(n),
-            ..Default::default()
-        }
-    }
-
-    /// `--nodes=N --gpus-per-node=G` (one task per node).
-    pub fn nodes(n: u32, gpus_per_node: u32) -> JobRequest {
-        JobRequest {
-            min_nodes: Some(n),
-            gpus_per_node: (gpus_per_node > 0).then_some(gpus_per_node),
-            ..Default::default()
-        }
-    }
-
-    /// `--ntasks=N --gpus-per-task=G`.
-    pub fn tasks(n: u32, gpus_per_task: u32) -> JobRequest {
-        JobRequest {
-            ntasks: Some(n),
-            gpus_per_task: (gpus_per_task > 0).then_some(gpus_per_task),
-            ..Default::default()
-        }
-    }
-
-    /// With `--time` in seconds.
-    pub fn time(mut self, secs: u64) -> JobRequest {
-        self.time_limit = Some(secs);
-        self
-    }
-
-    /// With `--exclusive`.
-    pub fn exclusive(mut self) -> JobRequest {
-        self.exclusive = true;
-        self
-    }
-}
-
-impl PendingJob {
-    /// Job `id` named `job-<id>` in namespace `default`, partition 0, submitted at `submit`.
-    pub fn new(id: JobId, submit_time: i64, request: JobRequest) -> PendingJob {
-        PendingJob {
-            id,
-            name: format!("job-{id}"),
-            namespace: "default".into(),
-            partition: Some(0),
-            submit_time,
-            request,
-            ..Default::default()
-        }
-    }
-}
-
-impl Snapshot {
-    /// A snapshot of `nodes` with one partition `gpu` over all of them using `topology`.
-    pub fn with_nodes(nodes: Vec<Node>, topology: Vec<String>) -> Snapshot {
-        Snapshot {
-            nodes,
-            partitions: vec![Partition::new("gpu", topology)],
-            ..Default::default()
-        }
-    }
-
-    /// Carries out `d` as an operator would at time `now`: started jobs move from pending
-    /// to running with their allocations; stopped and preempted jobs are marked stopping.
-    /// (The simulator and tests use this; jobs leave `running` when the caller says they
-    /// ended.)
-    pub fn apply(&mut self, d: &Decisions, now: i64) {
-        let started: BTreeMap<JobId, &Start> = d.starts.iter().map(|s| (s.job, s)).collect();
-        let mut keep = Vec::with_capacity(self.pending.len());
-        for p in std::mem::take(&mut self.pending) {
-            if let Some(s) = started.get(&p.id) {
-                self.running.push(RunningJob {
-                    id: p.id,
-                    name: p.name.clone(),
-                    job_name: p.job_name.clone(),
-                    namespace: p.namespace.clone(),
-                    partition: p.partition,
-                    start_time: now,
-                    time_limit: s.time_limit,
-                    exclusive: s.exclusive,
-                    tasks: s
-                        .tasks
-                        .iter()
-                        .map(|t| TaskAlloc {
-                            node: t.node,
-                            gpus: t.gpus.clone(),
-                            cpu_millis: t.cpu_millis,
-                            memory_mib: t.memory_mib,
-                        })
-                        .collect(),
-                    stopping_since: None,
-                    array_job_id: p.array.as_ref().map(|a| a.array_job_id),
-                });
-            } else {
-                keep.push(p);
-            }
-        }
-        self.pending = keep;
-        let stopping: std::collections::BTreeSet<JobId> = d
-            .stops
-            .iter()
-            .map(|s| s.job)
-            .chain(
-                d.preemptions
-                    .iter()
-                    .flat_map(|p| p.victims.iter().map(|v| v.job)),
-            )
-            .collect();
-        for r in &mut self.running {
-            if stopping.contains(&r.id) && r.stopping_since.is_none() {
-                r.stopping_since = Some(now);
-            }
-        }
     }
 }
