@@ -64,7 +64,7 @@ pub enum ClusterError {
         /// What was being done.
         what: String,
         /// The error.
-        error: kube::Error,
+        error: Box<kube::Error>,
     },
     /// The kubeconfig could not be read or written.
     #[error("kubeconfig {path}: {message}")]
@@ -92,7 +92,10 @@ pub enum ClusterError {
 
 fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
     let what = what.into();
-    move |error| ClusterError::Kube { what, error }
+    move |error| ClusterError::Kube {
+        what,
+        error: Box::new(error),
+    }
 }
 
 /// How to start a simulated test cluster.

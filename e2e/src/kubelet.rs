@@ -837,9 +837,11 @@ impl Sim {
         p.reported_problems = true;
         tracing::warn!(pod = %p.name, namespace = %p.ns, "{}", problems.join("; "));
         let ev = crate::scheduler::pod_event(
-            &p.ns,
-            &p.name,
-            &p.uid,
+            crate::scheduler::PodRef {
+                ns: &p.ns,
+                name: &p.name,
+                uid: &p.uid,
+            },
             "Warning",
             "InvalidSimulation",
             &problems.join("; "),

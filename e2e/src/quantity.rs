@@ -78,7 +78,7 @@ pub fn parse_milli(s: &str) -> Result<i128, QuantityError> {
 
 /// CPU millicores as Kubernetes prints them (`224`, `1500m`).
 pub fn format_cpu_milli(m: u64) -> String {
-    if m % 1000 == 0 {
+    if m.is_multiple_of(1000) {
         (m / 1000).to_string()
     } else {
         format!("{m}m")

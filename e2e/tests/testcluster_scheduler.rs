@@ -313,7 +313,7 @@ async fn many_pods_are_bound_quickly() {
                 *per.entry(node_of(p).unwrap()).or_default() += 1;
             }
             assert_eq!(per.len(), 4, "{per:?}");
-            assert!(per.values().all(|&k| k <= 110 && k >= 80), "{per:?}");
+            assert!(per.values().all(|&k| (80..=110).contains(&k)), "{per:?}");
             break;
         }
         assert!(

@@ -688,17 +688,24 @@ fn bind_future(client: &Client, uid: String, ns: String, name: String, node: Str
 
 static EVENT_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// A core/v1 Event about a pod from `component`.
+/// The pod an event is about.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PodRef<'a> {
+    pub ns: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// A core/v1 Event about a pod from `component`; `kind` is `Normal` or `Warning`.
 pub(crate) fn pod_event(
-    ns: &str,
-    pod: &str,
-    uid: &str,
+    pod: PodRef<'_>,
     kind: &str,
     reason: &str,
     message: &str,
     component: &str,
     now: jiff::Timestamp,
 ) -> Event {
+    let PodRef { ns, name: pod, uid } = pod;
     let n = EVENT_SEQ.fetch_add(1, Ordering::Relaxed);
     let name = format!(
         "{pod}.{:x}",
@@ -744,9 +751,11 @@ fn report_future(client: &Client, w: Write, clock: &SimClock, component: &str) -
                     .is_ok();
                 let events: Api<Event> = Api::namespaced(client, &ns);
                 let ev = pod_event(
-                    &ns,
-                    &name,
-                    &uid,
+                    PodRef {
+                        ns: &ns,
+                        name: &name,
+                        uid: &uid,
+                    },
                     "Warning",
                     "FailedScheduling",
                     &message,
@@ -764,9 +773,11 @@ fn report_future(client: &Client, w: Write, clock: &SimClock, component: &str) -
             } => {
                 let events: Api<Event> = Api::namespaced(client, &ns);
                 let ev = pod_event(
-                    &ns,
-                    &name,
-                    &uid,
+                    PodRef {
+                        ns: &ns,
+                        name: &name,
+                        uid: &uid,
+                    },
                     "Normal",
                     "Scheduled",
                     &format!("Successfully assigned {ns}/{name} to {node}"),
