@@ -152,6 +152,28 @@ pub struct TestCluster {
     nodes: Vec<NodeInfo>,
     clock: SimClock,
     sim: Option<Simulated>,
+    node_commands: NodeCommands,
+}
+
+/// Shell commands that fail and recover a node of a real cluster (`{node}` is replaced by the
+/// node name); read from [`FAIL_NODE_CMD_ENV`] and [`RECOVER_NODE_CMD_ENV`] on connect.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeCommands {
+    /// Fails a node (`docker stop {node}` on kind).
+    pub fail: Option<String>,
+    /// Brings it back (`docker start {node}` on kind).
+    pub recover: Option<String>,
+}
+
+impl NodeCommands {
+    /// The commands the environment gives.
+    pub fn from_env() -> NodeCommands {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        NodeCommands {
+            fail: var(FAIL_NODE_CMD_ENV),
+            recover: var(RECOVER_NODE_CMD_ENV),
+        }
+    }
 }
 
 impl std::fmt::Debug for TestCluster {
@@ -229,6 +251,7 @@ impl TestCluster {
                 scheduler,
                 kubelet,
             }),
+            node_commands: NodeCommands::default(),
         })
     }
 
@@ -266,6 +289,7 @@ impl TestCluster {
             nodes,
             clock: SimClock::real(),
             sim: None,
+            node_commands: NodeCommands::from_env(),
         })
     }
 
@@ -330,11 +354,17 @@ impl TestCluster {
         }
     }
 
+    /// Replace the node commands of a real cluster (they come from the environment).
+    pub fn set_node_commands(&mut self, commands: NodeCommands) {
+        self.node_commands = commands;
+    }
+
     /// Lose a node: simulated, the kubelet stops and the node lifecycle controller marks the
-    /// node and its pods (see [`crate::kubelet`]); real, `MUSTER_E2E_FAIL_NODE_CMD` runs.
+    /// node and its pods (see [`crate::kubelet`]); real, the fail command runs.
     pub async fn fail_node(&self, node: &str) -> Result<(), ClusterError> {
         if self.sim.is_none() {
-            return run_node_command(FAIL_NODE_CMD_ENV, node).await;
+            let cmd = self.node_commands.fail.as_deref();
+            return run_node_command(cmd, FAIL_NODE_CMD_ENV, node).await;
         }
         Ok(self.kubelet("fail_node")?.fail_node(node).await?)
     }
@@ -342,7 +372,8 @@ impl TestCluster {
     /// Bring a failed node back.
     pub async fn recover_node(&self, node: &str) -> Result<(), ClusterError> {
         if self.sim.is_none() {
-            return run_node_command(RECOVER_NODE_CMD_ENV, node).await;
+            let cmd = self.node_commands.recover.as_deref();
+            return run_node_command(cmd, RECOVER_NODE_CMD_ENV, node).await;
         }
         Ok(self.kubelet("recover_node")?.recover_node(node).await?)
     }
@@ -397,8 +428,12 @@ impl TestCluster {
     }
 }
 
-async fn run_node_command(var: &str, node: &str) -> Result<(), ClusterError> {
-    let Some(template) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) else {
+async fn run_node_command(
+    template: Option<&str>,
+    var: &str,
+    node: &str,
+) -> Result<(), ClusterError> {
+    let Some(template) = template else {
         return Err(ClusterError::Unsupported(format!(
             "failing or recovering a node of a real cluster needs {var} (a shell command with {{node}}, e.g. `docker stop {{node}}` on kind)"
         )));

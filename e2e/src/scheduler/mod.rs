@@ -157,7 +157,6 @@ enum Where {
 struct Pending {
     ns: String,
     name: String,
-    rv: String,
     needs: Result<Arc<PodNeeds>, String>,
     key: (Reverse<i32>, u64),
     at: Where,
@@ -300,9 +299,7 @@ impl State {
             return;
         }
         let needs = PodNeeds::from_pod(&pod).map(Arc::new);
-        let rv = pod.resource_version().unwrap_or_default();
         if let Some(p) = self.pending.get_mut(&uid) {
-            p.rv = rv;
             let changed = match (&p.needs, &needs) {
                 (Ok(a), Ok(b)) => a != b,
                 (Err(a), Err(b)) => a != b,
@@ -324,7 +321,6 @@ impl State {
             Pending {
                 ns: pod.namespace().unwrap_or_default(),
                 name: pod.name_any(),
-                rv,
                 needs,
                 key,
                 at: Where::Active,
