@@ -1108,9 +1108,9 @@ impl Sim {
                         self.stats.finished.fetch_add(1, Ordering::Relaxed);
                     }
                     Action::FinalDelete => {
+                        // Forgotten when the watch shows it gone (finalizers may hold it).
                         self.stats.deleted.fetch_add(1, Ordering::Relaxed);
-                        self.pods.remove(&uid);
-                        return;
+                        p.final_delete_sent = true;
                     }
                     Action::Evict => p.evicted = true,
                 }
