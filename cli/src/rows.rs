@@ -698,7 +698,7 @@ pub fn cluster_rows(
                 max_nodes: p.spec.max_nodes,
                 priority_tier: p.spec.priority_tier.unwrap_or(1),
                 preempt_mode: match p.spec.preempt_mode.unwrap_or_default() {
-                    PreemptMode::Off => "OFF",
+                    PreemptMode::None => "OFF",
                     PreemptMode::Requeue => "REQUEUE",
                     PreemptMode::Cancel => "CANCEL",
                 }

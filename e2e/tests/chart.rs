@@ -86,7 +86,7 @@ fn superpod_values() -> Value {
                 "default": true,
                 "nodeSelector": {"matchLabels": {"muster.dev/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
                 "topology": ["muster.dev/spine", "muster.dev/leaf", "kubernetes.io/hostname"],
-                "maxTime": "7-00:00:00", "priorityTier": 10, "preemptMode": "Off",
+                "maxTime": "7-00:00:00", "priorityTier": 10, "preemptMode": "None",
                 "runtimeClassName": "nvidia", "defCpuPerGpu": 24, "defMemPerGpu": "200G"
             },
             "scavenger": {

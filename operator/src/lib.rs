@@ -1,4 +1,3 @@
-#![warn(missing_docs)]
 //! Muster's operator crate: the pure scheduling [`core`], its benchmarks ([`bench`](mod@bench)), and
 //! (added separately) the kube-runtime controllers that feed the core snapshots and carry out
 //! its decisions.

@@ -141,7 +141,8 @@ pub struct GpuNodeStatus {
     /// `X` (self), `NV#` (# NVLinks), `PIX`, `PXB`, `PHB`, `NODE` or `SYS`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topology: Vec<Vec<String>>,
-    /// Binding violations seen (a process on a GPU its pod was not given), since agent start.
+    /// Binding violations seen on this node (a process on a GPU its pod was not given); a
+    /// restarted agent carries the count on from the published status.
     #[serde(default)]
     pub binding_violations: u64,
     /// GPU memory per pod and GPU.

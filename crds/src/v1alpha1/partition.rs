@@ -105,7 +105,7 @@ pub struct PartitionSpec {
     pub priority_tier: Option<u32>,
 
     /// What happens to this partition's jobs when a higher tier needs their GPUs
-    /// (`PreemptMode`). Default Off.
+    /// (`PreemptMode`): None (never preempted, the default), Requeue or Cancel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_mode: Option<PreemptMode>,
 
@@ -168,9 +168,10 @@ pub enum PartitionState {
     Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
 )]
 pub enum PreemptMode {
-    /// Jobs here are never preempted.
+    /// Jobs here are never preempted (Slurm's `OFF`; spelled `None` because YAML 1.1
+    /// readers such as kubectl turn a bare `Off` into the boolean `false`).
     #[default]
-    Off,
+    None,
     /// A preempted job goes back to the queue (state PREEMPTED, then PENDING).
     Requeue,
     /// A preempted job ends as PREEMPTED.

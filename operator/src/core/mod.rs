@@ -173,6 +173,8 @@
 //! [`deps`], [`enforce`], [`baseline`] (the naive first-fit yardstick), [`synth`] (seeded
 //! synthetic clusters and queues), [`util`].
 
+#![warn(missing_docs)]
+
 pub mod baseline;
 pub mod cluster_spec;
 pub mod deps;

@@ -175,7 +175,7 @@ impl<'a> Cycle<'a> {
             run.push(RunInfo {
                 id: j.id,
                 tier: part.map(|p| p.priority_tier).unwrap_or(u32::MAX),
-                mode: part.map(|p| p.preempt_mode).unwrap_or(PreemptMode::Off),
+                mode: part.map(|p| p.preempt_mode).unwrap_or(PreemptMode::None),
                 grace,
                 nodes,
                 stopping,
@@ -221,7 +221,7 @@ impl<'a> Cycle<'a> {
         self.lowest_preemptable_tier = self
             .run
             .iter()
-            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .filter(|r| !r.stopping && r.mode != PreemptMode::None)
             .map(|r| r.tier)
             .min()
             .unwrap_or(u32::MAX);
@@ -507,8 +507,10 @@ impl<'a> Cycle<'a> {
             None
         };
         for alt in &jc.alts {
-            if let Some(sel) = self.try_now(jc, alt, end, max_leaves) {
-                return Some(self.commit_start(job, jc, alt, &sel));
+            if let Some(sel) = self.try_now(jc, alt, end, max_leaves)
+                && let Some(start) = self.commit_start(job, jc, alt, &sel)
+            {
+                return Some(start);
             }
         }
         // Could it ever start? (Checked only now: jobs that start need not be.)
@@ -720,8 +722,15 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    /// Binds GPUs and records the start.
-    fn commit_start(&mut self, job: &PendingJob, jc: &JobCtx, alt: &Alt, sel: &Selection) -> Start {
+    /// Binds GPUs and records the start; `None` (nothing held) if some node cannot give the
+    /// GPUs after all (a counting model disagreeing with the GPU masks — never expected).
+    fn commit_start(
+        &mut self,
+        job: &PendingJob,
+        jc: &JobCtx,
+        alt: &Alt,
+        sel: &Selection,
+    ) -> Option<Start> {
         let d = &jc.demand;
         let part = jc.part as usize;
         let end = end_of(self.now, jc.limit);
@@ -740,6 +749,8 @@ impl<'a> Cycle<'a> {
         let bind = self.e.classes[alt.cid as usize].bind.clone();
         let mut tasks = Vec::new();
         let mut nodes = Vec::with_capacity(picks.len());
+        // (node, GPUs, CPU, memory) to hold once every node is bound.
+        let mut holds: Vec<(NodeId, u64, u64, u64)> = Vec::with_capacity(picks.len());
         let mut rank = 0u32;
         for (node_rank, &(n, units, _)) in picks.iter().enumerate() {
             nodes.push(n);
@@ -773,9 +784,7 @@ impl<'a> Cycle<'a> {
             let gt = &self.e.gpu_trees[ns.gtree as usize];
             let masks: Vec<u64> = match &bind {
                 Some(sets) => (0..k as usize).map(|i| sets[i % sets.len()]).collect(),
-                None => gt
-                    .pick_tasks(&counts, usable)
-                    .unwrap_or_else(|| vec![0; k as usize]),
+                None => gt.pick_tasks(&counts, usable)?,
             };
             let mut all = 0u64;
             for (local, m) in masks.iter().enumerate() {
@@ -791,17 +800,20 @@ impl<'a> Cycle<'a> {
                 });
                 rank += 1;
             }
-            let taken = self.e.hold(n, all, node_cpu, node_mem, d.exclusive);
+            holds.push((n, all, node_cpu, node_mem));
+        }
+        for (n, all, cpu, mem) in holds {
+            let taken = self.e.hold(n, all, cpu, mem, d.exclusive);
             self.e.release_at(n, end, taken, u32::MAX);
         }
-        Start {
+        Some(Start {
             job: job.id,
             nodes,
             tasks,
             time_limit: jc.limit,
             exclusive: d.exclusive,
             leaves: leaves.len() as u32,
-        }
+        })
     }
 
     /// Holds the selection's resources from `t` for the job's run and records the estimate.
@@ -856,7 +868,7 @@ impl<'a> Cycle<'a> {
                 let r = &self.run[i];
                 !r.stopping
                     && r.tier < tier
-                    && r.mode != PreemptMode::Off
+                    && r.mode != PreemptMode::None
                     && self.run_nodes[r.nodes.start as usize..r.nodes.end as usize]
                         .iter()
                         .any(|(n, _)| {
@@ -1027,7 +1039,7 @@ impl<'a> Cycle<'a> {
         self.lowest_preemptable_tier = self
             .run
             .iter()
-            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .filter(|r| !r.stopping && r.mode != PreemptMode::None)
             .map(|r| r.tier)
             .min()
             .unwrap_or(u32::MAX);
