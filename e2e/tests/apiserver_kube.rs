@@ -734,6 +734,65 @@ async fn watch_selectors_follow_objects_in_and_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_watches_see_only_their_pods() {
+    let (s, c) = start().await;
+    s.set_graceful_pod_deletion(false);
+    let all: Api<Pod> = Api::all(c.clone());
+    let pods: Api<Pod> = Api::default_namespaced(c.clone());
+    let mut n1 = all
+        .watch(
+            &WatchParams::default()
+                .fields("spec.nodeName=n1")
+                .timeout(10),
+            "0",
+        )
+        .await
+        .unwrap()
+        .boxed();
+    pods.create(&PostParams::default(), &pod("elsewhere", Some("n2")))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("unbound", None))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &pod("here", Some("n1")))
+        .await
+        .unwrap();
+    // Binding moves a pod onto the node: the node's watch sees it arrive.
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "unbound"}, "target": {"kind": "Node", "name": "n1"}});
+    let req = axum::http::Request::post("/api/v1/namespaces/default/pods/unbound/binding")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&binding).unwrap())
+        .unwrap();
+    let _: Value = c.request(req).await.unwrap();
+    pods.delete("elsewhere", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods.delete("here", &DeleteParams::default()).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match stream_next(&mut n1).await {
+            WatchEvent::Added(p) => seen.push(format!("ADDED {}", p.name_any())),
+            WatchEvent::Deleted(p) => seen.push(format!("DELETED {}", p.name_any())),
+            WatchEvent::Modified(p) => seen.push(format!("MODIFIED {}", p.name_any())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, ["ADDED here", "ADDED unbound", "DELETED here"]);
+}
+
+async fn stream_next<S>(s: &mut S) -> WatchEvent<Pod>
+where
+    S: futures::Stream<Item = Result<WatchEvent<Pod>, kube::Error>> + Unpin,
+{
+    tokio::time::timeout(Duration::from_secs(5), s.try_next())
+        .await
+        .expect("an event in time")
+        .unwrap()
+        .expect("stream open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_patch_type() {
     let (_s, c) = start().await;
     let pods: Api<Pod> = Api::default_namespaced(c.clone());

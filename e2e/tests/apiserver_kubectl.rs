@@ -408,3 +408,113 @@ async fn kubectl_wait_and_explain() {
     let e = k.ok(&["explain", "pod.spec.nodeName"], None).await;
     assert!(e.contains("nodeName"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_generators_cordon_and_drain() {
+    let Some((s, k)) = setup().await else { return };
+    // These commands send protobuf bodies.
+    assert_eq!(
+        k.ok(&["create", "namespace", "team"], None).await.trim(),
+        "namespace/team created"
+    );
+    assert_eq!(
+        k.ok(
+            &[
+                "-n",
+                "team",
+                "create",
+                "configmap",
+                "settings",
+                "--from-literal=epochs=3"
+            ],
+            None
+        )
+        .await
+        .trim(),
+        "configmap/settings created"
+    );
+    assert_eq!(
+        k.ok(
+            &[
+                "-n",
+                "team",
+                "create",
+                "secret",
+                "generic",
+                "token",
+                "--from-literal=pw=hunter2"
+            ],
+            None
+        )
+        .await
+        .trim(),
+        "secret/token created"
+    );
+    assert_eq!(
+        k.ok(&["-n", "team", "create", "serviceaccount", "robot"], None)
+            .await
+            .trim(),
+        "serviceaccount/robot created"
+    );
+    let v = k
+        .ok(
+            &[
+                "-n",
+                "team",
+                "get",
+                "configmap",
+                "settings",
+                "-o",
+                "jsonpath={.data.epochs}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(v, "3");
+    let v = k
+        .ok(
+            &[
+                "-n",
+                "team",
+                "get",
+                "secret",
+                "token",
+                "-o",
+                "jsonpath={.data.pw}",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(v, "aHVudGVyMg==");
+
+    // Cordon and drain a node with a pod on it (no kubelet here: pods go at once).
+    s.set_graceful_pod_deletion(false);
+    k.ok(&["apply", "-f", "-"], Some(NODE)).await;
+    let bound = POD.replace("  containers:", "  nodeName: gpu-node-1\n  containers:");
+    k.ok(&["apply", "-f", "-"], Some(&bound)).await;
+    assert_eq!(
+        k.ok(&["cordon", "gpu-node-1"], None).await.trim(),
+        "node/gpu-node-1 cordoned"
+    );
+    let nodes = k.ok(&["get", "nodes"], None).await;
+    assert!(nodes.contains("Ready,SchedulingDisabled"), "{nodes}");
+    let out = k
+        .ok(
+            &[
+                "drain",
+                "gpu-node-1",
+                "--force",
+                "--ignore-daemonsets",
+                "--timeout=20s",
+            ],
+            None,
+        )
+        .await;
+    assert!(out.contains("node/gpu-node-1 drained"), "{out}");
+    let pods = k.run(&["get", "pod", "trainer"], None).await;
+    assert!(!pods.ok, "the pod was evicted");
+    assert_eq!(
+        k.ok(&["uncordon", "gpu-node-1"], None).await.trim(),
+        "node/gpu-node-1 uncordoned"
+    );
+}

@@ -357,10 +357,11 @@ impl View {
 
 fn parse_body(req: &Req) -> Result<Value, ApiError> {
     if req.content_type.contains("protobuf") {
-        return Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {})",
-            req.content_type
-        )));
+        return super::proto::decode(&req.body).map_err(|e| {
+            ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+            ))
+        });
     }
     if req.body.is_empty() {
         return Err(ApiError::bad_request("the request body is empty"));
@@ -1325,9 +1326,13 @@ fn watch(
     };
     let mut drops = sh.faults.drops();
     drops.borrow_and_update();
+    let notify = match ctx.sel.fields.indexed(super::store::INDEXED_FIELDS) {
+        Some((f, v)) => coll.subscribe_keyed(f, v),
+        None => coll.subscribe(),
+    };
     let st = WatchState {
         sh: sh.clone(),
-        notify: coll.subscribe(),
+        notify,
         coll,
         ctx,
         drops,

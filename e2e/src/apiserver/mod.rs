@@ -28,6 +28,7 @@ mod http;
 mod openapi;
 mod ops;
 mod patch;
+mod proto;
 mod resources;
 mod schema;
 mod selectors;

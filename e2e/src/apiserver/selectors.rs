@@ -219,6 +219,14 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
+    /// The first equality requirement on an indexed field, as (field, value).
+    pub fn indexed(&self, indexed: &[&'static str]) -> Option<(&'static str, &str)> {
+        self.0.iter().find_map(|(f, eq, v)| {
+            let f = indexed.iter().find(|i| **i == f.as_str())?;
+            (*eq && !v.is_empty()).then_some((*f, v.as_str()))
+        })
+    }
+
     /// Whether an object matches.
     pub fn matches(&self, meta: &Meta) -> bool {
         self.0.iter().all(|(f, eq, v)| {

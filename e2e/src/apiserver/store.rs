@@ -198,7 +198,15 @@ pub struct Collection {
     objects: Mutex<BTreeMap<Key, Stored>>,
     window: RwLock<Window>,
     notify: watch::Sender<u64>,
+    /// Notifiers of watches pinned by an indexed field (`spec.nodeName=n`, `metadata.name=x`):
+    /// a write wakes only the watches its object can match, not every watch of the collection,
+    /// as the watch cache's indexers do. Entries without receivers are dropped lazily.
+    keyed: Mutex<HashMap<(&'static str, Box<str>), watch::Sender<u64>>>,
+    has_keyed: std::sync::atomic::AtomicBool,
 }
+
+/// Fields whose equality selectors get their own watch notifier.
+pub const INDEXED_FIELDS: &[&str] = &["metadata.name", "spec.nodeName"];
 
 /// A page of a list.
 pub struct Page {
@@ -219,6 +227,8 @@ impl Collection {
             objects: Mutex::new(BTreeMap::new()),
             window: RwLock::new(Window::default()),
             notify: watch::channel(0).0,
+            keyed: Mutex::new(HashMap::new()),
+            has_keyed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -330,6 +340,7 @@ impl Collection {
             prev.as_ref(),
             (typ != EventType::Deleted).then_some(&stored),
         );
+        let event_prev = prev.as_ref().map(|p| p.meta.clone());
         let event = Arc::new(Event {
             typ,
             rv,
@@ -350,6 +361,26 @@ impl Collection {
         }
         drop(objects);
         self.notify.send_replace(rv);
+        if self.has_keyed.load(Ordering::Acquire) {
+            let mut keyed = self.keyed.lock().expect("keyed lock");
+            for f in INDEXED_FIELDS {
+                let new_v = stored.meta.field(f);
+                let old_v = event_prev_field(&event_prev, f);
+                for v in [new_v, old_v.as_deref()].into_iter().flatten() {
+                    let k = (*f, Box::<str>::from(v));
+                    if let Some(tx) = keyed.get(&k) {
+                        if tx.receiver_count() == 0 {
+                            keyed.remove(&k);
+                        } else {
+                            tx.send_replace(rv);
+                        }
+                    }
+                }
+            }
+            if keyed.is_empty() {
+                self.has_keyed.store(false, Ordering::Release);
+            }
+        }
         Ok(stored)
     }
 
@@ -380,6 +411,21 @@ impl Collection {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.notify.subscribe()
     }
+
+    /// A receiver notified on commits of objects whose `field` is (or was) `value`; `field`
+    /// must be one of [`INDEXED_FIELDS`].
+    pub fn subscribe_keyed(&self, field: &'static str, value: &str) -> watch::Receiver<u64> {
+        let mut keyed = self.keyed.lock().expect("keyed lock");
+        self.has_keyed.store(true, Ordering::Release);
+        keyed
+            .entry((field, value.into()))
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+}
+
+fn event_prev_field(prev: &Option<Arc<Meta>>, f: &str) -> Option<String> {
+    prev.as_ref().and_then(|m| m.field(f).map(str::to_string))
 }
 
 fn key_of(v: &Value) -> Key {
