@@ -18,6 +18,7 @@ pub mod format;
 pub mod logs;
 pub mod rows;
 pub mod sacct;
+pub mod sandbox;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
@@ -71,6 +72,8 @@ pub enum Command {
     Logs(logs::LogsArgs),
     /// Measure the scheduling core: cycle time, memory and placement quality vs first fit.
     Bench(bench::BenchArgs),
+    /// Run a simulated GPU cluster to try Muster with no cluster.
+    Sandbox(sandbox::SandboxArgs),
 }
 
 /// A command failed and has already said why on standard error: exit 1 without more text.
@@ -145,6 +148,7 @@ pub async fn execute(cli: &Cli, cluster: Option<Cluster>, io: &mut Io<'_>) -> an
         Command::Sacct(args) => sacct::run(args, &target, io).await,
         Command::Logs(args) => logs::run(args, &target, io).await,
         Command::Bench(args) => bench::run(args, io),
+        Command::Sandbox(args) => sandbox::run(args, io).await,
     }
 }
 
@@ -159,6 +163,7 @@ fn command_name(cli: &Cli) -> &'static str {
         Command::Sacct(_) => "sacct",
         Command::Logs(_) => "logs",
         Command::Bench(_) => "bench",
+        Command::Sandbox(_) => "sandbox",
     }
 }
 

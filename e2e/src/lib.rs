@@ -2,5 +2,16 @@
 //!
 //! - [`apiserver`]: an in-process Kubernetes API server double serving the real REST protocol
 //!   over HTTP, for kube-rs clients and `kubectl` alike.
+//! - [`cluster`]: [`TestCluster`], the double plus simulated nodes ([`nodes`]), a
+//!   kube-scheduler stand-in ([`scheduler`]) and a simulated kubelet ([`kubelet`]) on a
+//!   [`clock`] that can run fast — or a real cluster when `MUSTER_E2E_KUBECONFIG` is set.
 
 pub mod apiserver;
+pub mod clock;
+pub mod cluster;
+pub mod kubelet;
+pub mod nodes;
+pub mod quantity;
+pub mod scheduler;
+
+pub use cluster::{TestCluster, TestClusterOptions};

@@ -1,0 +1,293 @@
+//! `muster sandbox`: a whole Kubernetes control plane in the foreground, to try Muster with no
+//! cluster — the test control plane of `muster-e2e` (API server double, simulated GPU nodes,
+//! a kube-scheduler stand-in, a simulated kubelet) serving on 127.0.0.1, with a kubeconfig
+//! for `kubectl` and `kubectl muster`. Ctrl-C stops it.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::Args;
+use kube::Api;
+use kube::api::PostParams;
+use muster_crds::slurm::hostlist;
+use muster_crds::v1alpha1::{Partition, PartitionSpec};
+use muster_e2e::kubelet::{ENV_EXIT_CODE, ENV_RUN_SECONDS, EXIT_CODE, RUN_SECONDS};
+use muster_e2e::{TestCluster, TestClusterOptions};
+use muster_operator::core::cluster_spec::ClusterSpec;
+
+use crate::Io;
+
+/// The cluster the sandbox simulates when no `--cluster` is given.
+pub const DEFAULT_SPEC: &str = include_str!("../../examples/clusters/sandbox.yaml");
+/// Where the kubeconfig goes by default.
+pub const DEFAULT_KUBECONFIG: &str = "muster-sandbox.kubeconfig";
+
+/// `muster sandbox`
+#[derive(Args, Clone, Debug, PartialEq)]
+#[command(
+    about = "Run a simulated GPU cluster (API server, nodes, scheduler, kubelet) to try Muster with no cluster"
+)]
+pub struct SandboxArgs {
+    /// Cluster spec (YAML, see examples/clusters/); default: 16 DGX H100 nodes under 4 leaves.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
+
+    /// Where to write the kubeconfig of the sandbox.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_KUBECONFIG)]
+    pub write_kubeconfig: PathBuf,
+
+    /// Run simulated time this many times faster than wall time (pod run times, grace
+    /// periods and heartbeats; keep 1 while an operator that reads the wall clock runs).
+    #[arg(long, value_name = "FACTOR", default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+
+    /// Name of the default Partition created over every node (its topology is the spec's
+    /// switch levels).
+    #[arg(long, value_name = "NAME", default_value = "gpu")]
+    pub partition: String,
+
+    /// Create no Partition.
+    #[arg(long)]
+    pub no_partition: bool,
+}
+
+// `--speed` is never NaN (parse_speed refuses it), so equality is total.
+impl Eq for SandboxArgs {}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.001..=1_000_000.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a speed-up factor: give a number from 0.001 to 1000000, e.g. 60"
+        )),
+    }
+}
+
+/// A running sandbox.
+pub struct Sandbox {
+    /// The simulated cluster.
+    pub cluster: TestCluster,
+    /// The kubeconfig written.
+    pub kubeconfig: PathBuf,
+}
+
+fn read_spec(args: &SandboxArgs, cwd: &Path) -> anyhow::Result<ClusterSpec> {
+    match &args.cluster {
+        None => Ok(ClusterSpec::from_yaml(DEFAULT_SPEC)?),
+        Some(p) => {
+            let path = cwd.join(p);
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading cluster spec {}", path.display()))?;
+            ClusterSpec::from_yaml(&text).with_context(|| format!("in {}", path.display()))
+        }
+    }
+}
+
+/// Start the sandbox and print how to use it.
+pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbox> {
+    let spec = read_spec(args, &io.cwd)?;
+    let path = io.cwd.join(&args.write_kubeconfig);
+    let mut opts = TestClusterOptions::new(spec.clone()).speed(args.speed);
+    opts.kubeconfig = Some(path.clone());
+    let cluster = TestCluster::simulated(opts)
+        .await
+        .context("starting the sandbox")?;
+    if !args.no_partition {
+        let api: Api<Partition> = Api::all(cluster.client());
+        let p = Partition::new(
+            &args.partition,
+            PartitionSpec {
+                topology: spec.topology(),
+                default: Some(true),
+                ..PartitionSpec::default()
+            },
+        );
+        api.create(&PostParams::default(), &p)
+            .await
+            .with_context(|| format!("creating Partition {}", args.partition))?;
+    }
+    let nodes = cluster.nodes();
+    let gpus: usize = nodes.iter().map(|n| n.gpus.len()).sum();
+    let url = cluster.api_server().map(|s| s.url()).unwrap_or_default();
+    let shown = path.canonicalize().unwrap_or(path.clone());
+    let k = shown.display();
+    let out = &mut io.out;
+    writeln!(
+        out,
+        "Muster sandbox \"{}\": {} nodes ({}), {gpus} GPUs; API server {url}",
+        spec.name,
+        nodes.len(),
+        hostlist::compress(nodes.iter().map(|n| n.name.as_str()))
+    )?;
+    if !args.no_partition {
+        writeln!(
+            out,
+            "Default partition: {} (topology {})",
+            args.partition,
+            spec.topology().join(" > ")
+        )?;
+    }
+    if args.speed != 1.0 {
+        writeln!(
+            out,
+            "Simulated time runs {}x faster than wall time.",
+            args.speed
+        )?;
+    }
+    writeln!(out, "\nPoint kubectl and kubectl muster at it:\n")?;
+    writeln!(out, "  export KUBECONFIG={k}")?;
+    writeln!(
+        out,
+        "  kubectl get nodes -L muster.dev/leaf,muster.dev/gpu.product"
+    )?;
+    writeln!(out, "  kubectl get gpunodes")?;
+    writeln!(out, "  kubectl muster sinfo")?;
+    writeln!(
+        out,
+        "\nPods bound to a node run until deleted; give them a run time and exit code with the\n\
+         annotations {RUN_SECONDS} / {EXIT_CODE} or the env {ENV_RUN_SECONDS} / {ENV_EXIT_CODE}\n\
+         (`sbatch --export=ALL,{ENV_RUN_SECONDS}=60 ...`)."
+    )?;
+    writeln!(
+        out,
+        "The Muster operator does not run inside the sandbox: start it with this kubeconfig to\n\
+         schedule BatchJobs.\n\nCtrl-C stops the sandbox."
+    )?;
+    out.flush()?;
+    Ok(Sandbox {
+        cluster,
+        kubeconfig: path,
+    })
+}
+
+impl Sandbox {
+    /// Stop everything and remove the kubeconfig (it would point at nothing).
+    pub async fn stop(self) {
+        self.cluster.shutdown().await;
+        let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}
+
+/// Run the sandbox until Ctrl-C.
+pub async fn run(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let sandbox = start(args, io).await?;
+    let stopped = tokio::signal::ctrl_c().await;
+    writeln!(io.err, "\nStopping the sandbox.")?;
+    sandbox.stop().await;
+    stopped.context("waiting for Ctrl-C")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::ListParams;
+
+    fn args(extra: &[&str]) -> SandboxArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            a: SandboxArgs,
+        }
+        let mut v = vec!["sandbox"];
+        v.extend_from_slice(extra);
+        T::try_parse_from(v).unwrap().a
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sandbox_serves_the_spec_and_writes_a_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut stdin = std::io::empty();
+        let env = |_: &str| None;
+        let mut io = Io {
+            out: &mut out,
+            err: &mut err,
+            stdin: &mut stdin,
+            env: &env,
+            cwd: dir.path().to_path_buf(),
+        };
+        let s = start(&args(&[]), &mut io).await.unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let path = dir.path().join(DEFAULT_KUBECONFIG);
+        assert!(text.contains("16 nodes (gpu[001-016]), 128 GPUs"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "export KUBECONFIG={}",
+                path.canonicalize().unwrap().display()
+            )),
+            "{text}"
+        );
+        // The kubeconfig written works for a client.
+        let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(cfg).unwrap();
+        let nodes: Api<Node> = Api::all(client.clone());
+        assert_eq!(
+            nodes
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            16
+        );
+        let parts: Api<Partition> = Api::all(client);
+        let p = parts.get("gpu").await.unwrap();
+        assert_eq!(
+            p.spec.topology,
+            [
+                "muster.dev/spine",
+                "muster.dev/leaf",
+                "kubernetes.io/hostname"
+            ]
+        );
+        s.stop().await;
+        assert!(!path.exists(), "the kubeconfig is removed on stop");
+    }
+
+    #[tokio::test]
+    async fn bad_cluster_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("c.yaml"),
+            "nodesPerLeaf: 0\nnode: {cpus: 1, memory: 1}\n",
+        )
+        .unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut stdin = std::io::empty();
+        let env = |_: &str| None;
+        let mut io = Io {
+            out: &mut out,
+            err: &mut err,
+            stdin: &mut stdin,
+            env: &env,
+            cwd: dir.path().to_path_buf(),
+        };
+        let e = start(&args(&["--cluster", "c.yaml"]), &mut io)
+            .await
+            .err()
+            .unwrap();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("c.yaml") && msg.contains("nodesPerLeaf"),
+            "{msg}"
+        );
+        let e = start(&args(&["--cluster", "missing.yaml"]), &mut io)
+            .await
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("reading cluster spec"), "{e:#}");
+    }
+
+    #[test]
+    fn speed_must_be_a_positive_factor() {
+        assert_eq!(parse_speed("60"), Ok(60.0));
+        assert!(parse_speed("0").unwrap_err().contains("speed-up factor"));
+        assert!(parse_speed("fast").is_err());
+    }
+}
