@@ -1,0 +1,5 @@
+//! The kube-runtime side of the operator: reflectors feed the scheduling [`core`](crate::core),
+//! the leader carries out its decisions.
+
+pub mod quantity;
+pub mod translate;
