@@ -43,7 +43,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EnvVar, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodSpec, ResourceRequirements, Service, ServiceSpec,
+    NodeSelectorTerm, Pod, ResourceRequirements, Service, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
@@ -420,6 +420,46 @@ pub fn check_name(job: &BatchJob) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// Whether pods can be built for the job in this partition at all (name, something to run,
+/// images), without building them: checked before a job is offered to the scheduler, so an
+/// allocation is never made for a job whose pods cannot exist.
+pub fn check_buildable(
+    job: &BatchJob,
+    partition: Option<&Partition>,
+    partition_name: &str,
+) -> Result<(), BuildError> {
+    check_name(job)?;
+    let has_default = partition.is_some_and(|p| p.spec.default_image.is_some());
+    let spec = job.spec.template.as_ref().and_then(|t| t.spec.as_ref());
+    let script = job
+        .spec
+        .script
+        .as_deref()
+        .is_some_and(|s| !s.trim().is_empty());
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
+    if containers.is_empty() && !script {
+        return Err(BuildError::NothingToRun);
+    }
+    if !has_default {
+        let missing = if containers.is_empty() {
+            Some(TASK_CONTAINER.to_string())
+        } else {
+            containers
+                .iter()
+                .chain(spec.and_then(|s| s.init_containers.as_ref()).into_iter().flatten())
+                .find(|c| c.image.as_deref().is_none_or(str::is_empty))
+                .map(|c| c.name.clone())
+        };
+        if let Some(c) = missing {
+            return Err(BuildError::NoImage {
+                container: format!("container {c:?}"),
+                partition: partition_name.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The pod of task `rank`.
 pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
     check_name(ctx.job)?;
@@ -603,7 +643,7 @@ pub fn pod_allocation(pod: &Pod) -> Option<TaskAllocation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodTemplateSpec;
+    use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec};
 
@@ -963,6 +1003,45 @@ mod tests {
             build_pod(&ctx(&long, &tasks, Some(&p)), 0).unwrap_err(),
             BuildError::NameTooLong { .. }
         ));
+    }
+
+    #[test]
+    fn buildability_is_checked_without_building() {
+        let p = partition();
+        let ok = job(
+            "a",
+            BatchJobSpec {
+                script: Some("x".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(check_buildable(&ok, Some(&p), "gpu"), Ok(()));
+        assert!(matches!(
+            check_buildable(&ok, None, "gpu"),
+            Err(BuildError::NoImage { .. })
+        ));
+        let empty = job("b", BatchJobSpec::default());
+        assert_eq!(
+            check_buildable(&empty, Some(&p), "gpu"),
+            Err(BuildError::NothingToRun)
+        );
+        let mut tmpl = PodTemplateSpec::default();
+        tmpl.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("img".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let own = job(
+            "c",
+            BatchJobSpec {
+                template: Some(tmpl),
+                ..Default::default()
+            },
+        );
+        assert_eq!(check_buildable(&own, None, "gpu"), Ok(()));
     }
 
     #[test]

@@ -717,16 +717,84 @@ pub fn format_limit(secs: Option<u64>) -> String {
     }
 }
 
+
+/// Test fixtures shared by the controller's unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests_support {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use muster_crds::v1alpha1::{GpuHealth, GpuInfo, GpuNodeSpec, GpuNodeStatus};
+
+    pub(crate) fn kube_node(name: &str, ready: bool) -> KubeNode {
+        let mut n = KubeNode::default();
+        n.metadata.name = Some(name.into());
+        n.metadata.labels = Some([("muster.dev/leaf".to_string(), "leaf1".to_string())].into());
+        n.spec = Some(NodeSpec {
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: "nvidia.com/gpu".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        n.status = Some(NodeStatus {
+            allocatable: Some(
+                [
+                    ("cpu".to_string(), Quantity("223500m".into())),
+                    ("memory".to_string(), Quantity("2Ti".into())),
+                ]
+                .into(),
+            ),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        n
+    }
+
+    pub(crate) fn gpu_node(name: &str, n: u32, unhealthy: &[u32]) -> GpuNode {
+        let mut g = GpuNode::new(
+            name,
+            GpuNodeSpec {
+                node_name: name.into(),
+            },
+        );
+        g.status = Some(GpuNodeStatus {
+            gpu_count: n,
+            gpus: (0..n)
+                .map(|i| GpuInfo {
+                    index: i,
+                    uuid: format!("GPU-{name}-{i}"),
+                    model: "NVIDIA H100 80GB HBM3".into(),
+                    memory_mib: 81559,
+                    numa_node: Some((i / 4) as i32),
+                    health: GpuHealth {
+                        state: if unhealthy.contains(&i) {
+                            GpuHealthState::Unhealthy
+                        } else {
+                            GpuHealthState::Healthy
+                        },
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::{gpu_node, kube_node};
+    use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-    use muster_crds::v1alpha1::{
-        GpuHealth, GpuInfo, GpuNodeSpec, GpuNodeStatus, PartitionSpec, PartitionState,
-        PreemptMode, TaskAllocation,
-    };
+    use muster_crds::v1alpha1::{PartitionSpec, PartitionState, PreemptMode, TaskAllocation};
 
     fn s(v: &str) -> Option<IntOrString> {
         Some(IntOrString::String(v.into()))
@@ -1047,68 +1115,6 @@ mod tests {
         let t = partitions(&[bad]);
         assert!(t.parts.is_empty());
         assert!(t.invalid.contains_key("bad"));
-    }
-
-    pub(crate) fn kube_node(name: &str, ready: bool) -> KubeNode {
-        let mut n = KubeNode::default();
-        n.metadata.name = Some(name.into());
-        n.metadata.labels = Some([("muster.dev/leaf".to_string(), "leaf1".to_string())].into());
-        n.spec = Some(NodeSpec {
-            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
-                key: "nvidia.com/gpu".into(),
-                effect: "NoSchedule".into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        n.status = Some(NodeStatus {
-            allocatable: Some(
-                [
-                    ("cpu".to_string(), Quantity("223500m".into())),
-                    ("memory".to_string(), Quantity("2Ti".into())),
-                ]
-                .into(),
-            ),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        n
-    }
-
-    pub(crate) fn gpu_node(name: &str, n: u32, unhealthy: &[u32]) -> GpuNode {
-        let mut g = GpuNode::new(
-            name,
-            GpuNodeSpec {
-                node_name: name.into(),
-            },
-        );
-        g.status = Some(GpuNodeStatus {
-            gpu_count: n,
-            gpus: (0..n)
-                .map(|i| GpuInfo {
-                    index: i,
-                    uuid: format!("GPU-{name}-{i}"),
-                    model: "NVIDIA H100 80GB HBM3".into(),
-                    memory_mib: 81559,
-                    numa_node: Some((i / 4) as i32),
-                    health: GpuHealth {
-                        state: if unhealthy.contains(&i) {
-                            GpuHealthState::Unhealthy
-                        } else {
-                            GpuHealthState::Healthy
-                        },
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        });
-        g
     }
 
     #[test]
