@@ -48,6 +48,7 @@ fn all_parsers(s: &str) -> Result<(), TestCaseError> {
     stable::<GpuCount>(s)?;
     stable::<GresItem>(s)?;
     stable::<HostList>(s)?;
+    stable::<TasksPerNode>(s)?;
     if let Ok(items) = parse_gres(s) {
         let _ = gpus_from_gres(&items);
         let printed = items
@@ -259,6 +260,23 @@ proptest! {
     }
 
     #[test]
+    fn display_never_panics_on_hand_built_values(
+        v in prop::collection::vec(any::<u32>(), 0..20),
+        m in prop::collection::vec(any::<u64>(), 0..5),
+        a in any::<u32>(),
+        b in any::<u32>(),
+    ) {
+        let _ = ArraySpec { indices: v.clone(), max_running: Some(a) }.to_string();
+        let _ = NodeRange { min: a, max: b }.to_string();
+        let _ = TimeLimit::Minutes(a).to_string();
+        let _ = GpuBind { verbose: false, mode: GpuBindMode::MapGpu(v.clone()) }.to_string();
+        let _ = GpuBind { verbose: true, mode: GpuBindMode::MaskGpu(m) }.to_string();
+        let _ = TasksPerNode(v).to_string();
+        let _ = Constraint::And(vec![]).to_string();
+        let _ = Constraint::MultipleCounts(vec![]).to_string();
+    }
+
+    #[test]
     fn time_limit_round_trips(t in time_limit()) {
         round_trip(&t)?;
     }
@@ -289,7 +307,7 @@ proptest! {
         // Without counts and brackets, a single node matches exactly as the boolean formula.
         let features: Vec<&str> = c.features().into_iter().collect();
         if c.node_counts().is_empty() && c.matching_or_alternatives().is_none() {
-            let has = |f: &str| f.len() % 2 == 0;
+            let has = |f: &str| f.len().is_multiple_of(2);
             prop_assert_eq!(c.matches(has), eval_plain(&c, &has));
         }
         if let Some(alts) = c.matching_or_alternatives() {
@@ -343,6 +361,16 @@ proptest! {
         let item = GresItem { name, gpu_type, count };
         round_trip(&item)?;
         prop_assert_eq!(parse_gres(&format!("{item},{item}")).unwrap(), vec![item.clone(), item]);
+    }
+
+    #[test]
+    fn tasks_per_node_round_trips(v in prop::collection::vec(prop_oneof![1u32..4, any::<u32>()], 0..20)) {
+        let t = TasksPerNode(v);
+        if t.0.is_empty() {
+            prop_assert!(TasksPerNode::parse(&t.to_string()).is_err());
+        } else {
+            round_trip(&t)?;
+        }
     }
 
     #[test]

@@ -147,7 +147,9 @@ impl fmt::Display for ArraySpec {
             }
             first = false;
             // Starts a consecutive run (LO-HI) at k?
-            let pair = |k: usize| k + 1 < ix.len() && ix[k + 1] - ix[k] == 1;
+            // (`checked_sub`: `indices` is a public field and may be unsorted.)
+            let step_at = |k: usize| ix.get(k + 1).and_then(|n| n.checked_sub(ix[k]));
+            let pair = |k: usize| step_at(k) == Some(1);
             if pair(i) {
                 let mut j = i + 1;
                 while pair(j) {
@@ -158,10 +160,9 @@ impl fmt::Display for ArraySpec {
                 continue;
             }
             // A stepped run, not eating the start of a consecutive run.
-            if i + 1 < ix.len() {
-                let d = ix[i + 1] - ix[i];
+            if let Some(d) = step_at(i).filter(|d| *d > 1) {
                 let mut j = i;
-                while j + 1 < ix.len() && ix[j + 1] - ix[j] == d && !pair(j + 1) {
+                while step_at(j) == Some(d) && !pair(j + 1) {
                     j += 1;
                 }
                 if j - i + 1 >= 3 {
@@ -263,6 +264,12 @@ mod tests {
         assert_eq!(p("1,3").to_string(), "1,3");
         assert_eq!(p("5").to_string(), "5");
         assert_eq!(p("1,2,4,8").to_string(), "1-2,4,8");
+        // Hand-built values print without panicking, whatever their order.
+        let odd = ArraySpec {
+            indices: vec![5, 3, 3, 1],
+            max_running: None,
+        };
+        assert_eq!(odd.to_string(), "5,3,3,1");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | [`time`] | `--time`, squeue `%l`/`%M` | [`TimeLimit`], [`time::format_duration_secs`] |
 //! | [`hostlist`] | node lists, `scontrol show hostnames/hostlist` | [`hostlist::expand`], [`hostlist::compress`], [`HostList`] |
-//! | [`array`] | `--array` | [`ArraySpec`] |
+//! | [`array`](mod@array) | `--array` | [`ArraySpec`] |
 //! | [`dependency`] | `--dependency` | [`DependencySpec`] |
 //! | [`constraint`] | `--constraint` | [`Constraint`] |
 //! | [`gpubind`] | `--gpu-bind` | [`GpuBind`] |
@@ -17,6 +17,7 @@
 //! | [`nodes`] | `--nodes` | [`NodeRange`] |
 //! | [`switches`] | `--switches` | [`Switches`] |
 //! | [`gres`] | `--gres`, `--gpus*` | [`GresItem`], [`GpuCount`] |
+//! | [`tasks`] | `SLURM_TASKS_PER_NODE` | [`TasksPerNode`] |
 //!
 //! Policy, applied in every module: every form Slurm documents is accepted and means what it
 //! means in Slurm (checked against Slurm 22.05's `scontrol`/`sbatch` where they parse the value
@@ -34,6 +35,7 @@ pub mod hostlist;
 pub mod mem;
 pub mod nodes;
 pub mod switches;
+pub mod tasks;
 pub mod time;
 
 pub use array::ArraySpec;
@@ -45,6 +47,7 @@ pub use hostlist::HostList;
 pub use mem::MemSize;
 pub use nodes::NodeRange;
 pub use switches::Switches;
+pub use tasks::TasksPerNode;
 pub use time::TimeLimit;
 
 /// A Slurm value that does not parse.
