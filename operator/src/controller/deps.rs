@@ -122,7 +122,10 @@ fn ended_ok(s: JobState) -> bool {
 fn one(kind: DepKind, r: &JobRef, who: &Asker<'_>, idx: &DepIndex, now: i64) -> DepState {
     let label = format!("{}:{}", kind, r.target);
     let Some(j) = idx.find(who.namespace, &r.target) else {
-        return DepState::Waiting(format!("{label}: no such job in namespace {} (yet)", who.namespace));
+        return DepState::Waiting(format!(
+            "{label}: no such job in namespace {} (yet)",
+            who.namespace
+        ));
     };
     let delay = i64::from(r.delay_minutes.unwrap_or(0)) * 60;
     let after = |base: Option<i64>| -> DepState {
@@ -237,7 +240,7 @@ fn combine(c: Combine, results: Vec<DepState>) -> DepState {
                 .unwrap_or(DepState::Satisfied)
         }
         Combine::Any => {
-            if results.is_empty() || results.iter().any(|r| *r == DepState::Satisfied) {
+            if results.is_empty() || results.contains(&DepState::Satisfied) {
                 return DepState::Satisfied;
             }
             if results.iter().all(|r| matches!(r, DepState::Never(_))) {
@@ -297,22 +300,41 @@ mod tests {
     #[test]
     fn afterok_chain() {
         assert!(matches!(
-            ev("afterok:train", vec![job("train", 1, JobState::Running)], 300),
+            ev(
+                "afterok:train",
+                vec![job("train", 1, JobState::Running)],
+                300
+            ),
             DepState::Waiting(_)
         ));
         assert_eq!(
-            ev("afterok:train", vec![job("train", 1, JobState::Completed)], 300),
+            ev(
+                "afterok:train",
+                vec![job("train", 1, JobState::Completed)],
+                300
+            ),
             DepState::Satisfied
         );
         assert_eq!(
             ev("afterok:1", vec![job("train", 1, JobState::Completed)], 300),
             DepState::Satisfied
         );
-        let never = ev("afterok:train", vec![job("train", 1, JobState::Failed)], 300);
-        assert!(matches!(&never, DepState::Never(m) if m.contains("FAILED")), "{never:?}");
+        let never = ev(
+            "afterok:train",
+            vec![job("train", 1, JobState::Failed)],
+            300,
+        );
+        assert!(
+            matches!(&never, DepState::Never(m) if m.contains("FAILED")),
+            "{never:?}"
+        );
         // A requeued dependency waits again.
         assert!(matches!(
-            ev("afterok:train", vec![job("train", 1, JobState::Pending)], 300),
+            ev(
+                "afterok:train",
+                vec![job("train", 1, JobState::Pending)],
+                300
+            ),
             DepState::Waiting(_)
         ));
     }
@@ -322,12 +344,20 @@ mod tests {
         let failed = || vec![job("train", 1, JobState::Timeout)];
         assert_eq!(ev("afternotok:train", failed(), 300), DepState::Satisfied);
         assert!(matches!(
-            ev("afternotok:train", vec![job("train", 1, JobState::Completed)], 300),
+            ev(
+                "afternotok:train",
+                vec![job("train", 1, JobState::Completed)],
+                300
+            ),
             DepState::Never(_)
         ));
         assert_eq!(ev("afterany:train", failed(), 300), DepState::Satisfied);
         assert!(matches!(
-            ev("afterany:train", vec![job("train", 1, JobState::Running)], 300),
+            ev(
+                "afterany:train",
+                vec![job("train", 1, JobState::Running)],
+                300
+            ),
             DepState::Waiting(_)
         ));
         // after: started 100; +10 minutes -> 700.
@@ -340,7 +370,11 @@ mod tests {
             DepState::Waiting(m) if m.contains("50s")
         ));
         assert_eq!(
-            ev("after:train+10", vec![job("train", 1, JobState::Running)], 700),
+            ev(
+                "after:train+10",
+                vec![job("train", 1, JobState::Running)],
+                700
+            ),
             DepState::Satisfied
         );
         assert!(matches!(
@@ -358,12 +392,27 @@ mod tests {
                 job("c", 3, JobState::Running),
             ]
         };
-        assert!(matches!(ev("afterok:a,afterok:b", jobs(), 300), DepState::Never(_)));
-        assert!(matches!(ev("afterok:a,afterok:c", jobs(), 300), DepState::Waiting(_)));
+        assert!(matches!(
+            ev("afterok:a,afterok:b", jobs(), 300),
+            DepState::Never(_)
+        ));
+        assert!(matches!(
+            ev("afterok:a,afterok:c", jobs(), 300),
+            DepState::Waiting(_)
+        ));
         assert_eq!(ev("afterok:b?afterok:a", jobs(), 300), DepState::Satisfied);
-        assert!(matches!(ev("afterok:b?afterok:c", jobs(), 300), DepState::Waiting(_)));
-        assert!(matches!(ev("afterok:b?afternotok:a", jobs(), 300), DepState::Never(_)));
-        assert_eq!(ev("afterok:a:2?afterany:3", jobs(), 300), DepState::Satisfied);
+        assert!(matches!(
+            ev("afterok:b?afterok:c", jobs(), 300),
+            DepState::Waiting(_)
+        ));
+        assert!(matches!(
+            ev("afterok:b?afternotok:a", jobs(), 300),
+            DepState::Never(_)
+        ));
+        assert_eq!(
+            ev("afterok:a:2?afterany:3", jobs(), 300),
+            DepState::Satisfied
+        );
     }
 
     #[test]
@@ -374,14 +423,20 @@ mod tests {
             ev("afterok:train", vec![other.clone()], 300),
             DepState::Waiting(m) if m.contains("no such job")
         ));
-        assert!(matches!(ev("afterok:1", vec![other], 300), DepState::Waiting(_)));
+        assert!(matches!(
+            ev("afterok:1", vec![other], 300),
+            DepState::Waiting(_)
+        ));
     }
 
     #[test]
     fn singleton_waits_for_earlier_namesakes() {
         let mut prev = job("eval-old", 5, JobState::Running);
         prev.slurm_name = "eval".into();
-        assert!(matches!(ev("singleton", vec![prev.clone()], 300), DepState::Waiting(_)));
+        assert!(matches!(
+            ev("singleton", vec![prev.clone()], 300),
+            DepState::Waiting(_)
+        ));
         let mut later = prev.clone();
         later.id = Some(150);
         assert_eq!(ev("singleton", vec![later], 300), DepState::Satisfied);
@@ -403,6 +458,9 @@ mod tests {
         w.array_index = Some(1);
         assert!(matches!(evaluate(&spec, &w, &idx, 300), DepState::Never(_)));
         w.array_index = Some(2);
-        assert!(matches!(evaluate(&spec, &w, &idx, 300), DepState::Waiting(_)));
+        assert!(matches!(
+            evaluate(&spec, &w, &idx, 300),
+            DepState::Waiting(_)
+        ));
     }
 }

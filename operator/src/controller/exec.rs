@@ -22,7 +22,7 @@ use futures::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use muster_crds::v1alpha1::{BatchJob, PartitionStatus};
 
-use super::plan::{CyclePlan, Effect, JobEvent, JobPlan, StatusWrite};
+use super::plan::{CyclePlan, Effect, JobEvent, JobPlan, PodObs, StatusWrite};
 
 /// Why an API call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -240,8 +240,10 @@ pub struct ExecReport {
     pub errors: BTreeMap<&'static str, u64>,
     /// Successful status (and finalizer) writes.
     pub written: Vec<Written>,
-    /// Pods created (namespace, name).
-    pub created_pods: Vec<(String, String)>,
+    /// Pods created, as the planner will see them once the watch delivers them.
+    pub created_pods: Vec<PodObs>,
+    /// BatchJobs created (array elements): (namespace, name).
+    pub created_jobs: Vec<(String, String)>,
     /// Pods deleted (namespace, name).
     pub deleted_pods: Vec<(String, String)>,
     /// Partitions whose status was written.
@@ -272,7 +274,10 @@ impl Ctx<'_> {
             }
             Fault::Crash => {
                 self.dead.store(true, Ordering::SeqCst);
-                self.report.lock().unwrap_or_else(|e| e.into_inner()).crashed = true;
+                self.report
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .crashed = true;
                 return Err(ApiError::Injected);
             }
         }
@@ -314,7 +319,11 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         if ctx.gate(WriteKind::Finalizer, name).is_err() {
             return;
         }
-        match ctx.api.add_finalizer(ns, name, rv.as_deref(), &finalizers).await {
+        match ctx
+            .api
+            .add_finalizer(ns, name, rv.as_deref(), &finalizers)
+            .await
+        {
             Ok(obj) => {
                 rv = obj.metadata.resource_version.clone();
                 finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
@@ -371,7 +380,9 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         }
         match ctx.api.create_pod(p).await {
             Ok(()) => {
-                ctx.with(|r| r.created_pods.push((ns.to_string(), pname)));
+                if let Some(o) = PodObs::from_pod(p) {
+                    ctx.with(|r| r.created_pods.push(o));
+                }
                 true
             }
             Err(e) => {
@@ -394,15 +405,23 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         }
         true
     });
-    if futures::future::join_all(deletes).await.iter().any(|ok| !ok) {
+    if futures::future::join_all(deletes)
+        .await
+        .iter()
+        .any(|ok| !ok)
+    {
         return;
     }
     for c in &jp.children {
         if ctx.gate(WriteKind::BatchJobCreate, name).is_err() {
             return;
         }
-        if let Err(e) = ctx.api.create_batchjob(c).await {
-            ctx.fail(&e);
+        match ctx.api.create_batchjob(c).await {
+            Ok(()) => ctx.with(|r| {
+                r.created_jobs
+                    .push((ns.to_string(), c.metadata.name.clone().unwrap_or_default()))
+            }),
+            Err(e) => ctx.fail(&e),
         }
     }
     for (child, patch) in &jp.child_patches {

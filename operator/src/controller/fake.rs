@@ -210,7 +210,9 @@ impl FakeCluster {
         for k in keys {
             let p = s.pods.get(&k).unwrap().clone();
             let owner_gone = p.owner_references().iter().any(|o| !uids.contains(&o.uid));
-            let node = super::pods::pod_allocation(&p).map(|a| a.node).unwrap_or_default();
+            let node = super::pods::pod_allocation(&p)
+                .map(|a| a.node)
+                .unwrap_or_default();
             if owner_gone && p.metadata.deletion_timestamp.is_none() {
                 // Background GC deletes the pod (gracefully).
                 s.pods.get_mut(&k).unwrap().metadata.deletion_timestamp = Some(ts(now));
@@ -230,15 +232,13 @@ impl FakeCluster {
             }
             let phase = p.status.as_ref().and_then(|st| st.phase.clone());
             match phase.as_deref() {
-                None | Some("Pending") => {
-                    if ready.contains(&node) && !s.stuck.contains(&node) {
-                        s.started.insert(k.clone(), now);
-                        let p = s.pods.get_mut(&k).unwrap();
-                        p.status = Some(PodStatus {
-                            phase: Some("Running".into()),
-                            ..Default::default()
-                        });
-                    }
+                None | Some("Pending") if ready.contains(&node) && !s.stuck.contains(&node) => {
+                    s.started.insert(k.clone(), now);
+                    let p = s.pods.get_mut(&k).unwrap();
+                    p.status = Some(PodStatus {
+                        phase: Some("Running".into()),
+                        ..Default::default()
+                    });
                 }
                 Some("Running") => {
                     let ann = p.annotations();
@@ -251,7 +251,9 @@ impl FakeCluster {
                         let rank = p.labels().get(labels::RANK).cloned().unwrap_or_default();
                         let fail_rank = ann.get("sim/fail-rank").cloned().unwrap_or("0".into());
                         let code: i32 = if rank == fail_rank {
-                            ann.get("sim/exit").and_then(|v| v.parse().ok()).unwrap_or(0)
+                            ann.get("sim/exit")
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(0)
                         } else {
                             0
                         };
@@ -304,10 +306,10 @@ impl FakeCluster {
             }
             if let Some(a) = &o.alloc {
                 for g in &a.gpus {
-                    holders
-                        .entry((a.node.clone(), *g))
-                        .or_default()
-                        .insert((o.owner_uid.clone().unwrap_or_default(), o.attempt.unwrap_or(0)));
+                    holders.entry((a.node.clone(), *g)).or_default().insert((
+                        o.owner_uid.clone().unwrap_or_default(),
+                        o.attempt.unwrap_or(0),
+                    ));
                 }
             }
         }
@@ -362,8 +364,10 @@ impl FakeCluster {
             );
             node.spec = None;
             s.nodes.insert(name.clone(), node);
-            s.gpunodes
-                .insert(name.clone(), translate::tests_support::gpu_node(&name, gpus, &[]));
+            s.gpunodes.insert(
+                name.clone(),
+                translate::tests_support::gpu_node(&name, gpus, &[]),
+            );
         }
     }
 
@@ -388,7 +392,10 @@ impl ClusterApi for FakeCluster {
         let rv = s.bump();
         let r = match s.jobs.get_mut(&(ns.to_string(), name.to_string())) {
             None => Err(ApiError::NotFound(name.into())),
-            Some(j) if resource_version.is_some() && j.resource_version().as_deref() != resource_version => {
+            Some(j)
+                if resource_version.is_some()
+                    && j.resource_version().as_deref() != resource_version =>
+            {
                 Err(ApiError::Conflict(name.into()))
             }
             Some(j) => {
@@ -438,7 +445,9 @@ impl ClusterApi for FakeCluster {
         let rv = s.bump();
         let r = match s.jobs.get_mut(&(ns.to_string(), name.to_string())) {
             None => Err(ApiError::NotFound(name.into())),
-            Some(j) if w.resource_version.is_some() && j.resource_version() != w.resource_version => {
+            Some(j)
+                if w.resource_version.is_some() && j.resource_version() != w.resource_version =>
+            {
                 Err(ApiError::Conflict(name.into()))
             }
             Some(j) => {
@@ -468,7 +477,10 @@ impl ClusterApi for FakeCluster {
         let key = (ns.to_string(), name.to_string());
         if let Some(p) = s.pods.get_mut(&key) {
             let phase = p.status.as_ref().and_then(|x| x.phase.clone());
-            if matches!(phase.as_deref(), None | Some("Pending") | Some("Succeeded") | Some("Failed")) {
+            if matches!(
+                phase.as_deref(),
+                None | Some("Pending") | Some("Succeeded") | Some("Failed")
+            ) {
                 s.pods.remove(&key);
             } else {
                 p.metadata.deletion_timestamp = Some(ts(now));
@@ -574,7 +586,12 @@ impl Harness {
                     .collect(),
             );
             let jobs: Vec<Arc<BatchJob>> = s.jobs.values().cloned().map(Arc::new).collect();
-            let pods: Vec<PodObs> = s.pods.values().filter_map(PodObs::from_pod).collect();
+            let pods: Vec<Arc<PodObs>> = s
+                .pods
+                .values()
+                .filter_map(PodObs::from_pod)
+                .map(Arc::new)
+                .collect();
             (parts, nodes, jobs, pods)
         };
         let inp = Inputs {
@@ -583,6 +600,7 @@ impl Harness {
             nodes: &nodes,
             jobs: &jobs,
             pods: &pods,
+            expected_jobs: &Default::default(),
             usage: &self.usage,
         };
         let mut next = self.next_id;
@@ -598,13 +616,8 @@ impl Harness {
             .map(|j| (j.uid().unwrap_or_default(), j.finalizers().to_vec()))
             .collect();
         let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
-        let report = futures::executor::block_on(exec::execute(
-            p,
-            &self.cluster,
-            faults,
-            8,
-            &finalizers,
-        ));
+        let report =
+            futures::executor::block_on(exec::execute(p, &self.cluster, faults, 8, &finalizers));
         for w in &report.written {
             if let Some(uid) = w.job.uid() {
                 self.mem.wrote_status(&uid, self.now);

@@ -222,6 +222,12 @@ impl Default for PlanSettings {
     }
 }
 
+/// A spec parsed once per generation.
+type Parsed = Arc<Result<ParsedJob, Vec<FieldError>>>;
+
+/// Live pods grouped by (namespace, job, owner uid, attempt).
+type PodGroups<'a> = BTreeMap<(String, String, Option<String>, Option<u32>), Vec<&'a PodObs>>;
+
 /// What the planner remembers between cycles. Not authoritative: losing it (a restart, a new
 /// leader) costs at most a few extra writes.
 #[derive(Debug, Default)]
@@ -231,7 +237,7 @@ pub struct PlanMemory {
     /// Last status write per Partition name.
     last_partition_write: HashMap<String, i64>,
     /// Parsed specs by uid, with the generation they were parsed at.
-    parsed: HashMap<String, (Option<i64>, Arc<Result<ParsedJob, Vec<FieldError>>>)>,
+    parsed: HashMap<String, (Option<i64>, Parsed)>,
 }
 
 impl PlanMemory {
@@ -245,7 +251,7 @@ impl PlanMemory {
         self.last_partition_write.insert(name.to_string(), now);
     }
 
-    fn parse(&mut self, job: &BatchJob) -> Arc<Result<ParsedJob, Vec<FieldError>>> {
+    fn parse(&mut self, job: &BatchJob) -> Parsed {
         let uid = job.uid().unwrap_or_default();
         let generation = job.metadata.generation;
         if let Some((g, p)) = self.parsed.get(&uid)
@@ -276,7 +282,10 @@ pub struct Inputs<'a> {
     /// Every BatchJob.
     pub jobs: &'a [Arc<BatchJob>],
     /// Every task pod.
-    pub pods: &'a [PodObs],
+    pub pods: &'a [Arc<PodObs>],
+    /// BatchJobs this operator created that the watch has not delivered yet (namespace,
+    /// name): array elements counted as existing so they are not created twice.
+    pub expected_jobs: &'a HashSet<(String, String)>,
     /// Decayed GPU-seconds per namespace (fair share).
     pub usage: &'a BTreeMap<String, f64>,
 }
@@ -428,7 +437,7 @@ struct Work<'a> {
     st: BatchJobStatus,
     plan: JobPlan,
     id: Option<JobId>,
-    parsed: Option<Arc<Result<ParsedJob, Vec<FieldError>>>>,
+    parsed: Option<Parsed>,
     part: Option<PartitionId>,
     part_name: Option<String>,
     /// Index in the snapshot's pending list.
@@ -523,7 +532,7 @@ pub fn plan(
         pods_of
             .entry((p.namespace.as_str(), p.job.as_str()))
             .or_default()
-            .push(p);
+            .push(p.as_ref());
     }
 
     // Jobs in submission order, so that new ids increase with it.
@@ -538,10 +547,8 @@ pub fn plan(
     mem.retain(&live_uids);
 
     // Parents by uid; children by parent uid.
-    let by_uid: HashMap<String, &BatchJob> = order
-        .iter()
-        .filter_map(|j| Some((j.uid()?, *j)))
-        .collect();
+    let by_uid: HashMap<String, &BatchJob> =
+        order.iter().filter_map(|j| Some((j.uid()?, *j))).collect();
 
     let mut works: Vec<Work<'_>> = Vec::with_capacity(order.len());
     for job in &order {
@@ -567,8 +574,7 @@ pub fn plan(
             queued: false,
             holds: false,
             array: None,
-            is_parent: job.spec.array.is_some()
-                && !job.labels().contains_key(labels::ARRAY_PARENT),
+            is_parent: job.spec.array.is_some() && !job.labels().contains_key(labels::ARRAY_PARENT),
             skip: false,
         };
         if job.metadata.deletion_timestamp.is_none() && w.id.is_none() {
@@ -583,11 +589,9 @@ pub fn plan(
                             .clone()
                             .unwrap_or_else(|| time(now)),
                     );
-                    w.plan.events.push(event(
-                        false,
-                        "Submitted",
-                        format!("job id {id} assigned"),
-                    ));
+                    w.plan
+                        .events
+                        .push(event(false, "Submitted", format!("job id {id} assigned")));
                     w.plan.effects.push(Effect::Transition(JobState::Pending));
                 }
                 None => w.skip = true,
@@ -605,7 +609,9 @@ pub fn plan(
                     w.part_name = (!n.is_empty()).then_some(n);
                 }
             }
-            if !(w.st.state == Some(JobState::Running) || w.st.state.is_some_and(|s| s.is_terminal())) {
+            if !(w.st.state == Some(JobState::Running)
+                || w.st.state.is_some_and(|s| s.is_terminal()))
+            {
                 w.st.partition = w.part_name.clone();
                 if let Ok(p) = parsed.as_ref() {
                     let part = w.part.map(|i| &table.parts[i as usize]);
@@ -666,7 +672,15 @@ pub fn plan(
             .unwrap_or_default();
         if works[wi].is_parent {
             let kids = children_of.get(&works[wi].uid).cloned().unwrap_or_default();
-            step_parent(&mut works, wi, &kids, &dep_index, cfg, now);
+            step_parent(
+                &mut works,
+                wi,
+                &kids,
+                &dep_index,
+                inp.expected_jobs,
+                cfg,
+                now,
+            );
             continue;
         }
         step_job(
@@ -686,7 +700,11 @@ pub fn plan(
             let attempt = w.st.attempt.unwrap_or(0);
             held.insert((w.uid.clone(), attempt));
             snap.running.push(translate::running_job(
-                w.job, w.id.unwrap_or(0), w.part, inp.nodes, None,
+                w.job,
+                w.id.unwrap_or(0),
+                w.part,
+                inp.nodes,
+                None,
             ));
         }
         if w.queued {
@@ -695,7 +713,13 @@ pub fn plan(
                 let submit = w.st.submit_time.as_ref().map(secs).unwrap_or(now);
                 let eligible = w.st.eligible_time.as_ref().map(secs);
                 snap.pending.push(translate::pending_job(
-                    w.job, id, p, w.part, submit, eligible, w.array.clone(),
+                    w.job,
+                    id,
+                    p,
+                    w.part,
+                    submit,
+                    eligible,
+                    w.array.clone(),
                 ));
             }
         }
@@ -703,9 +727,8 @@ pub fn plan(
     let usage_running = snap.running.clone();
 
     // Live pods not covered by a held allocation keep their resources until gone.
-    let mut groups: BTreeMap<(String, String, Option<String>, Option<u32>), Vec<&PodObs>> =
-        BTreeMap::new();
-    for p in inp.pods.iter().filter(|p| p.live()) {
+    let mut groups: PodGroups<'_> = BTreeMap::new();
+    for p in inp.pods.iter().map(|p| p.as_ref()).filter(|p| p.live()) {
         if let (Some(u), Some(a)) = (&p.owner_uid, p.attempt)
             && held.contains(&(u.clone(), a))
         {
@@ -760,7 +783,9 @@ pub fn plan(
     // Starts.
     let mut starts = 0;
     for s in &decisions.starts {
-        let Some(&wi) = id_to_work.get(&s.job) else { continue };
+        let Some(&wi) = id_to_work.get(&s.job) else {
+            continue;
+        };
         admit(&mut works[wi], s, inp.nodes, &crd_parts, now);
         starts += 1;
     }
@@ -768,7 +793,9 @@ pub fn plan(
     let mut preemptions = 0;
     for pr in &decisions.preemptions {
         for v in &pr.victims {
-            let Some(&wi) = id_to_work.get(&v.job) else { continue };
+            let Some(&wi) = id_to_work.get(&v.job) else {
+                continue;
+            };
             let pods: Vec<&PodObs> = pods_of
                 .get(&(works[wi].ns.as_str(), works[wi].name.as_str()))
                 .cloned()
@@ -779,7 +806,9 @@ pub fn plan(
     }
     // Pending reasons and estimates.
     for info in &decisions.pending {
-        let Some(&wi) = id_to_work.get(&info.job) else { continue };
+        let Some(&wi) = id_to_work.get(&info.job) else {
+            continue;
+        };
         let w = &mut works[wi];
         if w.st.state != Some(JobState::Pending) {
             continue;
@@ -811,7 +840,16 @@ pub fn plan(
             _ => {}
         }
     }
-    let partitions = partition_statuses(inp, &table, &snap, &decisions, &works, &mut gauges, mem, cfg);
+    let partitions = partition_statuses(
+        inp,
+        &table,
+        &snap,
+        &decisions,
+        &works,
+        &mut gauges,
+        mem,
+        cfg,
+    );
 
     // Finish statuses and decide which to write.
     let mut out = Vec::new();
@@ -837,7 +875,11 @@ pub fn plan(
                             (a, b) => a.is_some() != b.is_some(),
                         };
                         let other = p.message != w.st.message || p.array_tasks != w.st.array_tasks;
-                        let last = mem.last_status_write.get(&w.uid).copied().unwrap_or(i64::MIN);
+                        let last = mem
+                            .last_status_write
+                            .get(&w.uid)
+                            .copied()
+                            .unwrap_or(i64::MIN);
                         (moved || other) && now.saturating_sub(last) >= cfg.status_refresh_secs
                     }
                 }
@@ -876,7 +918,11 @@ fn build_dep_index(works: &[Work<'_>]) -> DepIndex {
             slurm_name: w.job.job_name().to_string(),
             id: w.id,
             state: st.state,
-            start: st.start_time.as_ref().map(secs).filter(|_| st.state != Some(JobState::Pending)),
+            start: st
+                .start_time
+                .as_ref()
+                .map(secs)
+                .filter(|_| st.state != Some(JobState::Pending)),
             end: st.end_time.as_ref().map(secs),
             elements: BTreeMap::new(),
             is_array: w.is_parent,
@@ -886,7 +932,11 @@ fn build_dep_index(works: &[Work<'_>]) -> DepIndex {
         }
     }
     for w in works {
-        if let Some(o) = w.job.owner_references().iter().find(|o| o.controller == Some(true))
+        if let Some(o) = w
+            .job
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
             && let Some(&pi) = parent_pos.get(o.uid.as_str())
             && let Some(idx) = w
                 .job
@@ -1083,7 +1133,11 @@ fn step_job(
                     return;
                 }
                 // Finish the admission: create the pods it lacks.
-                let part_crd = w.st.partition.as_deref().and_then(|n| crd_parts.get(n)).copied();
+                let part_crd =
+                    w.st.partition
+                        .as_deref()
+                        .and_then(|n| crd_parts.get(n))
+                        .copied();
                 let (gpn, gpt) = match w.parsed.as_deref() {
                     Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
                     _ => (None, None),
@@ -1167,7 +1221,13 @@ fn queue_pending(
 ) {
     let job = w.job;
     if job.spec.cancel == Some(true) {
-        end(w, JobState::Cancelled, None, "cancelled before it started", now);
+        end(
+            w,
+            JobState::Cancelled,
+            None,
+            "cancelled before it started",
+            now,
+        );
         return;
     }
     let parsed = match w.parsed.as_deref() {
@@ -1281,7 +1341,12 @@ fn admit(
             let uuids: Vec<String> = t
                 .gpus
                 .iter()
-                .filter_map(|g| node.gpus.iter().find(|x| x.index == *g).map(|x| x.uuid.clone()))
+                .filter_map(|g| {
+                    node.gpus
+                        .iter()
+                        .find(|x| x.index == *g)
+                        .map(|x| x.uuid.clone())
+                })
                 .collect();
             TaskAllocation {
                 rank: t.rank,
@@ -1291,7 +1356,11 @@ fn admit(
                 cpu_millis: t.cpu_millis,
                 memory_mib: t.memory_mib,
                 gpus: t.gpus.clone(),
-                gpu_uuids: if uuids.len() == t.gpus.len() { uuids } else { Vec::new() },
+                gpu_uuids: if uuids.len() == t.gpus.len() {
+                    uuids
+                } else {
+                    Vec::new()
+                },
                 pod: Some(pods::pod_name(&name, attempt, t.rank)),
             }
         })
@@ -1416,6 +1485,7 @@ fn step_parent(
     wi: usize,
     kids: &[usize],
     dep_index: &DepIndex,
+    expected: &HashSet<(String, String)>,
     cfg: &PlanSettings,
     now: i64,
 ) {
@@ -1526,10 +1596,9 @@ fn step_parent(
                         patch.insert("hold".into(), hold.into());
                     }
                     if !patch.is_empty() {
-                        w.plan.child_patches.push((
-                            ej.name_any(),
-                            serde_json::json!({ "spec": patch }),
-                        ));
+                        w.plan
+                            .child_patches
+                            .push((ej.name_any(), serde_json::json!({ "spec": patch })));
                     }
                 }
             }
@@ -1546,6 +1615,11 @@ fn step_parent(
         let mut created = 0usize;
         for idx in &array.indices {
             if elems.contains_key(idx) {
+                continue;
+            }
+            if expected.contains(&(ns.clone(), format!("{name}-{idx}"))) {
+                // Created, not yet seen: counts as a pending element.
+                active += 1;
                 continue;
             }
             if active >= limit {
@@ -1613,7 +1687,11 @@ fn step_parent(
             )
         }
     } else if sum.running > 0 {
-        (JobState::Running, None, format!("{} element(s) running", sum.running))
+        (
+            JobState::Running,
+            None,
+            format!("{} element(s) running", sum.running),
+        )
     } else if hold {
         (JobState::Pending, Some("JobHeldUser".into()), "held".into())
     } else if let Some((r, m)) = dep_wait.filter(|_| active == 0) {
@@ -1622,7 +1700,10 @@ fn step_parent(
         (
             JobState::Pending,
             Some("JobArrayTaskLimit".into()),
-            format!("{} element(s) may run at once", array.max_running.unwrap_or(0)),
+            format!(
+                "{} element(s) may run at once",
+                array.max_running.unwrap_or(0)
+            ),
         )
     } else if let Some((r, m)) = first_pending_reason {
         (JobState::Pending, Some(r), m)
@@ -1642,9 +1723,11 @@ fn step_parent(
     st.message = Some(message.clone()).filter(|m| !m.is_empty());
     if prev_state != Some(state) && prev_state.is_some() {
         let warning = matches!(state, JobState::Failed);
-        w.plan
-            .events
-            .push(event(warning, &format!("Array{}", state_word(state)), message));
+        w.plan.events.push(event(
+            warning,
+            &format!("Array{}", state_word(state)),
+            message,
+        ));
         w.plan.effects.push(Effect::Transition(state));
     }
 }
@@ -1709,12 +1792,16 @@ fn partition_statuses(
     let mut used: HashMap<u32, HashSet<u32>> = HashMap::new();
     for r in &snap.running {
         for t in &r.tasks {
-            used.entry(t.node).or_default().extend(t.gpus.iter().copied());
+            used.entry(t.node)
+                .or_default()
+                .extend(t.gpus.iter().copied());
         }
     }
     for s in &decisions.starts {
         for t in &s.tasks {
-            used.entry(t.node).or_default().extend(t.gpus.iter().copied());
+            used.entry(t.node)
+                .or_default()
+                .extend(t.gpus.iter().copied());
         }
     }
     let mut counts: HashMap<&str, (u32, u32)> = HashMap::new();
@@ -1722,7 +1809,9 @@ fn partition_statuses(
         if w.skip || w.is_parent || w.job.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let Some(p) = w.st.partition.as_deref() else { continue };
+        let Some(p) = w.st.partition.as_deref() else {
+            continue;
+        };
         let e = counts.entry(p).or_default();
         match w.st.state {
             Some(JobState::Pending) | None => e.0 += 1,
@@ -1776,8 +1865,8 @@ fn partition_statuses(
                 }
             }
             st.nodes = names.len() as u32;
-            st.node_list = (!names.is_empty())
-                .then(|| muster_crds::slurm::hostlist::compress_sorted(&names));
+            st.node_list =
+                (!names.is_empty()).then(|| muster_crds::slurm::hostlist::compress_sorted(&names));
             st.gpus_total = total;
             st.gpus_allocated = alloc;
             st.gpus_unhealthy = bad;
@@ -1789,13 +1878,28 @@ fn partition_statuses(
             }
             let state = p.state();
             conds.push(if state == PartitionState::Up {
-                mk("Ready", true, "Up", format!("{} node(s), {total} GPU(s)", st.nodes))
+                mk(
+                    "Ready",
+                    true,
+                    "Up",
+                    format!("{} node(s), {total} GPU(s)", st.nodes),
+                )
             } else {
-                mk("Ready", false, &format!("{state:?}"), format!("partition is {state:?}"))
+                mk(
+                    "Ready",
+                    false,
+                    &format!("{state:?}"),
+                    format!("partition is {state:?}"),
+                )
             });
         } else {
             let errs = table.invalid.get(&name).cloned().unwrap_or_default();
-            conds.push(mk("Ready", false, "InvalidSpec", translate::join_errors(&errs)));
+            conds.push(mk(
+                "Ready",
+                false,
+                "InvalidSpec",
+                translate::join_errors(&errs),
+            ));
         }
         if table.default_conflict.contains(&name) {
             conds.push(mk(
@@ -1824,7 +1928,11 @@ fn partition_statuses(
                     }
                     s
                 };
-                let last = mem.last_partition_write.get(&name).copied().unwrap_or(i64::MIN);
+                let last = mem
+                    .last_partition_write
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(i64::MIN);
                 hard(prev) != hard(&st) || now.saturating_sub(last) >= cfg.status_refresh_secs
             }
         };

@@ -150,7 +150,12 @@ fn gang_gets_distinct_gpus_rank_env_and_a_service() {
         assert_eq!(t.gpus.len(), 1);
         assert!(seen.insert((t.node.clone(), t.gpus[0])), "GPU given twice");
     }
-    assert!(h.cluster.lock().services.contains(&("default".into(), "mpi".into())));
+    assert!(
+        h.cluster
+            .lock()
+            .services
+            .contains(&("default".into(), "mpi".into()))
+    );
     let pods = h.cluster.pods_of("mpi");
     assert_eq!(pods.len(), 4);
     for p in &pods {
@@ -187,14 +192,25 @@ fn waiting_job_gets_a_reason_and_does_not_churn() {
     assert_eq!(st.state, Some(JobState::Pending));
     assert_eq!(st.reason.as_deref(), Some("Resources"));
     assert_eq!(st.job_id, Some(2));
-    assert!(st.start_time.is_some(), "estimated start from the reservation");
-    let cond = st.conditions.iter().find(|c| c.type_ == "Reconciling").unwrap();
+    assert!(
+        st.start_time.is_some(),
+        "estimated start from the reservation"
+    );
+    let cond = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Reconciling")
+        .unwrap();
     assert_eq!(cond.status, "True");
     let before = writes_excluding_events(&h);
     for _ in 0..5 {
         h.step(1);
     }
-    assert_eq!(writes_excluding_events(&h), before, "no writes while nothing changes");
+    assert_eq!(
+        writes_excluding_events(&h),
+        before,
+        "no writes while nothing changes"
+    );
     run_for(&mut h, 620);
     assert_eq!(h.cluster.state("big"), JobState::Completed);
     assert_eq!(h.cluster.state("next"), JobState::Running);
@@ -213,7 +229,12 @@ fn time_limit_ends_in_timeout_and_stops_pods() {
     let st = h.cluster.job("slow").status.unwrap();
     assert_eq!(st.state, Some(JobState::Timeout));
     assert_eq!(st.reason.as_deref(), Some("TimeLimit"));
-    assert!(h.cluster.pods_of("slow").iter().all(|p| p.metadata.deletion_timestamp.is_some()));
+    assert!(
+        h.cluster
+            .pods_of("slow")
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some())
+    );
     run_for(&mut h, 30);
     assert!(h.cluster.pods_of("slow").is_empty());
 }
@@ -247,8 +268,7 @@ fn cancel_keeps_the_record() {
 #[test]
 fn failed_task_fails_the_job_with_its_exit_code() {
     let mut h = harness(2, 4);
-    h.cluster
-        .submit(job("f", gang(2, 2, 1), 30, Some((2, 3))));
+    h.cluster.submit(job("f", gang(2, 2, 1), 30, Some((2, 3))));
     h.cycle();
     run_for(&mut h, 40);
     let st = h.cluster.job("f").status.unwrap();
@@ -275,9 +295,20 @@ fn node_failure_requeues_on_other_nodes() {
     assert_eq!(st.attempt, Some(2));
     assert_eq!(st.state, Some(JobState::Running));
     assert_ne!(st.tasks[0].node, node);
-    let names: Vec<String> = h.cluster.pods_of("nf").iter().map(|p| p.name_any()).collect();
+    let names: Vec<String> = h
+        .cluster
+        .pods_of("nf")
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
     assert!(names.contains(&"nf-0-a2".to_string()), "{names:?}");
-    let reasons: Vec<String> = h.cluster.lock().events.iter().map(|e| e.1.reason.clone()).collect();
+    let reasons: Vec<String> = h
+        .cluster
+        .lock()
+        .events
+        .iter()
+        .map(|e| e.1.reason.clone())
+        .collect();
     assert!(reasons.contains(&"NodeFail".to_string()) && reasons.contains(&"Requeued".to_string()));
     run_for(&mut h, 150);
     assert_eq!(h.cluster.state("nf"), JobState::Completed);
@@ -334,7 +365,13 @@ fn gang_that_cannot_start_is_rolled_back_with_backoff() {
     assert!(st.tasks.is_empty());
     assert_eq!(st.attempt, Some(2));
     assert!(st.message.unwrap().contains("not running"));
-    let reasons: Vec<String> = h.cluster.lock().events.iter().map(|e| e.1.reason.clone()).collect();
+    let reasons: Vec<String> = h
+        .cluster
+        .lock()
+        .events
+        .iter()
+        .map(|e| e.1.reason.clone())
+        .collect();
     assert!(reasons.contains(&"GangStartTimeout".to_string()));
     // Backing off: not started again before 30 s.
     h.cluster.lock().stuck.clear();
@@ -344,7 +381,13 @@ fn gang_that_cannot_start_is_rolled_back_with_backoff() {
         .cluster
         .pods_of("stuck")
         .iter()
-        .map(|p| (p.name_any(), p.status.clone(), p.metadata.deletion_timestamp.clone()))
+        .map(|p| {
+            (
+                p.name_any(),
+                p.status.clone(),
+                p.metadata.deletion_timestamp.clone(),
+            )
+        })
         .collect();
     // Ended pods stay for their logs; none is left running.
     assert!(
@@ -373,7 +416,11 @@ fn invalid_specs_are_reported_and_recoverable() {
     assert_eq!(st.reason.as_deref(), Some("InvalidSpec"));
     assert!(st.message.unwrap().starts_with("spec.time:"));
     assert_eq!(
-        st.conditions.iter().find(|c| c.type_ == "Stalled").unwrap().status,
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "Stalled")
+            .unwrap()
+            .status,
         "True"
     );
     h.cluster.edit("bad", |j| j.spec.time = int(5));
@@ -400,11 +447,20 @@ fn deleting_a_running_job_releases_its_allocation_first() {
     h.step(1);
     // Pods deleted; the finalizer stays while they terminate (30 s grace).
     assert!(!h.cluster.pods_of("d").is_empty());
-    assert!(h.cluster.pods_of("d").iter().all(|p| p.metadata.deletion_timestamp.is_some()));
+    assert!(
+        h.cluster
+            .pods_of("d")
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some())
+    );
     h.cluster.submit(job("next", gpus(8), 10, None));
     h.step(10);
     assert!(h.cluster.has_job("d"));
-    assert_ne!(h.cluster.state("next"), JobState::Running, "GPUs still held by the old pod");
+    assert_ne!(
+        h.cluster.state("next"),
+        JobState::Running,
+        "GPUs still held by the old pod"
+    );
     h.step(25);
     h.step(1);
     assert!(!h.cluster.has_job("d"));
@@ -488,7 +544,8 @@ fn higher_tier_preempts_and_victims_requeue() {
         h.cluster.lock().partitions.remove("gpu");
     }
     for i in 0..2 {
-        h.cluster.submit(job(&format!("low{i}"), gpus(8), 3600, None));
+        h.cluster
+            .submit(job(&format!("low{i}"), gpus(8), 3600, None));
     }
     h.cycle();
     assert_eq!(h.cluster.state("low0"), JobState::Running);
@@ -497,7 +554,10 @@ fn higher_tier_preempts_and_victims_requeue() {
     urgent.spec.partition = Some("high".into());
     h.cluster.submit(urgent);
     h.step(1);
-    let states: Vec<JobState> = ["low0", "low1"].iter().map(|n| h.cluster.state(n)).collect();
+    let states: Vec<JobState> = ["low0", "low1"]
+        .iter()
+        .map(|n| h.cluster.state(n))
+        .collect();
     assert_eq!(
         states.iter().filter(|s| **s == JobState::Pending).count(),
         1,
@@ -548,7 +608,11 @@ fn partition_status_counts_nodes_gpus_and_jobs() {
     h.cluster.add_partition(other);
     h.step(1);
     let p = h.cluster.lock().partitions["gpu"].status.clone().unwrap();
-    assert!(p.conditions.iter().any(|c| c.type_ == "DefaultConflict" && c.status == "True"));
+    assert!(
+        p.conditions
+            .iter()
+            .any(|c| c.type_ == "DefaultConflict" && c.status == "True")
+    );
 }
 
 /// Fails one write in ten, deterministically spread.
@@ -556,7 +620,11 @@ struct EveryTenth(std::sync::atomic::AtomicU64);
 impl Faults for EveryTenth {
     fn at(&self, _: WriteKind, _: &str) -> Fault {
         let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if (n * 7919) % 10 == 3 { Fault::Error } else { Fault::None }
+        if (n * 7919) % 10 == 3 {
+            Fault::Error
+        } else {
+            Fault::None
+        }
     }
 }
 
@@ -564,7 +632,8 @@ impl Faults for EveryTenth {
 fn ten_percent_api_errors_still_end_every_job_right() {
     let mut h = harness(4, 8);
     for i in 0..6 {
-        h.cluster.submit(job(&format!("ok{i}"), gang(2, 1, 2), 20, None));
+        h.cluster
+            .submit(job(&format!("ok{i}"), gang(2, 1, 2), 20, None));
     }
     h.cluster.submit(job("fails", gpus(1), 20, Some((0, 7))));
     let mut t = job("tl", gpus(1), 3600, None);
@@ -597,7 +666,8 @@ fn killed_at_every_admission_write_leaves_no_partial_gang() {
             let mut h = harness(4, 4);
             h.cfg.gang_start_timeout_secs = 300;
             for i in 0..3 {
-                h.cluster.submit(job(&format!("g{i}"), gang(2, 2, 1), 30, None));
+                h.cluster
+                    .submit(job(&format!("g{i}"), gang(2, 2, 1), 30, None));
             }
             h.cluster.submit(job("solo", gpus(2), 30, None));
             let r = h.cycle_with(&CrashAfter::new(n));
@@ -615,14 +685,23 @@ fn killed_at_every_admission_write_leaves_no_partial_gang() {
             }
             h.cluster.check_gangs().unwrap();
             for name in ["g0", "g1", "g2", "solo"] {
-                assert_eq!(h.cluster.state(name), JobState::Completed, "n={n} gap={gap} {name}");
+                assert_eq!(
+                    h.cluster.state(name),
+                    JobState::Completed,
+                    "n={n} gap={gap} {name}"
+                );
             }
             // No pod of a superseded attempt is left.
             let s = h.cluster.lock();
             for p in s.pods.values() {
                 let o = PodObs::from_pod(p).unwrap();
                 let j = s.jobs.values().find(|j| j.uid() == o.owner_uid).unwrap();
-                assert_eq!(o.attempt, j.status.as_ref().unwrap().attempt, "stray pod {}", o.name);
+                assert_eq!(
+                    o.attempt,
+                    j.status.as_ref().unwrap().attempt,
+                    "stray pod {}",
+                    o.name
+                );
             }
         }
     }

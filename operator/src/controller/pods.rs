@@ -269,7 +269,10 @@ pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>
         .iter()
         .filter(|t| t.node_rank == task.node_rank)
         .collect();
-    let mut node_gpus: Vec<u32> = on_node.iter().flat_map(|t| t.gpus.iter().copied()).collect();
+    let mut node_gpus: Vec<u32> = on_node
+        .iter()
+        .flat_map(|t| t.gpus.iter().copied())
+        .collect();
     node_gpus.sort_unstable();
     let join = |v: &[u32]| {
         v.iter()
@@ -382,14 +385,15 @@ fn strip_device_resources(r: &mut Option<ResourceRequirements>) {
 
 /// The owner reference every object of the job carries.
 pub fn owner_ref(job: &BatchJob) -> OwnerReference {
-    job.controller_owner_ref(&()).unwrap_or_else(|| OwnerReference {
-        api_version: BatchJob::api_version(&()).to_string(),
-        kind: BatchJob::kind(&()).to_string(),
-        name: job.name_any(),
-        uid: job.uid().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    })
+    job.controller_owner_ref(&())
+        .unwrap_or_else(|| OwnerReference {
+            api_version: BatchJob::api_version(&()).to_string(),
+            kind: BatchJob::kind(&()).to_string(),
+            name: job.name_any(),
+            uid: job.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        })
 }
 
 /// The labels every pod of the job carries.
@@ -446,7 +450,11 @@ pub fn check_buildable(
         } else {
             containers
                 .iter()
-                .chain(spec.and_then(|s| s.init_containers.as_ref()).into_iter().flatten())
+                .chain(
+                    spec.and_then(|s| s.init_containers.as_ref())
+                        .into_iter()
+                        .flatten(),
+                )
                 .find(|c| c.image.as_deref().is_none_or(str::is_empty))
                 .map(|c| c.name.clone())
         };
@@ -488,7 +496,12 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         let c = &mut spec.containers[0];
         if c.command.as_ref().is_none_or(|v| v.is_empty()) {
             // The script runs in the first container; its template args become $1, $2, ...
-            c.command = Some(vec!["/bin/bash".into(), "-c".into(), script.clone(), "bash".into()]);
+            c.command = Some(vec![
+                "/bin/bash".into(),
+                "-c".into(),
+                script.clone(),
+                "bash".into(),
+            ]);
         }
     }
     for c in spec
@@ -777,21 +790,23 @@ mod tests {
 
     #[test]
     fn placement_is_required_affinity_never_node_name() {
-        let mut tmpl = PodTemplateSpec::default();
-        tmpl.spec = Some(PodSpec {
-            node_name: Some("elsewhere".into()),
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("busybox".into()),
-                command: Some(vec!["sleep".into(), "1".into()]),
-                resources: Some(ResourceRequirements {
-                    limits: Some([("nvidia.com/gpu".to_string(), Quantity("8".into()))].into()),
+        let tmpl = PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                node_name: Some("elsewhere".into()),
+                containers: vec![Container {
+                    name: "main".into(),
+                    image: Some("busybox".into()),
+                    command: Some(vec!["sleep".into(), "1".into()]),
+                    resources: Some(ResourceRequirements {
+                        limits: Some([("nvidia.com/gpu".to_string(), Quantity("8".into()))].into()),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
+                }],
                 ..Default::default()
-            }],
-            ..Default::default()
-        });
+            }),
+        };
         let j = job(
             "train",
             BatchJobSpec {
@@ -820,7 +835,13 @@ mod tests {
         assert_eq!(m.key, "kubernetes.io/hostname");
         assert_eq!(m.values.as_deref(), Some(&["gpu002".to_string()][..]));
         let r = s.containers[0].resources.as_ref().unwrap();
-        assert!(r.limits.as_ref().unwrap().keys().all(|k| !k.starts_with("nvidia.com/")));
+        assert!(
+            r.limits
+                .as_ref()
+                .unwrap()
+                .keys()
+                .all(|k| !k.starts_with("nvidia.com/"))
+        );
         assert_eq!(r.requests.as_ref().unwrap()["cpu"].0, "4");
         assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "8192Mi");
         assert_eq!(r.limits.as_ref().unwrap()["memory"].0, "8192Mi");
@@ -896,7 +917,10 @@ mod tests {
         let main = env_of(&s.containers[0]);
         assert_eq!(main["NVIDIA_VISIBLE_DEVICES"], "GPU-0");
         assert_eq!(main["RANK"], "0");
-        assert_eq!(main["MASTER_PORT"], "1234", "template env wins over the annotation");
+        assert_eq!(
+            main["MASTER_PORT"], "1234",
+            "template env wins over the annotation"
+        );
         assert_eq!(main["MY_VAR"], "x");
         let names: Vec<&str> = s.containers[0]
             .env
@@ -1025,15 +1049,17 @@ mod tests {
             check_buildable(&empty, Some(&p), "gpu"),
             Err(BuildError::NothingToRun)
         );
-        let mut tmpl = PodTemplateSpec::default();
-        tmpl.spec = Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("img".into()),
+        let tmpl = PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "main".into(),
+                    image: Some("img".into()),
+                    ..Default::default()
+                }],
                 ..Default::default()
-            }],
-            ..Default::default()
-        });
+            }),
+        };
         let own = job(
             "c",
             BatchJobSpec {
@@ -1054,7 +1080,10 @@ mod tests {
         assert_eq!(service_name(&long), long);
         let h = hostname(&long, 31);
         assert!(h.len() <= 63 && h.ends_with("-31"), "{h}");
-        assert_ne!(hostname(&format!("{long}x"), 1), hostname(&format!("{long}y"), 1));
+        assert_ne!(
+            hostname(&format!("{long}x"), 1),
+            hostname(&format!("{long}y"), 1)
+        );
         assert_eq!(hostname("train", 0), "train-0");
         assert_eq!(pod_name("train", 1, 7), "train-7");
         assert_eq!(pod_name("train", 3, 7), "train-7-a3");

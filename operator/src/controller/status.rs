@@ -97,7 +97,10 @@ pub fn conditions(
     prev: &[Condition],
 ) -> Vec<Condition> {
     let state = st.state.unwrap_or(JobState::Pending);
-    let reason = st.reason.clone().unwrap_or_else(|| state.as_str().to_string());
+    let reason = st
+        .reason
+        .clone()
+        .unwrap_or_else(|| state.as_str().to_string());
     let msg = st.message.clone().unwrap_or_default();
     let s = state.as_str();
     let needs_change = state == JobState::Pending && NEEDS_CHANGE.contains(&reason.as_str());
@@ -143,7 +146,12 @@ pub fn conditions(
 
 /// Sets the conditions and `observedGeneration` of `st` from its state, against the
 /// currently stored status `prev`.
-pub fn finish(st: &mut BatchJobStatus, prev: Option<&BatchJobStatus>, generation: Option<i64>, now: i64) {
+pub fn finish(
+    st: &mut BatchJobStatus,
+    prev: Option<&BatchJobStatus>,
+    generation: Option<i64>,
+    now: i64,
+) {
     st.observed_generation = generation;
     if let Some(m) = &st.message {
         st.message = Some(clip(m));
@@ -154,7 +162,12 @@ pub fn finish(st: &mut BatchJobStatus, prev: Option<&BatchJobStatus>, generation
 
 /// A status moved to PENDING for another admission: attempt and restarts bumped, the
 /// allocation released (tasks, node list, start and end cleared).
-pub fn requeued(prev: &BatchJobStatus, reason: &str, message: &str, eligible_at: i64) -> BatchJobStatus {
+pub fn requeued(
+    prev: &BatchJobStatus,
+    reason: &str,
+    message: &str,
+    eligible_at: i64,
+) -> BatchJobStatus {
     let mut st = prev.clone();
     st.state = Some(JobState::Pending);
     st.reason = Some(reason.to_string());
@@ -173,7 +186,13 @@ pub fn requeued(prev: &BatchJobStatus, reason: &str, message: &str, eligible_at:
 
 /// A status moved to a terminal state at `now`; the allocation record (tasks, node list) is
 /// kept for `sacct`-style history.
-pub fn ended(prev: &BatchJobStatus, state: JobState, reason: &str, message: &str, now: i64) -> BatchJobStatus {
+pub fn ended(
+    prev: &BatchJobStatus,
+    state: JobState,
+    reason: &str,
+    message: &str,
+    now: i64,
+) -> BatchJobStatus {
     let mut st = prev.clone();
     st.state = Some(state);
     st.reason = Some(reason.to_string());
@@ -285,7 +304,13 @@ mod tests {
         let r2 = requeued(&r, "x", "y", 60);
         assert_eq!(r2.attempt, Some(3));
         assert_eq!(r2.restarts, Some(2));
-        let e = ended(&running, JobState::Timeout, "TimeLimit", "time limit reached", 99);
+        let e = ended(
+            &running,
+            JobState::Timeout,
+            "TimeLimit",
+            "time limit reached",
+            99,
+        );
         assert_eq!(e.tasks.len(), 1, "record kept");
         assert_eq!(e.end_time, Some(time(99)));
     }

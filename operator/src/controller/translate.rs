@@ -24,7 +24,7 @@ use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, GpuHealthState, GpuNode, Par
 
 use crate::core::{
     self, ArrayTask, JobId, JobRequest, LabelSelector, Link, MemoryRequest, NodeId, PartitionId,
-    PendingJob, RunningJob, SelectorOperator, SelectorRequirement, TaskAlloc, Taint, TaintEffect,
+    PendingJob, RunningJob, SelectorOperator, SelectorRequirement, Taint, TaintEffect, TaskAlloc,
     Toleration, UNLIMITED,
 };
 
@@ -196,8 +196,7 @@ pub fn parse_job(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
         types.push(("spec.gpuType", t.clone()));
     }
     let mut gpu_count = |field: &'static str, v: &Option<IntOrString>, errs: &mut Vec<_>| {
-        let c: Option<GpuCount> =
-            parse_ios(field, v, GpuCount::from_int, GpuCount::parse, errs);
+        let c: Option<GpuCount> = parse_ios(field, v, GpuCount::from_int, GpuCount::parse, errs);
         if let Some(c) = &c {
             if let Some(t) = &c.gpu_type {
                 types.push((field, t.clone()));
@@ -360,7 +359,9 @@ pub fn selector(s: &KubeSelector, field: &str) -> Result<LabelSelector, FieldErr
             o => {
                 return Err(FieldError::new(
                     format!("{field}.matchExpressions[{i}].operator"),
-                    format!("{o:?} is not a selector operator: use In, NotIn, Exists or DoesNotExist"),
+                    format!(
+                        "{o:?} is not a selector operator: use In, NotIn, Exists or DoesNotExist"
+                    ),
                 ));
             }
         };
@@ -476,7 +477,10 @@ pub fn partitions<'a>(list: impl IntoIterator<Item = &'a Partition>) -> Partitio
     }
     t.default = defaults.first().copied();
     if defaults.len() > 1 {
-        t.default_conflict = defaults.iter().map(|&d| t.parts[d as usize].name.clone()).collect();
+        t.default_conflict = defaults
+            .iter()
+            .map(|&d| t.parts[d as usize].name.clone())
+            .collect();
     }
     t
 }
@@ -565,7 +569,9 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
 /// `gpus`; empty when it is absent, not square, or any entry does not parse (the core then
 /// derives links from NUMA and NVLink peers).
 pub fn gpu_links(gpus: &[core::Gpu], matrix: &[Vec<String>]) -> Vec<Vec<Link>> {
-    if matrix.is_empty() || matrix.len() != gpus.len() || matrix.iter().any(|r| r.len() != gpus.len())
+    if matrix.is_empty()
+        || matrix.len() != gpus.len()
+        || matrix.iter().any(|r| r.len() != gpus.len())
     {
         return Vec::new();
     }
@@ -716,7 +722,6 @@ pub fn format_limit(secs: Option<u64>) -> String {
         None => "UNLIMITED".to_string(),
     }
 }
-
 
 /// Test fixtures shared by the controller's unit tests.
 #[cfg(test)]
@@ -909,13 +914,15 @@ mod tests {
 
     #[test]
     fn times_and_unlimited() {
-        let t = |v| parse_job(&BatchJobSpec {
-            time: v,
-            ..Default::default()
-        })
-        .unwrap()
-        .request
-        .time_limit;
+        let t = |v| {
+            parse_job(&BatchJobSpec {
+                time: v,
+                ..Default::default()
+            })
+            .unwrap()
+            .request
+            .time_limit
+        };
         assert_eq!(t(i(30)), Some(1800));
         assert_eq!(t(s("1-00:00:00")), Some(86400));
         assert_eq!(t(s("UNLIMITED")), Some(UNLIMITED));
@@ -1086,7 +1093,10 @@ mod tests {
         let c = partition(&p).unwrap();
         assert_eq!(c.name, "gpu");
         assert_eq!(c.selector.match_labels["pool"], "h100");
-        assert_eq!(c.selector.match_expressions[0].operator, SelectorOperator::In);
+        assert_eq!(
+            c.selector.match_expressions[0].operator,
+            SelectorOperator::In
+        );
         assert_eq!(c.state, PartitionState::Drain);
         assert_eq!(c.default_time, Some(3600));
         assert_eq!(c.max_time, Some(86400));
@@ -1119,7 +1129,10 @@ mod tests {
 
     #[test]
     fn nodes_translate_with_gpus_and_health() {
-        let n = node(&kube_node("gpu001", true), Some(&gpu_node("gpu001", 8, &[3])));
+        let n = node(
+            &kube_node("gpu001", true),
+            Some(&gpu_node("gpu001", 8, &[3])),
+        );
         assert_eq!(n.name, "gpu001");
         assert_eq!(n.cpu_millis, 223_500);
         assert_eq!(n.memory_mib, 2 * 1024 * 1024);
@@ -1170,7 +1183,9 @@ mod tests {
             ..Default::default()
         });
         assert!(in_partition(&p, &n));
-        p.selector.match_labels.insert("muster.dev/leaf".into(), "leaf2".into());
+        p.selector
+            .match_labels
+            .insert("muster.dev/leaf".into(), "leaf2".into());
         assert!(!in_partition(&p, &n));
     }
 
