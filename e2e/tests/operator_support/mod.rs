@@ -1,0 +1,310 @@
+//! Shared pieces of the operator's end-to-end suites: the API server double with nodes,
+//! GpuNodes and partitions, the operator started in-process, and a minimal kubelet stand-in
+//! (binds and runs task pods by annotation) until the simulated nodes land.
+//!
+//! Task pods are driven by their template annotations: `sim/runtime` (seconds, default 5),
+//! `sim/exit` and `sim/fail-rank` (a rank that exits with that code).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use muster_crds::labels;
+use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
+use muster_e2e::apiserver::{ApiServer, ApiServerOptions};
+use muster_operator::controller::metrics::Metrics;
+use muster_operator::controller::{self, Clock, Handle, Settings};
+use serde_json::json;
+
+/// The operator's namespace in the tests.
+pub const NS: &str = "muster-system";
+
+pub struct Env {
+    pub server: ApiServer,
+    pub client: Client,
+    pub offset: Arc<AtomicI64>,
+}
+
+/// One node: name, GPUs, leaf.
+pub struct NodeDef<'a> {
+    pub name: &'a str,
+    pub gpus: u32,
+    pub leaf: &'a str,
+}
+
+impl Env {
+    pub async fn start() -> Env {
+        let server = ApiServer::start(ApiServerOptions::default().with_muster_crds())
+            .await
+            .expect("API server double starts");
+        let client = server.client();
+        let ns: Namespace =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
+                .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        Env {
+            server,
+            client,
+            offset: Arc::new(AtomicI64::new(0)),
+        }
+    }
+
+    /// Settings for fast tests: short cycles, no leader election, the shifted clock.
+    pub fn settings(&self) -> Settings {
+        let mut s = Settings {
+            namespace: NS.into(),
+            leader_election: false,
+            identity: "test-operator".into(),
+            cycle_interval: Duration::from_millis(300),
+            debounce: Duration::from_millis(5),
+            clock: Clock::shifted(self.offset.clone()),
+            ..Settings::default()
+        };
+        s.plan.status_refresh_secs = 1;
+        s
+    }
+
+    pub fn start_operator(&self, settings: Settings) -> Handle {
+        controller::start(self.client.clone(), settings, Metrics::new())
+    }
+
+    pub async fn add_nodes(&self, nodes: &[NodeDef<'_>]) {
+        let napi: Api<Node> = Api::all(self.client.clone());
+        let gapi: Api<GpuNode> = Api::all(self.client.clone());
+        for n in nodes {
+            let node: Node = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": n.name, "labels": {
+                    "kubernetes.io/hostname": n.name, "muster.dev/leaf": n.leaf}},
+            }))
+            .unwrap();
+            napi.create(&PostParams::default(), &node).await.unwrap();
+            napi.patch_status(
+                n.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                    "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]}})),
+            )
+            .await
+            .unwrap();
+            let g: GpuNode = serde_json::from_value(json!({
+                "apiVersion": "muster.dev/v1alpha1", "kind": "GpuNode",
+                "metadata": {"name": n.name}, "spec": {"nodeName": n.name}}))
+            .unwrap();
+            gapi.create(&PostParams::default(), &g).await.unwrap();
+            let gpus: Vec<_> = (0..n.gpus)
+                .map(|i| json!({"index": i, "uuid": format!("GPU-{}-{i}", n.name),
+                    "model": "NVIDIA H100 80GB HBM3", "memoryMib": 81559, "numaNode": i / 4,
+                    "health": {"state": "Healthy"}}))
+                .collect();
+            gapi.patch_status(
+                n.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"gpuCount": n.gpus, "healthyGpus": n.gpus, "gpus": gpus}})),
+            )
+            .await
+            .unwrap();
+        }
+    }
+
+    pub async fn set_node_ready(&self, name: &str, ready: bool) {
+        Api::<Node>::all(self.client.clone())
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": [
+                    {"type": "Ready", "status": if ready { "True" } else { "False" }}]}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn add_partition(&self, p: serde_json::Value) {
+        let p: Partition = serde_json::from_value(p).unwrap();
+        Api::<Partition>::all(self.client.clone())
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap();
+    }
+
+    /// A default partition `gpu` over every node.
+    pub async fn default_partition(&self) {
+        self.add_partition(json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
+            "metadata": {"name": "gpu"},
+            "spec": {"default": true, "defaultImage": "busybox:1.36",
+                     "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]}}))
+        .await;
+    }
+
+    pub fn jobs(&self) -> Api<BatchJob> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    pub async fn submit(&self, job: serde_json::Value) {
+        let j: BatchJob = serde_json::from_value(job).unwrap();
+        self.jobs().create(&PostParams::default(), &j).await.unwrap();
+    }
+
+    pub async fn job(&self, name: &str) -> BatchJob {
+        self.jobs().get(name).await.unwrap()
+    }
+
+    pub async fn state(&self, name: &str) -> Option<JobState> {
+        self.jobs()
+            .get_opt(name)
+            .await
+            .unwrap()
+            .and_then(|j| j.status.and_then(|s| s.state))
+    }
+
+    pub async fn pods_of(&self, job: &str) -> Vec<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default().labels(&format!("{}={job}", labels::BATCHJOB)))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Waits (polling, up to `secs` seconds) until `f` holds, running the kubelet stand-in.
+    pub async fn until<F, Fut>(&self, secs: u64, what: &str, mut f: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        while tokio::time::Instant::now() < deadline {
+            self.kubelet().await;
+            if f().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("timed out after {secs}s waiting for {what}");
+    }
+
+    pub async fn until_state(&self, name: &str, state: JobState, secs: u64) {
+        self.until(secs, &format!("{name} {state}"), || async {
+            self.state(name).await == Some(state)
+        })
+        .await;
+    }
+
+    /// One pass of the kubelet stand-in: pending task pods on a ready node run; running ones
+    /// finish after `sim/runtime`; deleted ones terminate.
+    pub async fn kubelet(&self) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let Ok(pods) = api.list(&ListParams::default().labels(labels::BATCHJOB)).await else {
+            return;
+        };
+        let ready: BTreeMap<String, bool> = Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .map(|n| {
+                        let r = n
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                        (n.name_any(), r)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let now = jiff::Timestamp::now().as_second();
+        for p in pods.items {
+            let ns = p.namespace().unwrap_or_default();
+            let name = p.name_any();
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            if p.metadata.deletion_timestamp.is_some() {
+                let _ = api.delete(&name, &DeleteParams::default().grace_period(0)).await;
+                continue;
+            }
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+                .and_then(|r| r.node_selector_terms.first())
+                .and_then(|t| t.match_expressions.as_ref())
+                .and_then(|m| m.first())
+                .and_then(|m| m.values.as_ref())
+                .and_then(|v| v.first().cloned())
+                .unwrap_or_default();
+            if !ready.get(&node).copied().unwrap_or(false) {
+                continue;
+            }
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+            let ann = p.annotations();
+            match phase.as_deref() {
+                None | Some("Pending") => {
+                    let _ = api
+                        .patch_status(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"status": {"phase": "Running",
+                                "startTime": jiff::Timestamp::now().to_string()}})),
+                        )
+                        .await;
+                }
+                Some("Running") => {
+                    let runtime: i64 = ann.get("sim/runtime").and_then(|v| v.parse().ok()).unwrap_or(5);
+                    let started = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.start_time.as_ref())
+                        .map(|t| t.0.as_second())
+                        .unwrap_or(now);
+                    if now - started < runtime {
+                        continue;
+                    }
+                    let rank = p.labels().get(labels::RANK).cloned().unwrap_or_default();
+                    let code: i32 = if ann.get("sim/fail-rank").map(String::as_str).unwrap_or("0") == rank {
+                        ann.get("sim/exit").and_then(|v| v.parse().ok()).unwrap_or(0)
+                    } else {
+                        0
+                    };
+                    let cname = p.spec.as_ref().unwrap().containers[0].name.clone();
+                    let _ = api
+                        .patch_status(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(json!({"status": {
+                                "phase": if code == 0 { "Succeeded" } else { "Failed" },
+                                "containerStatuses": [{"name": cname, "image": "", "imageID": "",
+                                    "ready": false, "restartCount": 0,
+                                    "state": {"terminated": {"exitCode": code}}}]}})),
+                        )
+                        .await;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A BatchJob manifest running `runtime` seconds.
+pub fn batchjob(name: &str, spec: serde_json::Value, runtime: u32) -> serde_json::Value {
+    let mut spec = spec;
+    if spec.get("script").is_none() {
+        spec["script"] = json!("echo hello");
+    }
+    spec["template"] = json!({"metadata": {"annotations": {"sim/runtime": runtime.to_string()}}});
+    json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+           "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
