@@ -38,6 +38,13 @@
 //! through the pod's DNS search path, so no cluster domain is assumed); a one-task job uses
 //! `localhost`. Jobs with more than one task get the headless Service (ranks in different
 //! pods cannot reach each other over `localhost`, even on one node).
+//!
+//! `SLURM_JOB_NODELIST` lists, in node order, the DNS name of each node's first task pod
+//! (`train-0.train,train-1.train,…`), not the Kubernetes node names: inside a pod only pod
+//! names are reachable, and scripts take the rendezvous host from it
+//! (`scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`), which must keep working.
+//! The Kubernetes node is in `SLURMD_NODENAME`, and the job's status `nodeList` (what
+//! `squeue` shows) keeps the node names.
 
 use std::collections::BTreeMap;
 
@@ -251,6 +258,29 @@ pub fn node_list(tasks: &[TaskAllocation]) -> String {
     muster_crds::slurm::hostlist::compress(job_nodes(tasks))
 }
 
+/// The reachable name of each node's first task pod, in node-rank order: `<host>.<service>`
+/// for jobs with a Service, the pod's own hostname for a one-task job.
+pub fn rank_hosts(job: &str, tasks: &[TaskAllocation]) -> Vec<String> {
+    let mut first: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    for t in tasks {
+        let e = first.entry(t.node_rank).or_insert((t.local_rank, t.rank));
+        if t.local_rank < e.0 {
+            *e = (t.local_rank, t.rank);
+        }
+    }
+    let svc = service_name(job);
+    first
+        .into_values()
+        .map(|(_, rank)| {
+            if tasks.len() > 1 {
+                format!("{}.{svc}", hostname(job, rank))
+            } else {
+                hostname(job, rank)
+            }
+        })
+        .collect()
+}
+
 /// The environment of one task, in the order it is set.
 pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>, BuildError> {
     let task = ctx
@@ -286,7 +316,7 @@ pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>
     } else {
         "localhost".to_string()
     };
-    let hl = node_list(ctx.tasks);
+    let hl = muster_crds::slurm::hostlist::compress(rank_hosts(&name, ctx.tasks));
     let mut env: Vec<(String, String)> = vec![
         ("SLURM_JOB_ID".into(), ctx.job_id.to_string()),
         ("SLURM_JOBID".into(), ctx.job_id.to_string()),
@@ -750,7 +780,8 @@ mod tests {
         let e = env_of(&s.containers[0]);
         assert_eq!(e["SLURM_JOB_ID"], "1234");
         assert_eq!(e["SLURM_JOB_NAME"], "train");
-        assert_eq!(e["SLURM_JOB_NODELIST"], "gpu[001-002]");
+        // Reachable names of each node's first pod, rendezvous host first.
+        assert_eq!(e["SLURM_JOB_NODELIST"], "train-0.train,train-2.train");
         assert_eq!(e["SLURM_NNODES"], "2");
         assert_eq!(e["SLURM_NTASKS"], "4");
         assert_eq!(e["SLURM_TASKS_PER_NODE"], "2(x2)");
@@ -1087,6 +1118,17 @@ mod tests {
         assert_eq!(hostname("train", 0), "train-0");
         assert_eq!(pod_name("train", 1, 7), "train-7");
         assert_eq!(pod_name("train", 3, 7), "train-7-a3");
+    }
+
+    #[test]
+    fn node_lists_expand_to_reachable_rank_hosts() {
+        let tasks = gang();
+        let hl = muster_crds::slurm::hostlist::compress(rank_hosts("run2", &tasks));
+        let hosts = muster_crds::slurm::hostlist::expand(&hl).unwrap();
+        assert_eq!(hosts, ["run2-0.run2", "run2-2.run2"]);
+        assert_eq!(node_list(&tasks), "gpu[001-002]");
+        let solo = vec![TaskAllocation::default()];
+        assert_eq!(rank_hosts("x", &solo), ["x-0"]);
     }
 
     #[test]
