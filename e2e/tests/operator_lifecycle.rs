@@ -9,11 +9,8 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_gpu_job_runs_and_completes() {
     let env = Env::start().await;
-    env.add_nodes(&[
-        NodeDef { name: "gpu001", gpus: 8, leaf: "leaf1" },
-        NodeDef { name: "gpu002", gpus: 8, leaf: "leaf1" },
-    ])
-    .await;
+    env.add_nodes(&[NodeDef::new("gpu001", 8, "leaf1"), NodeDef::new("gpu002", 8, "leaf1")])
+        .await;
     env.default_partition().await;
     let op = env.start_operator(env.settings());
     env.submit(batchjob("one", json!({"gres": "gpu:1", "nodes": 1, "ntasksPerNode": 1}), 1)).await;

@@ -31,11 +31,32 @@ pub struct Env {
     pub offset: Arc<AtomicI64>,
 }
 
-/// One node: name, GPUs, leaf.
+/// One node: name, GPUs, leaf; GPU model and extra labels optional.
+#[derive(Clone, Default)]
 pub struct NodeDef<'a> {
     pub name: &'a str,
     pub gpus: u32,
     pub leaf: &'a str,
+    pub model: Option<&'a str>,
+    pub labels: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> NodeDef<'a> {
+    pub fn new(name: &'a str, gpus: u32, leaf: &'a str) -> Self {
+        NodeDef {
+            name,
+            gpus,
+            leaf,
+            ..Default::default()
+        }
+    }
+}
+
+/// `count` node names `gpu001…`, `per_leaf` to a leaf (`leaf1…`), with their leaf.
+pub fn cluster(count: usize, per_leaf: usize) -> Vec<(String, String)> {
+    (1..=count)
+        .map(|i| (format!("gpu{i:03}"), format!("leaf{}", (i - 1) / per_leaf + 1)))
+        .collect()
 }
 
 impl Env {
@@ -81,10 +102,15 @@ impl Env {
         let napi: Api<Node> = Api::all(self.client.clone());
         let gapi: Api<GpuNode> = Api::all(self.client.clone());
         for n in nodes {
+            let mut labels = serde_json::Map::new();
+            labels.insert("kubernetes.io/hostname".into(), json!(n.name));
+            labels.insert("muster.dev/leaf".into(), json!(n.leaf));
+            for (k, v) in n.labels {
+                labels.insert(k.to_string(), json!(v));
+            }
             let node: Node = serde_json::from_value(json!({
                 "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": n.name, "labels": {
-                    "kubernetes.io/hostname": n.name, "muster.dev/leaf": n.leaf}},
+                "metadata": {"name": n.name, "labels": labels},
             }))
             .unwrap();
             napi.create(&PostParams::default(), &node).await.unwrap();
@@ -92,8 +118,8 @@ impl Env {
                 n.name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"status": {
-                    "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                    "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+                    "allocatable": {"cpu": "224", "memory": "2Ti", "pods": "110"},
+                    "capacity": {"cpu": "224", "memory": "2Ti", "pods": "110"},
                     "conditions": [{"type": "Ready", "status": "True"}]}})),
             )
             .await
@@ -105,7 +131,7 @@ impl Env {
             gapi.create(&PostParams::default(), &g).await.unwrap();
             let gpus: Vec<_> = (0..n.gpus)
                 .map(|i| json!({"index": i, "uuid": format!("GPU-{}-{i}", n.name),
-                    "model": "NVIDIA H100 80GB HBM3", "memoryMib": 81559, "numaNode": i / 4,
+                    "model": n.model.unwrap_or("NVIDIA H100 80GB HBM3"), "memoryMib": 81559, "numaNode": i / 4,
                     "health": {"state": "Healthy"}}))
                 .collect();
             gapi.patch_status(
@@ -167,6 +193,40 @@ impl Env {
             .await
             .unwrap()
             .and_then(|j| j.status.and_then(|s| s.state))
+    }
+
+    /// Adds nodes from [`cluster`].
+    pub async fn add_cluster(&self, nodes: &[(String, String)], gpus: u32) {
+        let defs: Vec<NodeDef<'_>> = nodes
+            .iter()
+            .map(|(n, l)| NodeDef::new(n, gpus, l))
+            .collect();
+        self.add_nodes(&defs).await;
+    }
+
+    /// The env of a pod's first container.
+    pub fn env(p: &Pod) -> BTreeMap<String, String> {
+        p.spec.as_ref().unwrap().containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    /// The node a pod is pinned to (its required affinity).
+    pub fn node_of(p: &Pod) -> String {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|r| r.node_selector_terms.first())
+            .and_then(|t| t.match_expressions.as_ref())
+            .and_then(|m| m.iter().find(|m| m.key == "kubernetes.io/hostname"))
+            .and_then(|m| m.values.as_ref())
+            .and_then(|v| v.first().cloned())
+            .unwrap_or_default()
     }
 
     pub async fn pods_of(&self, job: &str) -> Vec<Pod> {
@@ -234,18 +294,7 @@ impl Env {
                 let _ = api.delete(&name, &DeleteParams::default().grace_period(0)).await;
                 continue;
             }
-            let node = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.affinity.as_ref())
-                .and_then(|a| a.node_affinity.as_ref())
-                .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
-                .and_then(|r| r.node_selector_terms.first())
-                .and_then(|t| t.match_expressions.as_ref())
-                .and_then(|m| m.first())
-                .and_then(|m| m.values.as_ref())
-                .and_then(|v| v.first().cloned())
-                .unwrap_or_default();
+            let node = Env::node_of(&p);
             if !ready.get(&node).copied().unwrap_or(false) {
                 continue;
             }
