@@ -499,10 +499,11 @@ struct Leader {
     last_running: Vec<crate::core::RunningJob>,
 }
 
-/// A running operator.
+/// A running operator. Dropping it stops every task at once (like [`Handle::kill`]).
 pub struct Handle {
     shutdown: watch::Sender<bool>,
-    main: JoinHandle<Result<(), RunError>>,
+    main: Option<JoinHandle<Result<(), RunError>>>,
+    elector: Option<JoinHandle<()>>,
     tasks: Vec<JoinHandle<()>>,
     /// Set once every cache has synced.
     pub ready: Arc<AtomicBool>,
@@ -516,10 +517,21 @@ pub struct Handle {
 
 impl Handle {
     /// Stops cleanly: the cycle in flight finishes, the lease is released.
-    pub async fn shutdown(self) -> Result<(), RunError> {
+    pub async fn shutdown(mut self) -> Result<(), RunError> {
         let _ = self.shutdown.send(true);
-        let r = self.main.await.unwrap_or(Ok(()));
-        for t in self.tasks {
+        let r = match self.main.take() {
+            Some(m) => m.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        // Let the elector release the lease; the reflectors just stop.
+        if let Some(e) = self.elector.take()
+            && tokio::time::timeout(Duration::from_secs(5), e)
+                .await
+                .is_err()
+        {
+            tracing::warn!("leader elector did not stop within 5s");
+        }
+        for t in self.tasks.drain(..) {
             t.abort();
         }
         r
@@ -527,20 +539,43 @@ impl Handle {
 
     /// Stops at once, as a killed process would: no cleanup, the lease is not released.
     pub fn kill(self) {
-        self.main.abort();
-        for t in self.tasks {
-            t.abort();
-        }
+        drop(self);
     }
 
-    /// Waits until the operator stops by itself (an injected crash).
+    /// Waits until the operator stops by itself (an injected crash); its other tasks are
+    /// then stopped too, as when a process dies.
     pub async fn wait(&mut self) -> Result<(), RunError> {
-        (&mut self.main).await.unwrap_or(Ok(()))
+        let r = match self.main.as_mut() {
+            Some(m) => m.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        self.main = None;
+        if let Some(e) = self.elector.take() {
+            e.abort();
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        r
     }
 
     /// Whether the main loop has ended.
     pub fn is_finished(&self) -> bool {
-        self.main.is_finished()
+        self.main.as_ref().is_none_or(|m| m.is_finished())
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(m) = self.main.take() {
+            m.abort();
+        }
+        if let Some(e) = self.elector.take() {
+            e.abort();
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
     }
 }
 
@@ -551,6 +586,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Handle {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (lead_tx, lead_rx) = watch::channel(!settings.leader_election);
     let ready = Arc::new(AtomicBool::new(false));
+    let mut elector = None;
     if settings.leader_election {
         let el = LeaderElector::new(
             client.clone(),
@@ -560,7 +596,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Handle {
             settings.lease,
             metrics.clone(),
         );
-        tasks.push(tokio::spawn(el.run(lead_tx, shutdown_rx.clone())));
+        elector = Some(tokio::spawn(el.run(lead_tx, shutdown_rx.clone())));
     } else {
         metrics.leader.set(1);
         // Keep the sender alive for the receiver's lifetime.
@@ -605,7 +641,8 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Handle {
     ));
     Handle {
         shutdown: shutdown_tx,
-        main,
+        main: Some(main),
+        elector,
         tasks,
         ready,
         metrics,
