@@ -30,6 +30,8 @@ async fn killed_during_admission_100_times() {
         // Die after n writes: within the first cycle's admissions (finalizers, statuses,
         // Services, pods).
         let n = it % 17;
+        let t0 = std::time::Instant::now();
+        eprintln!("=== iteration {it} crash after {n}");
         let mut s = env.settings();
         s.faults = Arc::new(CrashAfter::new(n));
         let mut dying = env.start_operator(s);
@@ -59,7 +61,21 @@ async fn killed_during_admission_100_times() {
             .await;
         }
         env.check_settled_gangs().await.unwrap();
+        // Delete them (the finalizer is removed once their pods are gone) to keep the
+        // cluster small.
+        for name in &names {
+            env.jobs().delete(name, &Default::default()).await.unwrap();
+        }
+        env.until(30, "jobs deleted", || async {
+            let mut gone = true;
+            for name in &names {
+                gone &= env.jobs().get_opt(name).await.unwrap().is_none();
+            }
+            gone
+        })
+        .await;
         next.shutdown().await.unwrap();
+        eprintln!("=== iteration {it} took {:?}", t0.elapsed());
     }
     assert!(crashes >= 100);
 }

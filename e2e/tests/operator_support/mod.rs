@@ -61,6 +61,12 @@ pub fn cluster(count: usize, per_leaf: usize) -> Vec<(String, String)> {
 
 impl Env {
     pub async fn start() -> Env {
+        if let Ok(f) = std::env::var("MUSTER_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(f))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         let server = ApiServer::start(ApiServerOptions::default().with_muster_crds())
             .await
             .expect("API server double starts");
@@ -249,7 +255,7 @@ impl Env {
             if f().await {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         panic!("timed out after {secs}s waiting for {what}");
     }
@@ -356,4 +362,127 @@ pub fn batchjob(name: &str, spec: serde_json::Value, runtime: u32) -> serde_json
     spec["template"] = json!({"metadata": {"annotations": {"sim/runtime": runtime.to_string()}}});
     json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
            "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+impl Env {
+    /// Every BatchJob and task pod, as of one instant.
+    pub async fn consistent_view(
+        &self,
+    ) -> Result<(kube::core::ObjectList<BatchJob>, kube::core::ObjectList<Pod>), String> {
+        for _ in 0..100 {
+            let before = self.server.resource_version();
+            let jobs = self.jobs().list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let pods = Api::<Pod>::all(self.client.clone())
+                .list(&ListParams::default().labels(labels::BATCHJOB))
+                .await
+                .map_err(|e| e.to_string())?;
+            if self.server.resource_version() == before {
+                return Ok((jobs, pods));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Err("the cluster never held still for a consistent read".into())
+    }
+
+    /// No GPU is held by two (job, attempt) pairs: RUNNING allocations and live task pods
+    /// (through the allocation each pod records).
+    ///
+    /// Jobs and pods are read at one resourceVersion of the server (retried until no write
+    /// happened between the two lists), so the check sees one instant of the cluster.
+    pub async fn check_no_double_gpu(&self) -> Result<(), String> {
+        use muster_operator::controller::plan::PodObs;
+        let (jobs, pods) = self.consistent_view().await?;
+        let mut holders: BTreeMap<(String, u32), std::collections::BTreeSet<(String, u32)>> =
+            BTreeMap::new();
+        for j in &jobs.items {
+            let Some(st) = &j.status else { continue };
+            if st.state != Some(JobState::Running) {
+                continue;
+            }
+            for t in &st.tasks {
+                for g in &t.gpus {
+                    holders
+                        .entry((t.node.clone(), *g))
+                        .or_default()
+                        .insert((j.uid().unwrap_or_default(), st.attempt.unwrap_or(0)));
+                }
+            }
+        }
+        for p in &pods.items {
+            let Some(o) = PodObs::from_pod(p) else { continue };
+            if !o.live() {
+                continue;
+            }
+            if let Some(a) = &o.alloc {
+                for g in &a.gpus {
+                    holders
+                        .entry((a.node.clone(), *g))
+                        .or_default()
+                        .insert((o.owner_uid.clone().unwrap_or_default(), o.attempt.unwrap_or(0)));
+                }
+            }
+        }
+        for (k, h) in holders {
+            if h.len() > 1 {
+                let who: Vec<String> = jobs
+                    .items
+                    .iter()
+                    .filter(|j| h.iter().any(|(u, _)| j.uid().as_deref() == Some(u)))
+                    .map(|j| {
+                        let st = j.status.clone().unwrap_or_default();
+                        format!(
+                            "{} id={:?} {:?} attempt={:?} start={:?} tasks={:?}",
+                            j.name_any(),
+                            st.job_id,
+                            st.state,
+                            st.attempt,
+                            st.start_time,
+                            st.tasks.iter().map(|t| (&t.node, &t.gpus)).collect::<Vec<_>>()
+                        )
+                    })
+                    .collect();
+                let pods_on: Vec<String> = pods
+                    .items
+                    .iter()
+                    .filter(|p| h.iter().any(|(u, _)| p.owner_references().iter().any(|o| &o.uid == u)))
+                    .map(|p| format!("{} {:?} del={}", p.name_any(), p.status.as_ref().and_then(|s| s.phase.clone()), p.metadata.deletion_timestamp.is_some()))
+                    .collect();
+                return Err(format!("GPU {k:?} held by {h:?}: {who:#?} pods {pods_on:#?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every RUNNING job's live pods of its attempt cover every rank, and no live pod
+    /// belongs to an attempt its job does not record.
+    pub async fn check_settled_gangs(&self) -> Result<(), String> {
+        use muster_operator::controller::plan::PodObs;
+        let (jobs, pods) = self.consistent_view().await?;
+        let pods: Vec<PodObs> = pods
+            .items
+            .iter()
+            .filter_map(PodObs::from_pod)
+            .filter(|p| p.live() && !p.deleting)
+            .collect();
+        for j in &jobs.items {
+            let Some(st) = &j.status else { continue };
+            let mine: Vec<&PodObs> = pods.iter().filter(|p| p.owner_uid == j.uid()).collect();
+            for p in &mine {
+                if Some(p.attempt.unwrap_or(0)) != st.attempt || st.state != Some(JobState::Running) {
+                    return Err(format!(
+                        "{}: live pod {} of attempt {:?}, job {:?} attempt {:?}",
+                        j.name_any(),
+                        p.name,
+                        p.attempt,
+                        st.state,
+                        st.attempt
+                    ));
+                }
+            }
+            if st.state == Some(JobState::Running) && !mine.is_empty() && mine.len() != st.tasks.len() {
+                return Err(format!("{}: {} of {} pods", j.name_any(), mine.len(), st.tasks.len()));
+            }
+        }
+        Ok(())
+    }
 }
