@@ -262,6 +262,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     /// Counts and gates one write; `Err` stops the caller.
     fn gate(&self, kind: WriteKind, name: &str) -> Result<(), ApiError> {
+        tracing::trace!(kind = kind.label(), name, "write");
         if self.dead.load(Ordering::SeqCst) {
             return Err(ApiError::Injected);
         }
@@ -350,7 +351,16 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             status: sw.status.clone(),
             resource_version: rv.clone(),
         };
-        match ctx.api.apply_status(ns, name, &w).await {
+        let res = ctx.api.apply_status(ns, name, &w).await;
+        tracing::debug!(
+            job = name,
+            rv = ?w.resource_version,
+            state = ?w.status.state,
+            ok = res.is_ok(),
+            new_rv = ?res.as_ref().ok().and_then(|o| o.metadata.resource_version.clone()),
+            "status write"
+        );
+        match res {
             Ok(obj) => ctx.with(|r| {
                 r.written.push(Written {
                     job: obj,

@@ -1391,6 +1391,13 @@ fn admit(
             .div_ceil(1000)
             .min(u64::from(u32::MAX)) as u32,
     );
+    tracing::debug!(
+        job = %w.name,
+        id = w.id.unwrap_or(0),
+        attempt,
+        gpus = ?tasks.iter().map(|t| (t.node.as_str(), t.gpus.clone())).collect::<Vec<_>>(),
+        "admit"
+    );
     st.tasks = tasks;
     let pname = st.partition.clone().unwrap_or_default();
     let (gpn, gpt) = match w.parsed.as_deref() {
