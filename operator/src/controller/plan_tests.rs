@@ -656,54 +656,74 @@ fn ten_percent_api_errors_still_end_every_job_right() {
 }
 
 /// The operator dies after the n-th write of a cycle, for every n that falls inside the
-/// admissions of three gangs and a single job; a fresh operator (no memory) takes over. No
-/// GPU is ever held twice, no gang is left partial, every job completes.
+/// admissions of three gangs and a single job (on an idle cluster, and on one where an earlier
+/// wave is running); a fresh operator (no memory) takes over, right away or after the gang
+/// start timeout. No GPU is ever held twice, no gang is left partial, every job completes.
 #[test]
 fn killed_at_every_admission_write_leaves_no_partial_gang() {
     let mut iterations = 0;
-    for n in 0..=30u64 {
-        for gap in [0i64, 400] {
-            let mut h = harness(4, 4);
-            h.cfg.gang_start_timeout_secs = 300;
-            for i in 0..3 {
-                h.cluster
-                    .submit(job(&format!("g{i}"), gang(2, 2, 1), 30, None));
-            }
-            h.cluster.submit(job("solo", gpus(2), 30, None));
-            let r = h.cycle_with(&CrashAfter::new(n));
-            h.cluster.check_no_double_gpu().unwrap();
-            if !r.crashed {
-                continue;
-            }
-            iterations += 1;
-            // A new leader: fresh memory, possibly after the gang start timeout.
-            h.mem = Default::default();
-            h.now += gap;
-            for _ in 0..40 {
-                h.step(5);
+    for wave in [false, true] {
+        for n in 0..=40u64 {
+            for gap in [0i64, 400] {
+                let mut h = harness(6, 4);
+                h.cfg.gang_start_timeout_secs = 300;
+                let mut names: Vec<String> = Vec::new();
+                if wave {
+                    for i in 0..2 {
+                        h.cluster
+                            .submit(job(&format!("w{i}"), gang(2, 1, 2), 300, None));
+                        names.push(format!("w{i}"));
+                    }
+                    h.cycle();
+                    h.step(1);
+                }
+                for i in 0..3 {
+                    h.cluster
+                        .submit(job(&format!("g{i}"), gang(2, 2, 1), 30, None));
+                    names.push(format!("g{i}"));
+                }
+                h.cluster.submit(job("solo", gpus(2), 30, None));
+                names.push("solo".into());
+                let r = h.cycle_with(&CrashAfter::new(n));
                 h.cluster.check_no_double_gpu().unwrap();
-            }
-            h.cluster.check_gangs().unwrap();
-            for name in ["g0", "g1", "g2", "solo"] {
-                assert_eq!(
-                    h.cluster.state(name),
-                    JobState::Completed,
-                    "n={n} gap={gap} {name}"
-                );
-            }
-            // No pod of a superseded attempt is left.
-            let s = h.cluster.lock();
-            for p in s.pods.values() {
-                let o = PodObs::from_pod(p).unwrap();
-                let j = s.jobs.values().find(|j| j.uid() == o.owner_uid).unwrap();
-                assert_eq!(
-                    o.attempt,
-                    j.status.as_ref().unwrap().attempt,
-                    "stray pod {}",
-                    o.name
-                );
+                if !r.crashed {
+                    continue;
+                }
+                iterations += 1;
+                // A new leader: fresh memory, possibly after the gang start timeout.
+                h.mem = Default::default();
+                h.now += gap;
+                for _ in 0..200 {
+                    h.step(5);
+                    h.cluster.check_no_double_gpu().unwrap();
+                    if names
+                        .iter()
+                        .all(|n| h.cluster.state(n) == JobState::Completed)
+                    {
+                        break;
+                    }
+                }
+                h.cluster.check_gangs().unwrap();
+                for name in &names {
+                    assert_eq!(
+                        h.cluster.state(name),
+                        JobState::Completed,
+                        "wave={wave} n={n} gap={gap} {name}"
+                    );
+                }
+                // No live pod of a superseded attempt is left.
+                let s = h.cluster.lock();
+                for p in s.pods.values() {
+                    let o = PodObs::from_pod(p).unwrap();
+                    let j = s.jobs.values().find(|j| j.uid() == o.owner_uid).unwrap();
+                    assert!(
+                        !o.live() || o.attempt == j.status.as_ref().unwrap().attempt,
+                        "stray pod {}",
+                        o.name
+                    );
+                }
             }
         }
     }
-    assert!(iterations >= 40, "{iterations} crash points exercised");
+    assert!(iterations >= 100, "{iterations} crash points exercised");
 }
