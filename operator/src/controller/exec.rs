@@ -248,6 +248,9 @@ pub struct ExecReport {
     pub deleted_pods: Vec<(String, String)>,
     /// Partitions whose status was written.
     pub partitions_written: Vec<String>,
+    /// Events to publish (namespace, name, uid, event): for jobs whose writes went through.
+    /// Published apart from the cycle ([`publish_events`]) so they never slow admissions.
+    pub events: Vec<(String, String, String, JobEvent)>,
     /// Whether an injected crash stopped the cycle.
     pub crashed: bool,
 }
@@ -450,14 +453,43 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             ctx.fail(&e);
         }
     }
-    for ev in &jp.events {
-        if ctx.gate(WriteKind::Event, name).is_err() {
-            return;
-        }
-        if let Err(e) = ctx.api.publish_event(ns, name, &jp.uid, ev).await {
-            ctx.fail(&e);
-        }
+    if !jp.events.is_empty() {
+        ctx.with(|r| {
+            let uid = jp.uid.clone();
+            r.events.extend(
+                jp.events
+                    .iter()
+                    .cloned()
+                    .map(|e| (ns.to_string(), name.to_string(), uid.clone(), e)),
+            )
+        });
     }
+}
+
+/// Publishes events (best effort), `concurrency` at a time; returns how many were attempted
+/// and the failures by kind.
+pub async fn publish_events(
+    api: &dyn ClusterApi,
+    events: Vec<(String, String, String, JobEvent)>,
+    concurrency: usize,
+) -> (u64, BTreeMap<&'static str, u64>) {
+    let n = events.len() as u64;
+    let errors = std::sync::Mutex::new(BTreeMap::new());
+    stream::iter(events)
+        .for_each_concurrent(concurrency.max(1), |(ns, name, uid, ev)| {
+            let errors = &errors;
+            async move {
+                if let Err(e) = api.publish_event(&ns, &name, &uid, &ev).await {
+                    *errors
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(e.metric_label())
+                        .or_insert(0) += 1;
+                }
+            }
+        })
+        .await;
+    (n, errors.into_inner().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Carries out a plan with at most `concurrency` jobs in flight. `finalizers` gives each

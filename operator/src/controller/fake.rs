@@ -559,6 +559,8 @@ pub struct Harness {
     pub now: i64,
     pub usage: BTreeMap<String, f64>,
     pub writes: BTreeMap<exec::WriteKind, u64>,
+    /// Jobs written concurrently.
+    pub concurrency: usize,
 }
 
 impl Harness {
@@ -571,6 +573,7 @@ impl Harness {
             now: 1_000_000,
             usage: BTreeMap::new(),
             writes: BTreeMap::new(),
+            concurrency: 8,
         }
     }
 
@@ -629,6 +632,12 @@ impl Harness {
         for (k, v) in &report.writes {
             *self.writes.entry(*k).or_default() += v;
         }
+        let (n, _) = futures::executor::block_on(exec::publish_events(
+            &self.cluster,
+            report.events.clone(),
+            8,
+        ));
+        *self.writes.entry(exec::WriteKind::Event).or_default() += n;
         report
     }
 

@@ -1366,6 +1366,11 @@ fn admit(
         })
         .collect();
     let submit = w.st.submit_time.as_ref().map(secs).unwrap_or(now);
+    // Admitted in the cycle that first saw it: one event says both.
+    let new = w.prev.and_then(|p| p.job_id).is_none();
+    if new {
+        w.plan.events.retain(|e| e.reason != "Submitted");
+    }
     let st = &mut w.st;
     st.state = Some(JobState::Running);
     st.reason = None;
@@ -1444,7 +1449,8 @@ fn admit(
         false,
         "Started",
         format!(
-            "allocated {nl}: {} task(s), {} GPU(s); attempt {attempt}",
+            "job {} allocated {nl}: {} task(s), {} GPU(s); attempt {attempt}",
+            w.id.unwrap_or(0),
             w.st.tasks.len(),
             w.st.num_gpus.unwrap_or(0)
         ),

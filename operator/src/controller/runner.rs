@@ -782,6 +782,24 @@ async fn run_cycle(
     .await;
     metrics.record(&report);
     leader.recent.record(&report);
+    if !report.events.is_empty() {
+        // Events are best effort and must not hold up the next cycle: published in the
+        // background, at most a bounded number at once (older batches still in flight are
+        // not waited for).
+        let api = leader.api.clone();
+        let events = report.events.clone();
+        let m = metrics.clone();
+        let conc = settings.write_concurrency;
+        tokio::spawn(async move {
+            let (n, errors) = exec::publish_events(&api, events, conc).await;
+            m.write(exec::WriteKind::Event, n);
+            for (k, v) in errors {
+                m.errors
+                    .get_or_create(&[("kind", format!("event_{k}"))])
+                    .inc_by(v);
+            }
+        });
+    }
     for w in &report.written {
         if let Some(uid) = w.job.uid() {
             leader.mem.wrote_status(&uid, now);
