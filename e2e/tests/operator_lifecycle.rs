@@ -22,7 +22,15 @@ async fn single_gpu_job_runs_and_completes() {
     let pods = env.pods_of("one").await;
     assert_eq!(pods.len(), 1);
     env.until_state("one", JobState::Completed, 20).await;
+    // Metrics are recorded once the cycle's writes return.
+    env.until(5, "the transition metric", || async {
+        op.metrics
+            .render()
+            .contains("muster_job_transitions_total{state=\"COMPLETED\"} 1")
+    })
+    .await;
     let text = op.metrics.render();
-    assert!(text.contains("muster_job_transitions_total{state=\"COMPLETED\"} 1"), "{text}");
+    assert!(text.contains("muster_api_writes_total{kind=\"pod_create\"} 1"), "{text}");
+    assert!(text.contains("muster_gpus{partition=\"gpu\",state=\"total\"} 16"), "{text}");
     op.shutdown().await.unwrap();
 }
