@@ -1,6 +1,7 @@
 //! Muster's operator crate: the pure scheduling [`core`], its benchmarks ([`bench`](mod@bench)), and
-//! (added separately) the kube-runtime controllers that feed the core snapshots and carry out
+//! the kube-runtime [`controller`]s that feed the core snapshots and carry out
 //! its decisions.
 
 pub mod bench;
+pub mod controller;
 pub mod core;

@@ -1,0 +1,283 @@
+//! [`ClusterApi`] over a kube [`Client`]: the operator's writes as real API calls.
+//!
+//! - Status: server-side apply on the status subresource, field manager
+//!   [`FIELD_MANAGER`], forced (the operator owns the whole status), with
+//!   `metadata.resourceVersion` in the applied object as an optimistic-concurrency
+//!   precondition when the planner gives one.
+//! - Finalizers: a merge patch carrying the resourceVersion (add), a JSON patch that tests the
+//!   entry before removing it (remove), so neither can clobber another controller's finalizer.
+//! - Events: kube-runtime's [`Recorder`] (events.k8s.io/v1, with series aggregation).
+
+use futures::future::{BoxFuture, FutureExt};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use muster_crds::labels;
+use muster_crds::v1alpha1::{BatchJob, Partition, PartitionStatus};
+
+use super::exec::{ApiError, ClusterApi};
+use super::plan::{JobEvent, StatusWrite};
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "muster-operator";
+
+/// Maps a kube error.
+pub fn api_error(e: kube::Error) -> ApiError {
+    match e {
+        kube::Error::Api(s) => match s.code {
+            409 => ApiError::Conflict(s.message),
+            404 => ApiError::NotFound(s.message),
+            code => ApiError::Status {
+                code,
+                message: s.message,
+            },
+        },
+        other => ApiError::Transport(other.to_string()),
+    }
+}
+
+/// The operator's writes through kube.
+#[derive(Clone)]
+pub struct KubeApi {
+    client: Client,
+    recorder: Recorder,
+}
+
+impl KubeApi {
+    /// Writes through `client`; events are reported as `muster-operator` from `instance`.
+    pub fn new(client: Client, instance: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(instance.into()),
+            },
+        );
+        KubeApi { client, recorder }
+    }
+
+    fn jobs(&self, ns: &str) -> Api<BatchJob> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+}
+
+impl ClusterApi for KubeApi {
+    fn add_finalizer<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        resource_version: Option<&'a str>,
+        existing: &'a [String],
+    ) -> BoxFuture<'a, Result<BatchJob, ApiError>> {
+        async move {
+            let mut f: Vec<String> = existing.to_vec();
+            if !f.iter().any(|x| x == labels::FINALIZER) {
+                f.push(labels::FINALIZER.into());
+            }
+            let mut meta = serde_json::json!({ "finalizers": f });
+            if let Some(rv) = resource_version {
+                meta["resourceVersion"] = rv.into();
+            }
+            self.jobs(ns)
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({ "metadata": meta })),
+                )
+                .await
+                .map_err(api_error)
+        }
+        .boxed()
+    }
+
+    fn remove_finalizer<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        existing: &'a [String],
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let Some(i) = existing.iter().position(|x| x == labels::FINALIZER) else {
+                return Ok(());
+            };
+            let path = format!("/metadata/finalizers/{i}");
+            let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+                { "op": "test", "path": path, "value": labels::FINALIZER },
+                { "op": "remove", "path": path },
+            ]))
+            .map_err(|e| ApiError::Transport(e.to_string()))?;
+            match self
+                .jobs(ns)
+                .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) => match api_error(e) {
+                    ApiError::NotFound(_) => Ok(()),
+                    e => Err(e),
+                },
+            }
+        }
+        .boxed()
+    }
+
+    fn apply_status<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        w: &'a StatusWrite,
+    ) -> BoxFuture<'a, Result<BatchJob, ApiError>> {
+        async move {
+            let mut meta = serde_json::json!({ "name": name, "namespace": ns });
+            if let Some(rv) = &w.resource_version {
+                meta["resourceVersion"] = rv.clone().into();
+            }
+            let body = serde_json::json!({
+                "apiVersion": BatchJob::api_version(&()),
+                "kind": BatchJob::kind(&()),
+                "metadata": meta,
+                "status": w.status,
+            });
+            self.jobs(ns)
+                .patch_status(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(body),
+                )
+                .await
+                .map_err(api_error)
+        }
+        .boxed()
+    }
+
+    fn create_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            match api.create(&PostParams::default(), pod).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => Ok(()),
+                Err(e) => Err(api_error(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn delete_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) => match api_error(e) {
+                    ApiError::NotFound(_) => Ok(()),
+                    e => Err(e),
+                },
+            }
+        }
+        .boxed()
+    }
+
+    fn create_service<'a>(&'a self, svc: &'a Service) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
+            let api: Api<Service> = Api::namespaced(self.client.clone(), ns);
+            match api.create(&PostParams::default(), svc).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(api_error(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn create_batchjob<'a>(&'a self, job: &'a BatchJob) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let ns = job.metadata.namespace.as_deref().unwrap_or("default");
+            match self.jobs(ns).create(&PostParams::default(), job).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(api_error(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn patch_batchjob<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        patch: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            self.jobs(ns)
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(|_| ())
+                .map_err(api_error)
+        }
+        .boxed()
+    }
+
+    fn apply_partition_status<'a>(
+        &'a self,
+        name: &'a str,
+        status: &'a PartitionStatus,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let api: Api<Partition> = Api::all(self.client.clone());
+            let body = serde_json::json!({
+                "apiVersion": Partition::api_version(&()),
+                "kind": Partition::kind(&()),
+                "metadata": { "name": name },
+                "status": status,
+            });
+            api.patch_status(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .map(|_| ())
+            .map_err(api_error)
+        }
+        .boxed()
+    }
+
+    fn publish_event<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        uid: &'a str,
+        ev: &'a JobEvent,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let reference = ObjectReference {
+                api_version: Some(BatchJob::api_version(&()).to_string()),
+                kind: Some(BatchJob::kind(&()).to_string()),
+                name: Some(name.to_string()),
+                namespace: Some(ns.to_string()),
+                uid: Some(uid.to_string()),
+                ..Default::default()
+            };
+            self.recorder
+                .publish(
+                    &Event {
+                        type_: if ev.warning {
+                            EventType::Warning
+                        } else {
+                            EventType::Normal
+                        },
+                        reason: ev.reason.clone(),
+                        note: Some(ev.note.chars().take(1000).collect()),
+                        action: "Schedule".into(),
+                        secondary: None,
+                    },
+                    &reference,
+                )
+                .await
+                .map_err(api_error)
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,39 @@
+//! The kube-runtime side of the operator: reflectors feed the scheduling [`core`](crate::core),
+//! the leader carries out its decisions.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`translate`] | CRD objects ⇄ core types (pure) |
+//! | [`pods`] | task pods and the headless Service (pure) |
+//! | [`status`] | status transitions and kstatus conditions (pure) |
+//! | [`deps`] | `--dependency` evaluation (pure) |
+//! | [`plan`] | one cycle: objects in, writes out (pure) |
+//! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
+//! | [`kube_api`] | the writes over kube |
+//! | [`runner`] | reflectors, the leader's loop, own-write overlay |
+//! | [`leader`] | Lease-based leader election |
+//! | [`jobids`] | the job id counter (ConfigMap, blocks) |
+//! | [`usage`] | fair-share usage persistence |
+//! | [`metrics`], [`http`] | Prometheus metrics, `/metrics` `/healthz` `/readyz` |
+
+pub mod deps;
+pub mod exec;
+pub mod http;
+pub mod jobids;
+pub mod kube_api;
+pub mod leader;
+pub mod metrics;
+pub mod plan;
+pub mod pods;
+pub mod quantity;
+pub mod runner;
+pub mod status;
+pub mod translate;
+pub mod usage;
+
+pub use runner::{Clock, Handle, Settings, start};
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod plan_tests;

@@ -1,0 +1,1957 @@
+//! One scheduling cycle as a pure function: the objects the reflectors hold in, the API writes
+//! to make out ([`plan`]). No client calls, no clock: the caller passes `now` and carries the
+//! writes out in the order each [`JobPlan`] gives (see [`super::exec`]).
+//!
+//! Per job the pipeline is dereference (its pods, partition, parent) → validate (spec parsed,
+//! pods buildable) → build (desired status, pods) → the scheduler's decisions merged in; the
+//! runner then applies (finalizer, status first, then pods, then deletions).
+//!
+//! # What holds resources
+//! The snapshot handed to the core counts as taken:
+//! - every RUNNING job's `status.tasks`, whether or not its pods exist (an admission recorded
+//!   before the operator died still holds its GPUs);
+//! - every *live* task pod (not Succeeded/Failed) that is not part of such an allocation — a
+//!   pod of an older attempt, of a job that ended or was deleted — through the allocation it
+//!   records in its `muster.dev/task` annotation, until it is gone.
+//!
+//! So a GPU is never given twice, even while pods of a stopped job terminate.
+//!
+//! # Per job (by `status.state`)
+//! - no job id: gets the next id, its submit time (creation time), partition and time limit,
+//!   and goes on as PENDING; the first status write carries all of it (and the allocation,
+//!   when the job starts in the cycle that first sees it).
+//! - PENDING: `spec.cancel` → CANCELLED. A spec that does not parse or cannot make pods →
+//!   reason `InvalidSpec` (the message names the field). A backoff (`eligibleTime` in the
+//!   future) or an unmet dependency keeps it out of the queue (`Dependency`,
+//!   `DependencyNeverSatisfied`). Otherwise it is queued; the core's reason, estimated start
+//!   and eligibility are written back.
+//! - RUNNING: every task Succeeded → COMPLETED; cancel → CANCELLED; a node not ready or gone,
+//!   or a GPU unhealthy → NODE_FAIL, requeued unless `requeue: false`; a task Failed → FAILED
+//!   with its exit code (a pod failed with no container exit, e.g. evicted or lost with its
+//!   node, counts as NODE_FAIL); past the time limit → TIMEOUT; pods missing within the gang
+//!   start timeout → created; past it with pods missing or not running → requeued with reason
+//!   `JobLaunchFailure` and an exponential backoff.
+//! - ended: remaining live pods are deleted (graceful: the pod's grace period is the
+//!   partition's `graceTimeSeconds`).
+//! - being deleted: its live pods are deleted; the finalizer is removed once none is live.
+//!
+//! Array jobs are in [`plan`]'s array section: the parent creates one child BatchJob per index.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::ResourceExt;
+use muster_crds::labels;
+use muster_crds::v1alpha1::{
+    ArrayTaskSummary, BatchJob, BatchJobStatus, JobState, Partition, PartitionState,
+    PartitionStatus, TaskAllocation,
+};
+
+use crate::core::{
+    self, ArrayTask, Decisions, JobId, PartitionId, RunningJob, Snapshot, TaskAlloc,
+};
+
+use super::deps::{self, Asker, DepIndex, DepJob, DepState};
+use super::pods::{self, JobContext};
+use super::status::{self, INVALID_SPEC, LAUNCH_FAILURE};
+use super::translate::{
+    self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
+};
+
+/// A pod's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not yet running (unscheduled, pulling images, …).
+    Pending,
+    /// Running.
+    Running,
+    /// Every container exited 0.
+    Succeeded,
+    /// A container failed, or the pod was failed by the node.
+    Failed,
+    /// The kubelet stopped reporting.
+    Unknown,
+}
+
+/// How a failed task ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// The container's exit code.
+    pub code: i32,
+    /// The signal that killed it, if any (the runtime's, or `code - 128`).
+    pub signal: Option<i32>,
+}
+
+/// What the planner needs of one task pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodObs {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Its BatchJob's name (label `muster.dev/batchjob`).
+    pub job: String,
+    /// UID of its controller owner.
+    pub owner_uid: Option<String>,
+    /// Admission attempt (label `muster.dev/attempt`).
+    pub attempt: Option<u32>,
+    /// Rank (label `muster.dev/rank`).
+    pub rank: Option<u32>,
+    /// Phase.
+    pub phase: Phase,
+    /// Deletion requested.
+    pub deleting: bool,
+    /// For a failed pod whose task container exited: how.
+    pub exit: Option<Exit>,
+    /// For a failed pod: the pod's reason and message.
+    pub failure: Option<String>,
+    /// The allocation the pod records (annotation `muster.dev/task`).
+    pub alloc: Option<TaskAllocation>,
+}
+
+impl PodObs {
+    /// Reads a pod (which may have been trimmed by the reflector: labels, annotations, owner,
+    /// the first container's name and the status are what is used).
+    pub fn from_pod(p: &Pod) -> Option<PodObs> {
+        let job = p.labels().get(labels::BATCHJOB)?.clone();
+        let num = |k: &str| p.labels().get(k).and_then(|v| v.parse::<u32>().ok());
+        let st = p.status.as_ref();
+        let phase = match st.and_then(|s| s.phase.as_deref()) {
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            Some("Unknown") => Phase::Unknown,
+            _ => Phase::Pending,
+        };
+        let main = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .map(|c| c.name.as_str());
+        let statuses = st
+            .and_then(|s| s.container_statuses.as_deref())
+            .unwrap_or(&[]);
+        let term = |c: &k8s_openapi::api::core::v1::ContainerStatus| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref()))
+                .cloned()
+        };
+        let exit = if phase == Phase::Failed {
+            let chosen = statuses
+                .iter()
+                .find(|c| Some(c.name.as_str()) == main && term(c).is_some())
+                .or_else(|| {
+                    statuses
+                        .iter()
+                        .find(|c| term(c).is_some_and(|t| t.exit_code != 0))
+                })
+                .and_then(term);
+            chosen.map(|t| Exit {
+                code: t.exit_code,
+                signal: t.signal.or_else(|| {
+                    (t.exit_code > 128 && t.exit_code <= 128 + 64).then(|| t.exit_code - 128)
+                }),
+            })
+        } else {
+            None
+        };
+        let failure = (phase == Phase::Failed).then(|| {
+            let r = st.and_then(|s| s.reason.clone()).unwrap_or_default();
+            let m = st.and_then(|s| s.message.clone()).unwrap_or_default();
+            match (r.is_empty(), m.is_empty()) {
+                (true, true) => "pod failed".to_string(),
+                (false, true) => r,
+                (true, false) => m,
+                (false, false) => format!("{r}: {m}"),
+            }
+        });
+        Some(PodObs {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+            job,
+            owner_uid: p
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.clone()),
+            attempt: num(labels::ATTEMPT),
+            rank: num(labels::RANK),
+            phase,
+            deleting: p.metadata.deletion_timestamp.is_some(),
+            exit,
+            failure,
+            alloc: pods::pod_allocation(p),
+        })
+    }
+
+    /// Still holds its node's resources (not Succeeded or Failed).
+    pub fn live(&self) -> bool {
+        !matches!(self.phase, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// Knobs of the planner.
+#[derive(Clone, Debug)]
+pub struct PlanSettings {
+    /// Seconds a gang's pods get to be all Running after admission.
+    pub gang_start_timeout_secs: i64,
+    /// Least seconds between two status writes of a job that change only informational fields
+    /// (message, estimated start, array summary counts).
+    pub status_refresh_secs: i64,
+    /// An estimated start that moved less than this is not rewritten.
+    pub estimate_tolerance_secs: i64,
+    /// Most array elements created per array and cycle.
+    pub max_children_per_cycle: usize,
+    /// The scheduler's configuration.
+    pub scheduler: core::Config,
+}
+
+impl Default for PlanSettings {
+    fn default() -> Self {
+        PlanSettings {
+            gang_start_timeout_secs: 300,
+            status_refresh_secs: 15,
+            estimate_tolerance_secs: 60,
+            max_children_per_cycle: 256,
+            scheduler: core::Config::default(),
+        }
+    }
+}
+
+/// A spec parsed once per generation.
+type Parsed = Arc<Result<ParsedJob, Vec<FieldError>>>;
+
+/// Live pods grouped by (namespace, job, owner uid, attempt).
+type PodGroups<'a> = BTreeMap<(String, String, Option<String>, Option<u32>), Vec<&'a PodObs>>;
+
+/// What the planner remembers between cycles. Not authoritative: losing it (a restart, a new
+/// leader) costs at most a few extra writes.
+#[derive(Debug, Default)]
+pub struct PlanMemory {
+    /// Last status write per BatchJob uid.
+    last_status_write: HashMap<String, i64>,
+    /// Last status write per Partition name.
+    last_partition_write: HashMap<String, i64>,
+    /// Parsed specs by uid, with the generation they were parsed at.
+    parsed: HashMap<String, (Option<i64>, Parsed)>,
+}
+
+impl PlanMemory {
+    /// Records a successful status write.
+    pub fn wrote_status(&mut self, uid: &str, now: i64) {
+        self.last_status_write.insert(uid.to_string(), now);
+    }
+
+    /// Records a successful partition status write.
+    pub fn wrote_partition(&mut self, name: &str, now: i64) {
+        self.last_partition_write.insert(name.to_string(), now);
+    }
+
+    fn parse(&mut self, job: &BatchJob) -> Parsed {
+        let uid = job.uid().unwrap_or_default();
+        let generation = job.metadata.generation;
+        if let Some((g, p)) = self.parsed.get(&uid)
+            && *g == generation
+        {
+            return p.clone();
+        }
+        let p = Arc::new(translate::parse_job(&job.spec));
+        self.parsed.insert(uid, (generation, p.clone()));
+        p
+    }
+
+    fn retain(&mut self, live: &HashSet<String>) {
+        self.parsed.retain(|k, _| live.contains(k));
+        self.last_status_write.retain(|k, _| live.contains(k));
+    }
+}
+
+/// Everything one cycle reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// Now, seconds since the epoch.
+    pub now: i64,
+    /// Every Partition.
+    pub partitions: &'a [Arc<Partition>],
+    /// Every Node with its GpuNode, translated.
+    pub nodes: &'a NodeTable,
+    /// Every BatchJob.
+    pub jobs: &'a [Arc<BatchJob>],
+    /// Every task pod.
+    pub pods: &'a [Arc<PodObs>],
+    /// BatchJobs this operator created that the watch has not delivered yet (namespace,
+    /// name): array elements counted as existing so they are not created twice.
+    pub expected_jobs: &'a HashSet<(String, String)>,
+    /// Decayed GPU-seconds per namespace (fair share).
+    pub usage: &'a BTreeMap<String, f64>,
+}
+
+/// A metric to record once the job's status write succeeded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// The job entered this state.
+    Transition(JobState),
+    /// The job started this long after it was submitted.
+    TimeToStart {
+        /// Partition.
+        partition: String,
+        /// Seconds.
+        secs: f64,
+    },
+    /// The job was preempted.
+    Preempted {
+        /// Its partition.
+        partition: String,
+    },
+}
+
+/// A Kubernetes Event about the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEvent {
+    /// Warning (else Normal).
+    pub warning: bool,
+    /// Short CamelCase reason (`Started`, `Failed`, `GangStartTimeout`, …).
+    pub reason: String,
+    /// What happened.
+    pub note: String,
+}
+
+/// The status to write, with the resourceVersion it was computed from (a precondition: the
+/// write fails with a conflict if the object changed meanwhile).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusWrite {
+    /// The whole status.
+    pub status: BatchJobStatus,
+    /// The resourceVersion it was computed from.
+    pub resource_version: Option<String>,
+}
+
+/// The writes for one BatchJob, carried out in this order: finalizer, status, Service, pod
+/// creations, pod deletions, children, child patches, finalizer removal, events. When the
+/// finalizer or status write fails the rest is skipped (pods are only created for a recorded
+/// allocation, and only deleted once the reason is recorded); the next cycle plans again.
+#[derive(Clone, Debug, Default)]
+pub struct JobPlan {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Add the allocation finalizer first.
+    pub add_finalizer: bool,
+    /// The status to write.
+    pub status: Option<StatusWrite>,
+    /// The headless Service to create.
+    pub service: Option<Service>,
+    /// Pods to create.
+    pub create: Vec<Pod>,
+    /// Pods to delete (names; each with its own grace period).
+    pub delete: Vec<String>,
+    /// Array elements to create.
+    pub children: Vec<BatchJob>,
+    /// Merge patches to array elements' specs (`cancel`, `hold`).
+    pub child_patches: Vec<(String, serde_json::Value)>,
+    /// Remove the finalizer (after everything else).
+    pub remove_finalizer: bool,
+    /// Events to publish.
+    pub events: Vec<JobEvent>,
+    /// Metrics to record when the status write succeeds.
+    pub effects: Vec<Effect>,
+}
+
+impl JobPlan {
+    fn is_empty(&self) -> bool {
+        !self.add_finalizer
+            && self.status.is_none()
+            && self.service.is_none()
+            && self.create.is_empty()
+            && self.delete.is_empty()
+            && self.children.is_empty()
+            && self.child_patches.is_empty()
+            && !self.remove_finalizer
+            && self.events.is_empty()
+    }
+}
+
+/// A Partition's status to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartitionWrite {
+    /// Partition name.
+    pub name: String,
+    /// The whole status.
+    pub status: PartitionStatus,
+}
+
+/// Gauge values after the cycle.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Gauges {
+    /// Pending jobs by partition and reason.
+    pub queue: BTreeMap<(String, String), u64>,
+    /// Running jobs by partition.
+    pub running: BTreeMap<String, u64>,
+    /// GPUs by partition and state (`total`, `allocated`, `unhealthy`).
+    pub gpus: BTreeMap<(String, String), u64>,
+}
+
+/// The cycle's result.
+#[derive(Clone, Debug, Default)]
+pub struct CyclePlan {
+    /// Writes per job (only jobs with something to do).
+    pub jobs: Vec<JobPlan>,
+    /// Partition statuses to write.
+    pub partitions: Vec<PartitionWrite>,
+    /// Gauges.
+    pub gauges: Gauges,
+    /// Jobs holding allocations (for fair-share usage).
+    pub running: Vec<RunningJob>,
+    /// Jobs started this cycle.
+    pub starts: usize,
+    /// Gangs preempted this cycle.
+    pub preemptions: usize,
+    /// Jobs in the scheduler's queue.
+    pub queued: usize,
+}
+
+/// How many jobs need a job id (so the caller can reserve enough before [`plan`]).
+pub fn new_job_count(jobs: &[Arc<BatchJob>]) -> usize {
+    jobs.iter()
+        .filter(|j| {
+            j.metadata.deletion_timestamp.is_none()
+                && j.status.as_ref().and_then(|s| s.job_id).is_none()
+        })
+        .count()
+}
+
+/// A job's working state during the cycle.
+struct Work<'a> {
+    job: &'a BatchJob,
+    uid: String,
+    ns: String,
+    name: String,
+    prev: Option<&'a BatchJobStatus>,
+    st: BatchJobStatus,
+    plan: JobPlan,
+    id: Option<JobId>,
+    parsed: Option<Parsed>,
+    part: Option<PartitionId>,
+    part_name: Option<String>,
+    /// Index in the snapshot's pending list.
+    queued: bool,
+    /// Holds its `status.tasks` allocation (RUNNING and staying so).
+    holds: bool,
+    /// Array element: (array job id, index, max running).
+    array: Option<ArrayTask>,
+    /// Array parent: its elements' indices.
+    is_parent: bool,
+    /// Skip entirely this cycle (no id available).
+    skip: bool,
+}
+
+fn has_finalizer(j: &BatchJob) -> bool {
+    j.finalizers().iter().any(|f| f == labels::FINALIZER)
+}
+
+fn event(warning: bool, reason: &str, note: impl Into<String>) -> JobEvent {
+    JobEvent {
+        warning,
+        reason: reason.to_string(),
+        note: note.into(),
+    }
+}
+
+/// Requested sizes of a pending job, for its status (`numNodes`, `numTasks`, `numGpus`,
+/// `numCpus`).
+fn requested(st: &mut BatchJobStatus, parsed: &ParsedJob, part: Option<&core::Partition>) {
+    let Some(p) = part else { return };
+    if let Ok(d) = core::shape::normalize(&parsed.request, p) {
+        let tasks = match d.mode {
+            core::shape::Mode::Bundles { tasks_per_node } => d.min_nodes * tasks_per_node,
+            core::shape::Mode::Units {
+                total, merge: true, ..
+            } => d.min_nodes.max(1).min(total),
+            core::shape::Mode::Units { total, .. } => total,
+        };
+        st.num_nodes = Some(d.min_nodes);
+        st.num_tasks = Some(tasks);
+        st.num_gpus = Some(d.min_gpus().min(u64::from(u32::MAX)) as u32);
+        st.num_cpus = Some(
+            (d.unit.cpu * u64::from(d.need()))
+                .div_ceil(1000)
+                .min(u64::from(u32::MAX)) as u32,
+        );
+    }
+}
+
+/// Status fields that only inform (message, estimated start, array counts) are "soft": a
+/// change to them alone is written at most every `status_refresh_secs`.
+fn hard_view(st: &BatchJobStatus) -> BatchJobStatus {
+    let mut s = st.clone();
+    s.message = None;
+    s.start_time = if s.state == Some(JobState::Pending) {
+        None
+    } else {
+        s.start_time
+    };
+    s.array_tasks = None;
+    for c in &mut s.conditions {
+        c.message.clear();
+        c.last_transition_time = time(0);
+    }
+    s
+}
+
+/// Runs one cycle: see the [module docs](self).
+pub fn plan(
+    inp: &Inputs<'_>,
+    cfg: &PlanSettings,
+    mem: &mut PlanMemory,
+    ids: &mut dyn FnMut() -> Option<JobId>,
+) -> CyclePlan {
+    let now = inp.now;
+    let table: PartitionTable = translate::partitions(inp.partitions.iter().map(|p| p.as_ref()));
+    let crd_parts: HashMap<String, &Partition> = inp
+        .partitions
+        .iter()
+        .map(|p| (p.name_any(), p.as_ref()))
+        .collect();
+    let mut snap = Snapshot {
+        nodes: inp.nodes.nodes.clone(),
+        partitions: table.parts.clone(),
+        usage: inp.usage.clone(),
+        ..Default::default()
+    };
+
+    // Pods by (namespace, job name).
+    let mut pods_of: HashMap<(&str, &str), Vec<&PodObs>> = HashMap::new();
+    for p in inp.pods {
+        pods_of
+            .entry((p.namespace.as_str(), p.job.as_str()))
+            .or_default()
+            .push(p.as_ref());
+    }
+
+    // Jobs in submission order, so that new ids increase with it.
+    let mut order: Vec<&BatchJob> = inp.jobs.iter().map(|j| j.as_ref()).collect();
+    order.sort_by(|a, b| {
+        let t = |j: &BatchJob| j.metadata.creation_timestamp.as_ref().map(secs);
+        t(a).cmp(&t(b))
+            .then_with(|| a.namespace().cmp(&b.namespace()))
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    let live_uids: HashSet<String> = order.iter().filter_map(|j| j.uid()).collect();
+    mem.retain(&live_uids);
+
+    // Parents by uid; children by parent uid.
+    let by_uid: HashMap<String, &BatchJob> =
+        order.iter().filter_map(|j| Some((j.uid()?, *j))).collect();
+
+    let mut works: Vec<Work<'_>> = Vec::with_capacity(order.len());
+    for job in &order {
+        let prev = job.status.as_ref();
+        let uid = job.uid().unwrap_or_default();
+        let mut w = Work {
+            job,
+            uid: uid.clone(),
+            ns: job.namespace().unwrap_or_default(),
+            name: job.name_any(),
+            prev,
+            st: prev.cloned().unwrap_or_default(),
+            plan: JobPlan {
+                namespace: job.namespace().unwrap_or_default(),
+                name: job.name_any(),
+                uid,
+                ..Default::default()
+            },
+            id: prev.and_then(|s| s.job_id),
+            parsed: None,
+            part: None,
+            part_name: None,
+            queued: false,
+            holds: false,
+            array: None,
+            is_parent: job.spec.array.is_some() && !job.labels().contains_key(labels::ARRAY_PARENT),
+            skip: false,
+        };
+        if job.metadata.deletion_timestamp.is_none() && w.id.is_none() {
+            match ids() {
+                Some(id) => {
+                    w.id = Some(id);
+                    w.st.job_id = Some(id);
+                    w.st.state = Some(JobState::Pending);
+                    w.st.submit_time = Some(
+                        job.metadata
+                            .creation_timestamp
+                            .clone()
+                            .unwrap_or_else(|| time(now)),
+                    );
+                    w.plan
+                        .events
+                        .push(event(false, "Submitted", format!("job id {id} assigned")));
+                    w.plan.effects.push(Effect::Transition(JobState::Pending));
+                }
+                None => w.skip = true,
+            }
+        }
+        if !w.skip && job.metadata.deletion_timestamp.is_none() {
+            let parsed = mem.parse(job);
+            // Partition and time limit.
+            match table.resolve(job.spec.partition.as_deref()) {
+                Ok(pid) => {
+                    w.part = Some(pid);
+                    w.part_name = Some(table.name(pid).to_string());
+                }
+                Err(n) => {
+                    w.part_name = (!n.is_empty()).then_some(n);
+                }
+            }
+            if !(w.st.state == Some(JobState::Running)
+                || w.st.state.is_some_and(|s| s.is_terminal()))
+            {
+                w.st.partition = w.part_name.clone();
+                if let Ok(p) = parsed.as_ref() {
+                    let part = w.part.map(|i| &table.parts[i as usize]);
+                    w.st.time_limit = Some(format_limit(translate::effective_time_limit(p, part)));
+                    requested(&mut w.st, p, part);
+                }
+            }
+            w.parsed = Some(parsed);
+        }
+        works.push(w);
+    }
+
+    // Dependency index over every job.
+    let dep_index = build_dep_index(&works);
+    let id_to_work: HashMap<JobId, usize> = works
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| Some((w.id?, i)))
+        .collect();
+
+    // Arrays: each parent's elements and `%N`.
+    let mut children_of: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, w) in works.iter().enumerate() {
+        if w.job.labels().contains_key(labels::ARRAY_PARENT)
+            && let Some(o) = w
+                .job
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+        {
+            children_of.entry(o.uid.clone()).or_default().push(i);
+        }
+    }
+    let max_running: HashMap<String, Option<u32>> = works
+        .iter()
+        .filter(|w| w.is_parent)
+        .filter_map(|w| {
+            let p = w.parsed.as_deref()?.as_ref().ok()?;
+            Some((w.uid.clone(), p.array.as_ref().and_then(|a| a.max_running)))
+        })
+        .collect();
+
+    // Held allocations: (uid, attempt).
+    let mut held: HashSet<(String, u32)> = HashSet::new();
+    for wi in 0..works.len() {
+        if works[wi].skip {
+            continue;
+        }
+        let key = (works[wi].ns.clone(), works[wi].name.clone());
+        let pods: Vec<&PodObs> = pods_of
+            .get(&(key.0.as_str(), key.1.as_str()))
+            .map(|v| {
+                v.iter()
+                    .copied()
+                    .filter(|p| p.owner_uid.as_deref() == Some(works[wi].uid.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if works[wi].is_parent {
+            let kids = children_of.get(&works[wi].uid).cloned().unwrap_or_default();
+            step_parent(
+                &mut works,
+                wi,
+                &kids,
+                &dep_index,
+                inp.expected_jobs,
+                cfg,
+                now,
+            );
+            continue;
+        }
+        step_job(
+            &mut works[wi],
+            &pods,
+            &snap,
+            &crd_parts,
+            &by_uid,
+            &max_running,
+            &dep_index,
+            inp.nodes,
+            cfg,
+            now,
+        );
+        let w = &works[wi];
+        if w.holds {
+            let attempt = w.st.attempt.unwrap_or(0);
+            held.insert((w.uid.clone(), attempt));
+            snap.running.push(translate::running_job(
+                w.job,
+                w.id.unwrap_or(0),
+                w.part,
+                inp.nodes,
+                None,
+            ));
+        }
+        if w.queued {
+            let parsed = w.parsed.as_ref().and_then(|p| p.as_ref().as_ref().ok());
+            if let (Some(p), Some(id)) = (parsed, w.id) {
+                let submit = w.st.submit_time.as_ref().map(secs).unwrap_or(now);
+                let eligible = w.st.eligible_time.as_ref().map(secs);
+                snap.pending.push(translate::pending_job(
+                    w.job,
+                    id,
+                    p,
+                    w.part,
+                    submit,
+                    eligible,
+                    w.array.clone(),
+                ));
+            }
+        }
+    }
+    let usage_running = snap.running.clone();
+
+    // Live pods not covered by a held allocation keep their resources until gone.
+    let mut groups: PodGroups<'_> = BTreeMap::new();
+    for p in inp.pods.iter().map(|p| p.as_ref()).filter(|p| p.live()) {
+        if let (Some(u), Some(a)) = (&p.owner_uid, p.attempt)
+            && held.contains(&(u.clone(), a))
+        {
+            continue;
+        }
+        groups
+            .entry((
+                p.namespace.clone(),
+                p.job.clone(),
+                p.owner_uid.clone(),
+                p.attempt,
+            ))
+            .or_default()
+            .push(p);
+    }
+    let mut synthetic = JobId::MAX;
+    for ((ns, job, _, _), pods) in groups {
+        let tasks: Vec<TaskAlloc> = pods
+            .iter()
+            .filter_map(|p| p.alloc.as_ref())
+            .map(|a| TaskAlloc {
+                node: inp.nodes.id(&a.node),
+                gpus: a.gpus.clone(),
+                cpu_millis: a.cpu_millis,
+                memory_mib: a.memory_mib,
+            })
+            .filter(|t| (t.node as usize) < inp.nodes.nodes.len())
+            .collect();
+        if tasks.is_empty() {
+            continue;
+        }
+        snap.running.push(RunningJob {
+            id: synthetic,
+            name: job,
+            namespace: ns,
+            partition: None,
+            start_time: now,
+            stopping_since: Some(now),
+            tasks,
+            ..Default::default()
+        });
+        synthetic -= 1;
+    }
+
+    let queued = snap.pending.len();
+    let decisions: Decisions = if snap.pending.is_empty() && snap.running.is_empty() {
+        Decisions::default()
+    } else {
+        core::schedule(&snap, now, &cfg.scheduler)
+    };
+
+    // Starts.
+    let mut starts = 0;
+    for s in &decisions.starts {
+        let Some(&wi) = id_to_work.get(&s.job) else {
+            continue;
+        };
+        admit(&mut works[wi], s, inp.nodes, &crd_parts, now);
+        starts += 1;
+    }
+    // Preemptions.
+    let mut preemptions = 0;
+    for pr in &decisions.preemptions {
+        for v in &pr.victims {
+            let Some(&wi) = id_to_work.get(&v.job) else {
+                continue;
+            };
+            let pods: Vec<&PodObs> = pods_of
+                .get(&(works[wi].ns.as_str(), works[wi].name.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            preempt(&mut works[wi], pr.for_job, v.requeue, &pods, now);
+            preemptions += 1;
+        }
+    }
+    // Pending reasons and estimates.
+    for info in &decisions.pending {
+        let Some(&wi) = id_to_work.get(&info.job) else {
+            continue;
+        };
+        let w = &mut works[wi];
+        if w.st.state != Some(JobState::Pending) {
+            continue;
+        }
+        w.st.reason = Some(info.reason.as_str().to_string());
+        w.st.message = Some(info.message.clone()).filter(|m| !m.is_empty());
+        w.st.start_time = info.start_estimate.map(time);
+        if info.eligible && w.st.eligible_time.is_none() {
+            w.st.eligible_time = Some(time(now));
+        }
+    }
+
+    // Array parents' summaries need their elements' new states: done in step_parent from the
+    // stored states (one cycle behind), which keeps parents out of the critical path.
+
+    // Gauges and partition statuses.
+    let mut gauges = Gauges::default();
+    for w in &works {
+        if w.skip || w.is_parent || w.job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let part = w.st.partition.clone().unwrap_or_default();
+        match w.st.state {
+            Some(JobState::Pending) | None => {
+                let r = w.st.reason.clone().unwrap_or_else(|| "None".into());
+                *gauges.queue.entry((part, r)).or_default() += 1;
+            }
+            Some(JobState::Running) => *gauges.running.entry(part).or_default() += 1,
+            _ => {}
+        }
+    }
+    let partitions = partition_statuses(
+        inp,
+        &table,
+        &snap,
+        &decisions,
+        &works,
+        &mut gauges,
+        mem,
+        cfg,
+    );
+
+    // Finish statuses and decide which to write.
+    let mut out = Vec::new();
+    for mut w in works {
+        if w.skip {
+            continue;
+        }
+        if w.job.metadata.deletion_timestamp.is_none() {
+            let generation = w.job.metadata.generation;
+            status::finish(&mut w.st, w.prev, generation, now);
+            let write = match w.prev {
+                None => true,
+                Some(p) if *p == w.st => false,
+                Some(p) => {
+                    if hard_view(p) != hard_view(&w.st) {
+                        true
+                    } else {
+                        // Soft change only: rate-limited, and small estimate moves ignored.
+                        let moved = match (&p.start_time, &w.st.start_time) {
+                            (Some(a), Some(b)) => {
+                                (secs(a) - secs(b)).abs() >= cfg.estimate_tolerance_secs
+                            }
+                            (a, b) => a.is_some() != b.is_some(),
+                        };
+                        let other = p.message != w.st.message || p.array_tasks != w.st.array_tasks;
+                        let last = mem
+                            .last_status_write
+                            .get(&w.uid)
+                            .copied()
+                            .unwrap_or(i64::MIN);
+                        (moved || other) && now.saturating_sub(last) >= cfg.status_refresh_secs
+                    }
+                }
+            };
+            if write {
+                w.plan.status = Some(StatusWrite {
+                    status: w.st.clone(),
+                    resource_version: w.job.resource_version(),
+                });
+            }
+        }
+        if !w.plan.is_empty() {
+            out.push(w.plan);
+        }
+    }
+
+    CyclePlan {
+        jobs: out,
+        partitions,
+        gauges,
+        running: usage_running,
+        starts,
+        preemptions,
+        queued,
+    }
+}
+
+fn build_dep_index(works: &[Work<'_>]) -> DepIndex {
+    let mut jobs: Vec<DepJob> = Vec::with_capacity(works.len());
+    let mut parent_pos: HashMap<&str, usize> = HashMap::new();
+    for w in works {
+        let st = &w.st;
+        jobs.push(DepJob {
+            namespace: w.ns.clone(),
+            name: w.name.clone(),
+            slurm_name: w.job.job_name().to_string(),
+            id: w.id,
+            state: st.state,
+            start: st
+                .start_time
+                .as_ref()
+                .map(secs)
+                .filter(|_| st.state != Some(JobState::Pending)),
+            end: st.end_time.as_ref().map(secs),
+            elements: BTreeMap::new(),
+            is_array: w.is_parent,
+        });
+        if w.is_parent {
+            parent_pos.insert(w.uid.as_str(), jobs.len() - 1);
+        }
+    }
+    for w in works {
+        if let Some(o) = w
+            .job
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            && let Some(&pi) = parent_pos.get(o.uid.as_str())
+            && let Some(idx) = w
+                .job
+                .labels()
+                .get(labels::ARRAY_TASK_ID)
+                .and_then(|v| v.parse::<u32>().ok())
+        {
+            jobs[pi].elements.insert(
+                idx,
+                (
+                    w.st.state.unwrap_or(JobState::Pending),
+                    w.st.end_time.as_ref().map(secs),
+                ),
+            );
+        }
+    }
+    DepIndex::new(jobs)
+}
+
+fn parent_of<'a>(job: &BatchJob, by_uid: &HashMap<String, &'a BatchJob>) -> Option<&'a BatchJob> {
+    job.labels().get(labels::ARRAY_PARENT)?;
+    let o = job
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    by_uid.get(&o.uid).copied()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step_job(
+    w: &mut Work<'_>,
+    pods: &[&PodObs],
+    snap: &Snapshot,
+    crd_parts: &HashMap<String, &Partition>,
+    by_uid: &HashMap<String, &BatchJob>,
+    max_running: &HashMap<String, Option<u32>>,
+    dep_index: &DepIndex,
+    nodes: &NodeTable,
+    cfg: &PlanSettings,
+    now: i64,
+) {
+    let job = w.job;
+    let attempt = w.st.attempt.unwrap_or(0);
+    let state = w.st.state.unwrap_or(JobState::Pending);
+    let is_cur = |p: &PodObs| attempt >= 1 && p.attempt == Some(attempt);
+
+    // Pods of other attempts never belong to the gang: stop them.
+    for p in pods {
+        if !is_cur(p) && p.live() && !p.deleting {
+            w.plan.delete.push(p.name.clone());
+        }
+    }
+
+    if job.metadata.deletion_timestamp.is_some() {
+        for p in pods {
+            if is_cur(p) && p.live() && !p.deleting {
+                w.plan.delete.push(p.name.clone());
+            }
+        }
+        if has_finalizer(job) && !pods.iter().any(|p| p.live()) {
+            w.plan.remove_finalizer = true;
+        }
+        return;
+    }
+
+    // Array element: its array.
+    if let Some(parent) = parent_of(job, by_uid)
+        && let Some(aid) = parent.status.as_ref().and_then(|s| s.job_id)
+    {
+        let idx = job
+            .labels()
+            .get(labels::ARRAY_TASK_ID)
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0);
+        w.array = Some(ArrayTask {
+            array_job_id: aid,
+            task_id: idx,
+            max_running: parent
+                .uid()
+                .and_then(|u| max_running.get(&u).copied())
+                .flatten(),
+        });
+        w.st.array_job_id = Some(aid);
+        w.st.array_task_id = Some(idx);
+    }
+
+    let cur: Vec<&PodObs> = pods.iter().copied().filter(|p| is_cur(p)).collect();
+    let delete_cur = |w: &mut Work<'_>| {
+        for p in &cur {
+            if p.live() && !p.deleting && !w.plan.delete.contains(&p.name) {
+                w.plan.delete.push(p.name.clone());
+            }
+        }
+    };
+
+    match state {
+        JobState::Running if !w.st.tasks.is_empty() => {
+            let ntasks = w.st.tasks.len();
+            let mut by_rank: BTreeMap<u32, &PodObs> = BTreeMap::new();
+            for p in &cur {
+                if let Some(r) = p.rank {
+                    by_rank.entry(r).or_insert(p);
+                }
+            }
+            let ranks: Vec<u32> = w.st.tasks.iter().map(|t| t.rank).collect();
+            let all_ok = ranks
+                .iter()
+                .all(|r| by_rank.get(r).is_some_and(|p| p.phase == Phase::Succeeded));
+            let rj = translate::running_job(job, w.id.unwrap_or(0), w.part, nodes, None);
+            let start = w.st.start_time.as_ref().map(secs).unwrap_or(now);
+            if all_ok {
+                end(w, JobState::Completed, None, "every task exited 0", now);
+                w.st.exit_code = Some(0);
+                w.st.exit_signal = None;
+                return;
+            }
+            if job.spec.cancel == Some(true) {
+                end(w, JobState::Cancelled, None, "cancelled", now);
+                delete_cur(w);
+                return;
+            }
+            if let Some(stop) = core::enforce::stop_for(snap, &rj, now) {
+                match stop.state {
+                    JobState::Timeout => {
+                        end(w, JobState::Timeout, Some("TimeLimit"), &stop.message, now);
+                        delete_cur(w);
+                    }
+                    _ => {
+                        node_fail(w, &stop.message, now);
+                        delete_cur(w);
+                        if w.st.state == Some(JobState::Pending) {
+                            queue_pending(w, crd_parts, dep_index, now);
+                        }
+                    }
+                }
+                return;
+            }
+            if let Some(p) = ranks
+                .iter()
+                .filter_map(|r| by_rank.get(r))
+                .find(|p| p.phase == Phase::Failed)
+            {
+                match &p.exit {
+                    Some(x) => {
+                        let msg = match x.signal {
+                            Some(sig) => format!(
+                                "task rank {} (pod {}) exited with code {} (signal {sig})",
+                                p.rank.unwrap_or(0),
+                                p.name,
+                                x.code
+                            ),
+                            None => format!(
+                                "task rank {} (pod {}) exited with code {}",
+                                p.rank.unwrap_or(0),
+                                p.name,
+                                x.code
+                            ),
+                        };
+                        end(w, JobState::Failed, Some("NonZeroExitCode"), &msg, now);
+                        w.st.exit_code = Some(x.code);
+                        w.st.exit_signal = x.signal;
+                        delete_cur(w);
+                    }
+                    None => {
+                        let msg = format!(
+                            "pod {} failed without a task exit ({})",
+                            p.name,
+                            p.failure.clone().unwrap_or_default()
+                        );
+                        node_fail(w, &msg, now);
+                        delete_cur(w);
+                    }
+                }
+                return;
+            }
+            let missing: Vec<u32> = ranks
+                .iter()
+                .copied()
+                .filter(|r| !by_rank.contains_key(r))
+                .collect();
+            let late = now.saturating_sub(start) >= cfg.gang_start_timeout_secs;
+            if !missing.is_empty() {
+                if late {
+                    launch_failure(
+                        w,
+                        &format!(
+                            "{} of {ntasks} task pods missing {}s after admission",
+                            missing.len(),
+                            cfg.gang_start_timeout_secs
+                        ),
+                        now,
+                    );
+                    delete_cur(w);
+                    return;
+                }
+                // Finish the admission: create the pods it lacks.
+                let part_crd =
+                    w.st.partition
+                        .as_deref()
+                        .and_then(|n| crd_parts.get(n))
+                        .copied();
+                let (gpn, gpt) = match w.parsed.as_deref() {
+                    Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
+                    _ => (None, None),
+                };
+                let pname = w.st.partition.clone().unwrap_or_default();
+                let ctx = JobContext {
+                    job,
+                    job_id: w.id.unwrap_or(0),
+                    attempt,
+                    tasks: &w.st.tasks,
+                    partition: part_crd,
+                    partition_name: &pname,
+                    array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
+                    gpus_per_node: gpn.as_deref(),
+                    gpus_per_task: gpt.as_deref(),
+                };
+                let mut built = Vec::new();
+                let mut failed = None;
+                for r in &missing {
+                    match pods::build_pod(&ctx, *r) {
+                        Ok(p) => built.push(p),
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                if let Some(e) = failed {
+                    launch_failure(w, &format!("cannot build task pods: {e}"), now);
+                    delete_cur(w);
+                    return;
+                }
+                if cur.is_empty() && ntasks > 1 {
+                    w.plan.service = Some(pods::build_service(job));
+                }
+                w.plan.create = built;
+                w.holds = true;
+                return;
+            }
+            // `Unknown` (the kubelet stopped reporting) is left to node failure detection.
+            let waiting: Vec<&str> = cur
+                .iter()
+                .filter(|p| p.phase == Phase::Pending)
+                .map(|p| p.name.as_str())
+                .collect();
+            if late && !waiting.is_empty() {
+                launch_failure(
+                    w,
+                    &format!(
+                        "{} of {ntasks} task pods not running {}s after admission: {}",
+                        waiting.len(),
+                        cfg.gang_start_timeout_secs,
+                        waiting.join(", ")
+                    ),
+                    now,
+                );
+                delete_cur(w);
+                return;
+            }
+            w.holds = true;
+        }
+        JobState::Running => {
+            // RUNNING without an allocation cannot be honoured: queue it again.
+            w.st.state = Some(JobState::Pending);
+            queue_pending(w, crd_parts, dep_index, now);
+        }
+        JobState::Pending => {
+            delete_cur(w);
+            queue_pending(w, crd_parts, dep_index, now);
+        }
+        _ => {
+            // Ended (COMPLETING is never written by Muster; treated as ended).
+            delete_cur(w);
+        }
+    }
+}
+
+/// A PENDING job: cancelled, invalid, backing off, waiting on a dependency, or queued.
+fn queue_pending(
+    w: &mut Work<'_>,
+    crd_parts: &HashMap<String, &Partition>,
+    dep_index: &DepIndex,
+    now: i64,
+) {
+    let job = w.job;
+    if job.spec.cancel == Some(true) {
+        end(
+            w,
+            JobState::Cancelled,
+            None,
+            "cancelled before it started",
+            now,
+        );
+        return;
+    }
+    let parsed = match w.parsed.as_deref() {
+        Some(Ok(p)) => p.clone(),
+        Some(Err(errs)) => {
+            set_pending(w, INVALID_SPEC, &translate::join_errors(errs));
+            return;
+        }
+        None => return,
+    };
+    let pname = w.part_name.clone().unwrap_or_default();
+    // With an unknown partition the core says PartitionConfig; images are checked once the
+    // partition (and its default image) is known.
+    if w.part.is_some()
+        && let Err(e) = pods::check_buildable(job, crd_parts.get(&pname).copied(), &pname)
+    {
+        set_pending(w, INVALID_SPEC, &e.to_string());
+        return;
+    }
+    if let Some(t) = &w.st.eligible_time
+        && secs(t) > now
+    {
+        // Backing off after a launch failure: keep the recorded reason.
+        return;
+    }
+    if let Some(dep) = &parsed.dependency {
+        let who = Asker {
+            namespace: &w.ns,
+            name: &w.name,
+            slurm_name: job.job_name(),
+            id: w.id,
+            array_index: w.array.as_ref().map(|a| a.task_id),
+        };
+        match deps::evaluate(dep, &who, dep_index, now) {
+            DepState::Satisfied => {}
+            DepState::Waiting(m) => {
+                set_pending(w, "Dependency", &m);
+                return;
+            }
+            DepState::Never(m) => {
+                set_pending(w, "DependencyNeverSatisfied", &m);
+                return;
+            }
+        }
+    }
+    w.queued = true;
+}
+
+fn set_pending(w: &mut Work<'_>, reason: &str, message: &str) {
+    w.st.state = Some(JobState::Pending);
+    w.st.reason = Some(reason.to_string());
+    w.st.message = Some(message.to_string());
+    w.st.start_time = None;
+}
+
+fn end(w: &mut Work<'_>, state: JobState, reason: Option<&str>, message: &str, now: i64) {
+    let st = status::ended(&w.st, state, reason.unwrap_or("None"), message, now);
+    w.st = st;
+    if reason.is_none() {
+        w.st.reason = None;
+    }
+    let (warning, ev) = match state {
+        JobState::Completed => (false, "Completed"),
+        JobState::Cancelled => (false, "Cancelled"),
+        JobState::Failed => (true, "Failed"),
+        JobState::Timeout => (true, "Timeout"),
+        JobState::NodeFail => (true, "NodeFail"),
+        JobState::Preempted => (true, "Preempted"),
+        _ => (false, "Ended"),
+    };
+    w.plan.events.push(event(warning, ev, message));
+    w.plan.effects.push(Effect::Transition(state));
+}
+
+fn node_fail(w: &mut Work<'_>, message: &str, now: i64) {
+    if w.job.spec.requeue == Some(false) {
+        end(w, JobState::NodeFail, Some("NodeFail"), message, now);
+        return;
+    }
+    let msg = format!("requeued after NODE_FAIL: {message}");
+    w.st = status::requeued(&w.st, "NodeFail", &msg, now);
+    w.plan.events.push(event(true, "NodeFail", message));
+    w.plan.events.push(event(false, "Requeued", &msg));
+    w.plan.effects.push(Effect::Transition(JobState::NodeFail));
+    w.plan.effects.push(Effect::Transition(JobState::Pending));
+}
+
+fn launch_failure(w: &mut Work<'_>, message: &str, now: i64) {
+    let backoff = status::launch_backoff(w.st.restarts.unwrap_or(0));
+    let msg = format!("gang start timeout: {message}; requeued, eligible again in {backoff}s");
+    w.st = status::requeued(&w.st, LAUNCH_FAILURE, &msg, now + backoff);
+    w.plan.events.push(event(true, "GangStartTimeout", &msg));
+    w.plan.effects.push(Effect::Transition(JobState::Pending));
+}
+
+fn admit(
+    w: &mut Work<'_>,
+    s: &core::Start,
+    nodes: &NodeTable,
+    crd_parts: &HashMap<String, &Partition>,
+    now: i64,
+) {
+    let job = w.job;
+    let attempt = w.st.attempt.unwrap_or(0).max(1);
+    let name = w.name.clone();
+    let tasks: Vec<TaskAllocation> = s
+        .tasks
+        .iter()
+        .map(|t| {
+            let node = &nodes.nodes[t.node as usize];
+            let uuids: Vec<String> = t
+                .gpus
+                .iter()
+                .filter_map(|g| {
+                    node.gpus
+                        .iter()
+                        .find(|x| x.index == *g)
+                        .map(|x| x.uuid.clone())
+                })
+                .collect();
+            TaskAllocation {
+                rank: t.rank,
+                node: node.name.clone(),
+                node_rank: t.node_rank,
+                local_rank: t.local_rank,
+                cpu_millis: t.cpu_millis,
+                memory_mib: t.memory_mib,
+                gpus: t.gpus.clone(),
+                gpu_uuids: if uuids.len() == t.gpus.len() {
+                    uuids
+                } else {
+                    Vec::new()
+                },
+                pod: Some(pods::pod_name(&name, attempt, t.rank)),
+            }
+        })
+        .collect();
+    let submit = w.st.submit_time.as_ref().map(secs).unwrap_or(now);
+    // Admitted in the cycle that first saw it: one event says both.
+    let new = w.prev.and_then(|p| p.job_id).is_none();
+    if new {
+        w.plan.events.retain(|e| e.reason != "Submitted");
+    }
+    let st = &mut w.st;
+    st.state = Some(JobState::Running);
+    st.reason = None;
+    st.message = None;
+    st.attempt = Some(attempt);
+    st.start_time = Some(time(now));
+    st.end_time = None;
+    st.exit_code = None;
+    st.exit_signal = None;
+    if st.eligible_time.is_none() {
+        st.eligible_time = Some(time(now));
+    }
+    st.time_limit = Some(format_limit(s.time_limit));
+    st.node_list = Some(pods::node_list(&tasks));
+    st.num_nodes = Some(s.nodes.len() as u32);
+    st.num_tasks = Some(tasks.len() as u32);
+    st.num_gpus = Some(tasks.iter().map(|t| t.gpus.len() as u32).sum());
+    st.num_cpus = Some(
+        tasks
+            .iter()
+            .map(|t| t.cpu_millis)
+            .sum::<u64>()
+            .div_ceil(1000)
+            .min(u64::from(u32::MAX)) as u32,
+    );
+    tracing::debug!(
+        job = %w.name,
+        id = w.id.unwrap_or(0),
+        attempt,
+        gpus = ?tasks.iter().map(|t| (t.node.as_str(), t.gpus.clone())).collect::<Vec<_>>(),
+        "admit"
+    );
+    st.tasks = tasks;
+    let pname = st.partition.clone().unwrap_or_default();
+    let (gpn, gpt) = match w.parsed.as_deref() {
+        Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
+        _ => (None, None),
+    };
+    let ctx = JobContext {
+        job,
+        job_id: w.id.unwrap_or(0),
+        attempt,
+        tasks: &w.st.tasks,
+        partition: crd_parts.get(&pname).copied(),
+        partition_name: &pname,
+        array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
+        gpus_per_node: gpn.as_deref(),
+        gpus_per_task: gpt.as_deref(),
+    };
+    let mut built = Vec::with_capacity(w.st.tasks.len());
+    for t in &w.st.tasks {
+        match pods::build_pod(&ctx, t.rank) {
+            Ok(p) => built.push(p),
+            Err(e) => {
+                // check_buildable ran before queueing, so this is not expected; keep the job
+                // pending rather than record an allocation without pods.
+                let prev = w.prev.cloned().unwrap_or_default();
+                w.st.state = Some(JobState::Pending);
+                w.st.tasks = prev.tasks;
+                w.st.start_time = None;
+                w.st.node_list = None;
+                set_pending(w, INVALID_SPEC, &e.to_string());
+                return;
+            }
+        }
+    }
+    if w.st.tasks.len() > 1 {
+        w.plan.service = Some(pods::build_service(job));
+    }
+    w.plan.create = built;
+    w.plan.add_finalizer = !has_finalizer(job);
+    w.holds = true;
+    w.queued = false;
+    let nl = w.st.node_list.clone().unwrap_or_default();
+    w.plan.events.push(event(
+        false,
+        "Started",
+        format!(
+            "job {} allocated {nl}: {} task(s), {} GPU(s); attempt {attempt}",
+            w.id.unwrap_or(0),
+            w.st.tasks.len(),
+            w.st.num_gpus.unwrap_or(0)
+        ),
+    ));
+    w.plan.effects.push(Effect::Transition(JobState::Running));
+    w.plan.effects.push(Effect::TimeToStart {
+        partition: pname,
+        secs: (now - submit).max(0) as f64,
+    });
+}
+
+fn preempt(w: &mut Work<'_>, for_job: JobId, requeue: bool, pods: &[&PodObs], now: i64) {
+    if w.st.state != Some(JobState::Running) {
+        return;
+    }
+    let attempt = w.st.attempt.unwrap_or(0);
+    let part = w.st.partition.clone().unwrap_or_default();
+    let msg = format!("preempted by job {for_job}");
+    if requeue && w.job.spec.requeue != Some(false) {
+        let m = format!("{msg}; requeued");
+        w.st = status::requeued(&w.st, "Preempted", &m, now);
+        w.plan.events.push(event(true, "Preempted", &m));
+        w.plan.effects.push(Effect::Transition(JobState::Preempted));
+        w.plan.effects.push(Effect::Transition(JobState::Pending));
+    } else {
+        end(w, JobState::Preempted, Some("Preempted"), &msg, now);
+    }
+    w.plan.effects.push(Effect::Preempted { partition: part });
+    w.holds = false;
+    for p in pods {
+        if p.owner_uid.as_deref() == Some(w.uid.as_str())
+            && p.attempt == Some(attempt)
+            && p.live()
+            && !p.deleting
+            && !w.plan.delete.contains(&p.name)
+        {
+            w.plan.delete.push(p.name.clone());
+        }
+    }
+}
+
+/// Array parents: create elements within the throttle, propagate cancel and hold, summarise.
+fn step_parent(
+    works: &mut [Work<'_>],
+    wi: usize,
+    kids: &[usize],
+    dep_index: &DepIndex,
+    expected: &HashSet<(String, String)>,
+    cfg: &PlanSettings,
+    now: i64,
+) {
+    let (ns, name) = (works[wi].ns.clone(), works[wi].name.clone());
+    let job = works[wi].job;
+    if job.metadata.deletion_timestamp.is_some() {
+        if has_finalizer(job) {
+            works[wi].plan.remove_finalizer = true;
+        }
+        return;
+    }
+    // Elements.
+    let mut elems: BTreeMap<u32, (&BatchJob, BatchJobStatus)> = BTreeMap::new();
+    for &i in kids {
+        let w = &works[i];
+        if i == wi || w.ns != ns {
+            continue;
+        }
+        if let Some(idx) = w
+            .job
+            .labels()
+            .get(labels::ARRAY_TASK_ID)
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            elems.insert(idx, (w.job, w.st.clone()));
+        }
+    }
+    let parsed = match works[wi].parsed.as_deref() {
+        Some(Ok(p)) => p.clone(),
+        Some(Err(errs)) => {
+            let m = translate::join_errors(errs);
+            set_pending(&mut works[wi], INVALID_SPEC, &m);
+            return;
+        }
+        None => return,
+    };
+    let Some(array) = parsed.array.clone() else {
+        return;
+    };
+    let max_idx = array.indices.iter().copied().max().unwrap_or(0);
+    if name.len() + 1 + max_idx.to_string().len() > 63 {
+        set_pending(
+            &mut works[wi],
+            INVALID_SPEC,
+            &format!(
+                "metadata.name {name:?} is too long for array elements named {name}-{max_idx}: at most {} characters",
+                62 - max_idx.to_string().len()
+            ),
+        );
+        return;
+    }
+    let w = &mut works[wi];
+    let cancel = job.spec.cancel == Some(true);
+    let hold = job.spec.hold == Some(true);
+
+    // Summary.
+    let mut sum = ArrayTaskSummary {
+        total: array.indices.len() as u32,
+        ..Default::default()
+    };
+    let mut active = 0usize;
+    let mut first_fail: Option<(u32, BatchJobStatus)> = None;
+    let mut first_pending_reason: Option<(String, String)> = None;
+    let mut min_start: Option<i64> = None;
+    let mut max_end: Option<i64> = None;
+    for idx in &array.indices {
+        match elems.get(idx) {
+            None => sum.pending += 1,
+            Some((ej, est)) => {
+                let s = est.state.unwrap_or(JobState::Pending);
+                if let Some(t) = est.start_time.as_ref().filter(|_| s != JobState::Pending) {
+                    min_start = Some(min_start.map_or(secs(t), |m: i64| m.min(secs(t))));
+                }
+                if let Some(t) = &est.end_time {
+                    max_end = Some(max_end.map_or(secs(t), |m: i64| m.max(secs(t))));
+                }
+                match s {
+                    JobState::Pending => {
+                        sum.pending += 1;
+                        active += 1;
+                        if first_pending_reason.is_none() {
+                            first_pending_reason = Some((
+                                est.reason.clone().unwrap_or_else(|| "None".into()),
+                                est.message.clone().unwrap_or_default(),
+                            ));
+                        }
+                    }
+                    JobState::Running | JobState::Completing => {
+                        sum.running += 1;
+                        active += 1;
+                    }
+                    JobState::Completed => sum.completed += 1,
+                    JobState::Cancelled => sum.cancelled += 1,
+                    _ => {
+                        sum.failed += 1;
+                        if first_fail.is_none() {
+                            first_fail = Some((*idx, est.clone()));
+                        }
+                    }
+                }
+                // Propagate cancel and hold to elements that have not ended.
+                if !s.is_terminal() {
+                    let mut patch = serde_json::Map::new();
+                    if cancel && ej.spec.cancel != Some(true) {
+                        patch.insert("cancel".into(), true.into());
+                    }
+                    if !cancel && s == JobState::Pending && ej.spec.hold.unwrap_or(false) != hold {
+                        patch.insert("hold".into(), hold.into());
+                    }
+                    if !patch.is_empty() {
+                        w.plan
+                            .child_patches
+                            .push((ej.name_any(), serde_json::json!({ "spec": patch })));
+                    }
+                }
+            }
+        }
+    }
+
+    // Create elements within the throttle, once the parent has its id and its dependency
+    // allows.
+    let mut throttled = false;
+    let mut dep_wait: Option<(String, String)> = None;
+    let has_id = w.prev.and_then(|p| p.job_id).is_some();
+    if has_id && !cancel && !hold {
+        let limit = array.max_running.map(|m| m as usize).unwrap_or(usize::MAX);
+        let mut created = 0usize;
+        for idx in &array.indices {
+            if elems.contains_key(idx) {
+                continue;
+            }
+            if expected.contains(&(ns.clone(), format!("{name}-{idx}"))) {
+                // Created, not yet seen: counts as a pending element.
+                active += 1;
+                continue;
+            }
+            if active >= limit {
+                throttled = true;
+                break;
+            }
+            if created >= cfg.max_children_per_cycle {
+                break;
+            }
+            if let Some(dep) = &parsed.dependency {
+                let who = Asker {
+                    namespace: &ns,
+                    name: &name,
+                    slurm_name: job.job_name(),
+                    id: w.id,
+                    array_index: Some(*idx),
+                };
+                match deps::evaluate(dep, &who, dep_index, now) {
+                    DepState::Satisfied => {}
+                    DepState::Waiting(m) => {
+                        dep_wait.get_or_insert(("Dependency".into(), m));
+                        continue;
+                    }
+                    DepState::Never(m) => {
+                        dep_wait.get_or_insert(("DependencyNeverSatisfied".into(), m));
+                        continue;
+                    }
+                }
+            }
+            w.plan.children.push(child_job(job, *idx));
+            created += 1;
+            active += 1;
+        }
+    }
+
+    // The array's own state.
+    let st = &mut w.st;
+    st.array_tasks = Some(sum.clone());
+    st.start_time = min_start.map(time);
+    let done = sum.completed + sum.failed + sum.cancelled;
+    let prev_state = w.prev.and_then(|p| p.state);
+    let (state, reason, message): (JobState, Option<String>, String) = if cancel {
+        (JobState::Cancelled, None, "cancelled".into())
+    } else if done == sum.total && elems.len() as u32 >= sum.total {
+        if sum.completed == sum.total {
+            (JobState::Completed, None, "every element completed".into())
+        } else if let Some((idx, est)) = &first_fail {
+            st.exit_code = est.exit_code;
+            st.exit_signal = est.exit_signal;
+            (
+                JobState::Failed,
+                Some("NonZeroExitCode".into()),
+                format!(
+                    "{} of {} elements did not complete; first: element {idx} {}",
+                    sum.failed + sum.cancelled,
+                    sum.total,
+                    est.state.unwrap_or(JobState::Failed)
+                ),
+            )
+        } else {
+            (
+                JobState::Cancelled,
+                None,
+                format!("{} of {} elements cancelled", sum.cancelled, sum.total),
+            )
+        }
+    } else if sum.running > 0 {
+        (
+            JobState::Running,
+            None,
+            format!("{} element(s) running", sum.running),
+        )
+    } else if hold {
+        (JobState::Pending, Some("JobHeldUser".into()), "held".into())
+    } else if let Some((r, m)) = dep_wait.filter(|_| active == 0) {
+        (JobState::Pending, Some(r), m)
+    } else if throttled && first_pending_reason.is_none() {
+        (
+            JobState::Pending,
+            Some("JobArrayTaskLimit".into()),
+            format!(
+                "{} element(s) may run at once",
+                array.max_running.unwrap_or(0)
+            ),
+        )
+    } else if let Some((r, m)) = first_pending_reason {
+        (JobState::Pending, Some(r), m)
+    } else {
+        (JobState::Pending, Some("None".into()), String::new())
+    };
+    if state.is_terminal() {
+        st.end_time = max_end.map(time).or_else(|| Some(time(now)));
+        if state == JobState::Completed {
+            st.exit_code = Some(0);
+        }
+    } else {
+        st.end_time = None;
+    }
+    st.state = Some(state);
+    st.reason = reason;
+    st.message = Some(message.clone()).filter(|m| !m.is_empty());
+    if prev_state != Some(state) && prev_state.is_some() {
+        let warning = matches!(state, JobState::Failed);
+        w.plan.events.push(event(
+            warning,
+            &format!("Array{}", state_word(state)),
+            message,
+        ));
+        w.plan.effects.push(Effect::Transition(state));
+    }
+}
+
+fn state_word(s: JobState) -> &'static str {
+    match s {
+        JobState::Pending => "Pending",
+        JobState::Running => "Running",
+        JobState::Completing => "Completing",
+        JobState::Completed => "Completed",
+        JobState::Failed => "Failed",
+        JobState::Cancelled => "Cancelled",
+        JobState::Timeout => "Timeout",
+        JobState::NodeFail => "NodeFail",
+        JobState::Preempted => "Preempted",
+    }
+}
+
+/// The BatchJob running element `idx` of an array: the parent's spec without `array` and
+/// `dependency` (evaluated by the parent), the array's job name, owned by the parent, labelled
+/// with the parent and index, and created with the allocation finalizer already on.
+pub fn child_job(parent: &BatchJob, idx: u32) -> BatchJob {
+    let mut spec = parent.spec.clone();
+    spec.array = None;
+    spec.dependency = None;
+    spec.job_name = Some(parent.job_name().to_string());
+    let pname = parent.name_any();
+    let mut lbl = parent.labels().clone();
+    lbl.insert(labels::ARRAY_PARENT.into(), pname.clone());
+    lbl.insert(labels::ARRAY_TASK_ID.into(), idx.to_string());
+    let ann = parent.annotations().clone();
+    let mut owner = pods::owner_ref(parent);
+    owner.block_owner_deletion = Some(true);
+    BatchJob {
+        metadata: ObjectMeta {
+            name: Some(format!("{pname}-{idx}")),
+            namespace: parent.namespace(),
+            labels: Some(lbl),
+            annotations: (!ann.is_empty()).then_some(ann),
+            owner_references: Some(vec![owner]),
+            finalizers: Some(vec![labels::FINALIZER.to_string()]),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn partition_statuses(
+    inp: &Inputs<'_>,
+    table: &PartitionTable,
+    snap: &Snapshot,
+    decisions: &Decisions,
+    works: &[Work<'_>],
+    gauges: &mut Gauges,
+    mem: &mut PlanMemory,
+    cfg: &PlanSettings,
+) -> Vec<PartitionWrite> {
+    let now = inp.now;
+    // GPUs held per node (running jobs, holds, and this cycle's starts).
+    let mut used: HashMap<u32, HashSet<u32>> = HashMap::new();
+    for r in &snap.running {
+        for t in &r.tasks {
+            used.entry(t.node)
+                .or_default()
+                .extend(t.gpus.iter().copied());
+        }
+    }
+    for s in &decisions.starts {
+        for t in &s.tasks {
+            used.entry(t.node)
+                .or_default()
+                .extend(t.gpus.iter().copied());
+        }
+    }
+    let mut counts: HashMap<&str, (u32, u32)> = HashMap::new();
+    for w in works {
+        if w.skip || w.is_parent || w.job.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(p) = w.st.partition.as_deref() else {
+            continue;
+        };
+        let e = counts.entry(p).or_default();
+        match w.st.state {
+            Some(JobState::Pending) | None => e.0 += 1,
+            Some(JobState::Running) => e.1 += 1,
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for p in inp.partitions {
+        let name = p.name_any();
+        let mut st = PartitionStatus {
+            observed_generation: p.metadata.generation,
+            ..Default::default()
+        };
+        let mut conds: Vec<Condition> = Vec::new();
+        let prev = p.status.as_ref();
+        let prev_conds = prev.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+        let mk = |t: &str, on: bool, reason: &str, msg: String| {
+            let status = if on { "True" } else { "False" };
+            Condition {
+                type_: t.into(),
+                status: status.into(),
+                reason: status::condition_reason(reason),
+                message: status::clip(&msg),
+                observed_generation: p.metadata.generation,
+                last_transition_time: prev_conds
+                    .iter()
+                    .find(|c| c.type_ == t && c.status == status)
+                    .map(|c| c.last_transition_time.clone())
+                    .unwrap_or_else(|| time(now)),
+            }
+        };
+        if let Some(&pid) = table.by_name.get(&name) {
+            let cp = &table.parts[pid as usize];
+            let mut names = Vec::new();
+            let (mut total, mut alloc, mut bad) = (0u32, 0u32, 0u32);
+            for (ni, n) in inp.nodes.nodes.iter().enumerate() {
+                if !translate::in_partition(cp, n) {
+                    continue;
+                }
+                names.push(n.name.clone());
+                let u = used.get(&(ni as u32));
+                for g in &n.gpus {
+                    total += 1;
+                    if !g.healthy {
+                        bad += 1;
+                    }
+                    if u.is_some_and(|u| u.contains(&g.index)) {
+                        alloc += 1;
+                    }
+                }
+            }
+            st.nodes = names.len() as u32;
+            st.node_list =
+                (!names.is_empty()).then(|| muster_crds::slurm::hostlist::compress_sorted(&names));
+            st.gpus_total = total;
+            st.gpus_allocated = alloc;
+            st.gpus_unhealthy = bad;
+            let (pend, run) = counts.get(name.as_str()).copied().unwrap_or_default();
+            st.pending_jobs = pend;
+            st.running_jobs = run;
+            for (s, v) in [("total", total), ("allocated", alloc), ("unhealthy", bad)] {
+                gauges.gpus.insert((name.clone(), s.into()), u64::from(v));
+            }
+            let state = p.state();
+            conds.push(if state == PartitionState::Up {
+                mk(
+                    "Ready",
+                    true,
+                    "Up",
+                    format!("{} node(s), {total} GPU(s)", st.nodes),
+                )
+            } else {
+                mk(
+                    "Ready",
+                    false,
+                    &format!("{state:?}"),
+                    format!("partition is {state:?}"),
+                )
+            });
+        } else {
+            let errs = table.invalid.get(&name).cloned().unwrap_or_default();
+            conds.push(mk(
+                "Ready",
+                false,
+                "InvalidSpec",
+                translate::join_errors(&errs),
+            ));
+        }
+        if table.default_conflict.contains(&name) {
+            conds.push(mk(
+                "DefaultConflict",
+                true,
+                "SeveralDefaults",
+                format!(
+                    "partitions {} all claim default: true; jobs without a partition go to {}",
+                    table.default_conflict.join(", "),
+                    table.default_conflict[0]
+                ),
+            ));
+        }
+        st.conditions = conds;
+        let write = match prev {
+            None => true,
+            Some(prev) if *prev == st => false,
+            Some(prev) => {
+                let hard = |s: &PartitionStatus| {
+                    let mut s = s.clone();
+                    s.gpus_allocated = 0;
+                    s.pending_jobs = 0;
+                    s.running_jobs = 0;
+                    for c in &mut s.conditions {
+                        c.message.clear();
+                    }
+                    s
+                };
+                let last = mem
+                    .last_partition_write
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(i64::MIN);
+                hard(prev) != hard(&st) || now.saturating_sub(last) >= cfg.status_refresh_secs
+            }
+        };
+        if write {
+            out.push(PartitionWrite { name, status: st });
+        }
+    }
+    out
+}

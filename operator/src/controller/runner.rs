@@ -1,0 +1,960 @@
+//! The running operator: reflectors, leader election, and the leader's scheduling loop.
+//!
+//! Every replica runs reflectors (kube-runtime `watcher` + `reflector`, with the default
+//! backoff) over Partitions, BatchJobs (all namespaces), task Pods (label
+//! `muster.dev/batchjob`), Nodes and GpuNodes, so a replica that does not lead keeps warm
+//! caches and takes over within one lease duration. Objects are trimmed before they are
+//! cached (managed fields, node images, pod specs beyond what the planner reads) to keep
+//! memory flat at 50,000 pods.
+//!
+//! Only the leader schedules: on any watch event (debounced) and every `cycle_interval` it
+//! builds the world from the caches, runs [`plan`](super::plan::plan) and carries the plan
+//! out ([`execute`](super::exec::execute)). Its own writes are folded into the next cycle's
+//! view before the watch delivers them (statuses it wrote, pods and elements it created,
+//! pods it deleted), so a lagging cache never makes it decide twice. When leadership is lost
+//! the cycle in flight is dropped at once.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use muster_crds::labels;
+use muster_crds::v1alpha1::{BatchJob, GpuNode, Partition};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use super::exec::{self, Faults, NoFaults};
+use super::jobids::JobIds;
+use super::kube_api::KubeApi;
+use super::leader::{LeaderElector, LeaseTimings};
+use super::metrics::Metrics;
+use super::plan::{self, Inputs, PlanMemory, PlanSettings, PodObs};
+use super::pods::TASK_ANNOTATION;
+use super::translate::{self, NodeTable};
+use super::usage::Usage;
+
+/// Seconds since the epoch, possibly shifted (tests fast-forward time limits with it).
+#[derive(Clone, Debug, Default)]
+pub struct Clock {
+    offset: Option<Arc<AtomicI64>>,
+}
+
+impl Clock {
+    /// The system clock.
+    pub fn system() -> Self {
+        Clock { offset: None }
+    }
+
+    /// The system clock plus `offset` seconds (changeable while running).
+    pub fn shifted(offset: Arc<AtomicI64>) -> Self {
+        Clock {
+            offset: Some(offset),
+        }
+    }
+
+    /// Now.
+    pub fn now(&self) -> i64 {
+        jiff::Timestamp::now().as_second()
+            + self
+                .offset
+                .as_ref()
+                .map(|o| o.load(Ordering::SeqCst))
+                .unwrap_or(0)
+    }
+}
+
+/// How the operator runs.
+#[derive(Clone)]
+pub struct Settings {
+    /// Namespace of the Lease and the counter ConfigMaps.
+    pub namespace: String,
+    /// Lease name.
+    pub lease_name: String,
+    /// Elect a leader (false: this replica always leads).
+    pub leader_election: bool,
+    /// This replica's identity (pod name).
+    pub identity: String,
+    /// Longest time between two cycles.
+    pub cycle_interval: Duration,
+    /// Wait after a watch event before a cycle, to batch a burst of events.
+    pub debounce: Duration,
+    /// Jobs written concurrently.
+    pub write_concurrency: usize,
+    /// The planner's settings (gang start timeout, scheduler configuration).
+    pub plan: PlanSettings,
+    /// Lease timings.
+    pub lease: LeaseTimings,
+    /// Fault injection (tests).
+    pub faults: Arc<dyn Faults>,
+    /// The clock.
+    pub clock: Clock,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            namespace: "muster-system".into(),
+            lease_name: "muster-operator".into(),
+            leader_election: true,
+            identity: "muster-operator".into(),
+            cycle_interval: Duration::from_secs(5),
+            debounce: Duration::from_millis(50),
+            write_concurrency: 64,
+            plan: PlanSettings::default(),
+            lease: LeaseTimings::default(),
+            faults: Arc::new(NoFaults),
+            clock: Clock::system(),
+        }
+    }
+}
+
+/// Why the operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// An injected crash (tests).
+    #[error("crashed at an injected fault")]
+    Crashed,
+}
+
+/// The reflector caches.
+#[derive(Clone)]
+pub struct Stores {
+    /// Partitions.
+    pub partitions: Store<Partition>,
+    /// BatchJobs.
+    pub jobs: Store<BatchJob>,
+    /// Task pods.
+    pub pods: Store<Pod>,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// GpuNodes.
+    pub gpunodes: Store<GpuNode>,
+}
+
+impl Stores {
+    /// Whether every cache has its first full list.
+    pub async fn wait_ready(&self) {
+        let _ = self.partitions.wait_until_ready().await;
+        let _ = self.jobs.wait_until_ready().await;
+        let _ = self.pods.wait_until_ready().await;
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.gpunodes.wait_until_ready().await;
+    }
+}
+
+/// Trims a pod to what the planner reads.
+pub fn trim_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    if let Some(a) = p.metadata.annotations.as_mut() {
+        a.retain(|k, _| k == TASK_ANNOTATION);
+    }
+    if let Some(spec) = p.spec.as_mut() {
+        let first = spec.containers.first().map(|c| c.name.clone());
+        *spec = PodSpec {
+            node_name: spec.node_name.take(),
+            containers: first
+                .map(|name| {
+                    vec![Container {
+                        name,
+                        ..Default::default()
+                    }]
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+    }
+    if let Some(st) = p.status.as_mut() {
+        st.conditions = None;
+        st.pod_ips = None;
+        st.host_ips = None;
+        st.init_container_statuses = None;
+        st.ephemeral_container_statuses = None;
+        for c in st.container_statuses.iter_mut().flatten() {
+            c.image.clear();
+            c.image_id.clear();
+            c.container_id = None;
+            c.volume_mounts = None;
+            c.resources = None;
+            c.allocated_resources = None;
+        }
+    }
+}
+
+/// Trims a node to what the planner reads.
+pub fn trim_node(n: &mut Node) {
+    n.metadata.managed_fields = None;
+    n.metadata.annotations = None;
+    if let Some(st) = n.status.as_mut() {
+        st.images = None;
+        st.node_info = None;
+        st.volumes_attached = None;
+        st.volumes_in_use = None;
+        st.addresses = None;
+        st.daemon_endpoints = None;
+        st.capacity = None;
+        if let Some(cs) = st.conditions.as_mut() {
+            cs.retain(|c| c.type_ == "Ready");
+        }
+    }
+}
+
+fn trim_meta<K: Resource>(k: &mut K) {
+    k.meta_mut().managed_fields = None;
+}
+
+fn trim_gpunode(g: &mut GpuNode) {
+    g.metadata.managed_fields = None;
+    if let Some(st) = g.status.as_mut() {
+        st.usage.clear();
+    }
+}
+
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    trim: fn(&mut K),
+    notify: Arc<Notify>,
+    metrics: Metrics,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, cfg)
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer);
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => {
+                    metrics.error("watch");
+                    tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch error");
+                }
+            }
+        }
+    });
+    (reader, task)
+}
+
+/// Starts the reflectors.
+pub fn start_reflectors(
+    client: &Client,
+    notify: Arc<Notify>,
+    metrics: &Metrics,
+) -> (Stores, Vec<JoinHandle<()>>) {
+    let wc = watcher::Config::default;
+    let (partitions, t1) = reflect(
+        Api::<Partition>::all(client.clone()),
+        wc(),
+        trim_meta::<Partition>,
+        notify.clone(),
+        metrics.clone(),
+    );
+    let (jobs, t2) = reflect(
+        Api::<BatchJob>::all(client.clone()),
+        wc(),
+        trim_meta::<BatchJob>,
+        notify.clone(),
+        metrics.clone(),
+    );
+    let (pods, t3) = reflect(
+        Api::<Pod>::all(client.clone()),
+        wc().labels(labels::BATCHJOB),
+        trim_pod,
+        notify.clone(),
+        metrics.clone(),
+    );
+    let (nodes, t4) = reflect(
+        Api::<Node>::all(client.clone()),
+        wc(),
+        trim_node,
+        notify.clone(),
+        metrics.clone(),
+    );
+    let (gpunodes, t5) = reflect(
+        Api::<GpuNode>::all(client.clone()),
+        wc(),
+        trim_gpunode,
+        notify,
+        metrics.clone(),
+    );
+    (
+        Stores {
+            partitions,
+            jobs,
+            pods,
+            nodes,
+            gpunodes,
+        },
+        vec![t1, t2, t3, t4, t5],
+    )
+}
+
+/// `a` is a newer resourceVersion than `b`: compared as integers when both are (as etcd's
+/// are); otherwise only equality is known and `None` is returned.
+pub fn rv_newer(a: &str, b: &str) -> Option<bool> {
+    match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(x), Ok(y)) => Some(x > y),
+        _ => (a == b).then_some(false),
+    }
+}
+
+/// The operator's own recent writes, folded into what the caches show.
+#[derive(Default)]
+pub struct Recent {
+    /// BatchJobs as returned by our status/finalizer writes, by uid, with the cycles they
+    /// have been kept.
+    jobs: HashMap<String, (Arc<BatchJob>, u32)>,
+    /// Pods we created, not yet in the cache.
+    created: HashMap<(String, String), (Arc<PodObs>, Instant)>,
+    /// Pods we deleted, not yet shown deleting.
+    deleted: HashMap<(String, String), Instant>,
+    /// Array elements we created, not yet in the cache.
+    created_jobs: HashMap<(String, String), Instant>,
+}
+
+/// How long an unconfirmed write is assumed; after that the cache is trusted again.
+const EXPECT_TTL: Duration = Duration::from_secs(30);
+
+impl Recent {
+    /// Forgets everything (a new term as leader).
+    pub fn clear(&mut self) {
+        *self = Recent::default();
+    }
+
+    /// The jobs to plan with: the cache, with our newer writes in place of stale entries.
+    pub fn merge_jobs(&mut self, cached: Vec<Arc<BatchJob>>) -> Vec<Arc<BatchJob>> {
+        let mut out = Vec::with_capacity(cached.len());
+        let mut seen = HashSet::with_capacity(self.jobs.len());
+        for j in cached {
+            let uid = j.uid().unwrap_or_default();
+            if let Some((mine, age)) = self.jobs.get_mut(&uid) {
+                seen.insert(uid.clone());
+                let crv = j.resource_version().unwrap_or_default();
+                let mrv = mine.resource_version().unwrap_or_default();
+                let cache_caught_up = match rv_newer(&mrv, &crv) {
+                    Some(newer) => !newer,
+                    None => *age > 20,
+                };
+                if cache_caught_up {
+                    self.jobs.remove(&uid);
+                    out.push(j);
+                } else {
+                    *age += 1;
+                    out.push(mine.clone());
+                }
+            } else {
+                out.push(j);
+            }
+        }
+        // Deleted meanwhile: drop.
+        self.jobs.retain(|k, _| seen.contains(k));
+        let present: HashSet<(String, String)> = out
+            .iter()
+            .map(|j| (j.namespace().unwrap_or_default(), j.name_any()))
+            .collect();
+        self.created_jobs
+            .retain(|k, t| !present.contains(k) && t.elapsed() < EXPECT_TTL);
+        out
+    }
+
+    /// The pods to plan with: the cache, plus pods we created that it lacks, with pods we
+    /// deleted marked as deleting.
+    pub fn merge_pods(&mut self, mut cached: Vec<Arc<PodObs>>) -> Vec<Arc<PodObs>> {
+        let present: HashSet<(String, String)> = cached
+            .iter()
+            .map(|p| (p.namespace.clone(), p.name.clone()))
+            .collect();
+        self.created
+            .retain(|k, (_, t)| !present.contains(k) && t.elapsed() < EXPECT_TTL);
+        self.deleted
+            .retain(|k, t| present.contains(k) && t.elapsed() < EXPECT_TTL);
+        for p in &mut cached {
+            let k = (p.namespace.clone(), p.name.clone());
+            if !p.deleting && self.deleted.contains_key(&k) {
+                let mut q = (**p).clone();
+                q.deleting = true;
+                *p = Arc::new(q);
+            }
+        }
+        cached.extend(self.created.values().map(|(p, _)| p.clone()));
+        cached
+    }
+
+    /// Array elements created but not yet seen.
+    pub fn expected_jobs(&self) -> HashSet<(String, String)> {
+        self.created_jobs.keys().cloned().collect()
+    }
+
+    /// Records a cycle's writes.
+    pub fn record(&mut self, r: &exec::ExecReport) {
+        let now = Instant::now();
+        for w in &r.written {
+            if let Some(uid) = w.job.uid() {
+                self.jobs.insert(uid, (Arc::new(w.job.clone()), 0));
+            }
+        }
+        for p in &r.created_pods {
+            self.created.insert(
+                (p.namespace.clone(), p.name.clone()),
+                (Arc::new(p.clone()), now),
+            );
+        }
+        for k in &r.deleted_pods {
+            self.deleted.insert(k.clone(), now);
+        }
+        for k in &r.created_jobs {
+            self.created_jobs.insert(k.clone(), now);
+        }
+    }
+}
+
+/// Per-pod parse cache (the task annotation is JSON): by uid, valid for one resourceVersion.
+#[derive(Default)]
+struct PodCache {
+    by_uid: HashMap<String, (String, Arc<PodObs>)>,
+}
+
+impl PodCache {
+    fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Arc<PodObs>> {
+        let mut out = Vec::with_capacity(pods.len());
+        let mut next = HashMap::with_capacity(pods.len());
+        for p in pods {
+            let uid = p.uid().unwrap_or_default();
+            let rv = p.resource_version().unwrap_or_default();
+            let obs = match self.by_uid.remove(&uid) {
+                Some((r, o)) if r == rv => Some(o),
+                _ => PodObs::from_pod(p).map(Arc::new),
+            };
+            if let Some(o) = obs {
+                out.push(o.clone());
+                next.insert(uid, (rv, o));
+            }
+        }
+        self.by_uid = next;
+        out
+    }
+}
+
+/// Node translation cache: rebuilt only when a Node or GpuNode changed.
+#[derive(Default)]
+struct NodeCache {
+    key: Vec<(String, String, String)>,
+    table: Arc<NodeTable>,
+}
+
+impl NodeCache {
+    fn table(&mut self, nodes: &[Arc<Node>], gpus: &[Arc<GpuNode>]) -> Arc<NodeTable> {
+        let gpu_by: HashMap<String, &Arc<GpuNode>> =
+            gpus.iter().map(|g| (g.name_any(), g)).collect();
+        let mut key: Vec<(String, String, String)> = nodes
+            .iter()
+            .map(|n| {
+                let name = n.name_any();
+                let grv = gpu_by
+                    .get(&name)
+                    .and_then(|g| g.resource_version())
+                    .unwrap_or_default();
+                (name, n.resource_version().unwrap_or_default(), grv)
+            })
+            .collect();
+        key.sort();
+        if key != self.key {
+            let t = NodeTable::new(
+                nodes
+                    .iter()
+                    .map(|n| translate::node(n, gpu_by.get(&n.name_any()).map(|g| g.as_ref())))
+                    .collect(),
+            );
+            self.table = Arc::new(t);
+            self.key = key;
+        }
+        self.table.clone()
+    }
+}
+
+/// The leader's state.
+struct Leader {
+    api: KubeApi,
+    ids: JobIds,
+    usage: Usage,
+    mem: PlanMemory,
+    recent: Recent,
+    pods: PodCache,
+    nodes: NodeCache,
+    last_running: Vec<crate::core::RunningJob>,
+}
+
+/// A running operator. Dropping it stops every task at once (like [`Handle::kill`]).
+pub struct Handle {
+    shutdown: watch::Sender<bool>,
+    main: Option<JoinHandle<Result<(), RunError>>>,
+    elector: Option<JoinHandle<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    /// Set once every cache has synced.
+    pub ready: Arc<AtomicBool>,
+    /// The metrics.
+    pub metrics: Metrics,
+    /// Whether this replica leads.
+    pub leading: watch::Receiver<bool>,
+    /// The caches.
+    pub stores: Stores,
+}
+
+impl Handle {
+    /// Stops cleanly: the cycle in flight finishes, the lease is released.
+    pub async fn shutdown(mut self) -> Result<(), RunError> {
+        let _ = self.shutdown.send(true);
+        let r = match self.main.take() {
+            Some(m) => m.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        // Let the elector release the lease; the reflectors just stop.
+        if let Some(e) = self.elector.take()
+            && tokio::time::timeout(Duration::from_secs(5), e)
+                .await
+                .is_err()
+        {
+            tracing::warn!("leader elector did not stop within 5s");
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        r
+    }
+
+    /// Stops at once, as a killed process would: no cleanup, the lease is not released.
+    pub fn kill(self) {
+        drop(self);
+    }
+
+    /// Waits until the operator stops by itself (an injected crash); its other tasks are
+    /// then stopped too, as when a process dies.
+    pub async fn wait(&mut self) -> Result<(), RunError> {
+        let r = match self.main.as_mut() {
+            Some(m) => m.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
+        self.main = None;
+        if let Some(e) = self.elector.take() {
+            e.abort();
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        r
+    }
+
+    /// Whether the main loop has ended.
+    pub fn is_finished(&self) -> bool {
+        self.main.as_ref().is_none_or(|m| m.is_finished())
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(m) = self.main.take() {
+            m.abort();
+        }
+        if let Some(e) = self.elector.take() {
+            e.abort();
+        }
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// Starts the operator: reflectors, leader election (unless disabled) and the loop.
+pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Handle {
+    let notify = Arc::new(Notify::new());
+    let (stores, mut tasks) = start_reflectors(&client, notify.clone(), &metrics);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (lead_tx, lead_rx) = watch::channel(!settings.leader_election);
+    let ready = Arc::new(AtomicBool::new(false));
+    let mut elector = None;
+    if settings.leader_election {
+        let el = LeaderElector::new(
+            client.clone(),
+            &settings.namespace,
+            &settings.lease_name,
+            &settings.identity,
+            settings.lease,
+            metrics.clone(),
+        );
+        elector = Some(tokio::spawn(el.run(lead_tx, shutdown_rx.clone())));
+    } else {
+        metrics.leader.set(1);
+        // Keep the sender alive for the receiver's lifetime.
+        tasks.push(tokio::spawn(async move {
+            let tx = lead_tx;
+            tx.closed().await;
+        }));
+    }
+    {
+        let stores = stores.clone();
+        let ready = ready.clone();
+        tasks.push(tokio::spawn(async move {
+            stores.wait_ready().await;
+            ready.store(true, Ordering::SeqCst);
+            tracing::info!("caches synced");
+        }));
+    }
+    let leader = Leader {
+        api: KubeApi::new(client.clone(), &settings.identity),
+        ids: JobIds::new(client.clone(), &settings.namespace, metrics.clone()),
+        usage: Usage::new(
+            client,
+            &settings.namespace,
+            settings.plan.scheduler.fair_share_half_life_secs,
+            metrics.clone(),
+        ),
+        mem: PlanMemory::default(),
+        recent: Recent::default(),
+        pods: PodCache::default(),
+        nodes: NodeCache::default(),
+        last_running: Vec::new(),
+    };
+    let main = tokio::spawn(main_loop(
+        leader,
+        stores.clone(),
+        settings,
+        metrics.clone(),
+        notify,
+        lead_rx.clone(),
+        shutdown_rx,
+        ready.clone(),
+    ));
+    Handle {
+        shutdown: shutdown_tx,
+        main: Some(main),
+        elector,
+        tasks,
+        ready,
+        metrics,
+        leading: lead_rx,
+        stores,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn main_loop(
+    mut leader: Leader,
+    stores: Stores,
+    settings: Settings,
+    metrics: Metrics,
+    notify: Arc<Notify>,
+    mut leading: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
+    ready: Arc<AtomicBool>,
+) -> Result<(), RunError> {
+    let mut term_started = false;
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let is_leader = *leading.borrow();
+        if !is_leader || !ready.load(Ordering::SeqCst) {
+            if term_started && !is_leader {
+                term_started = false;
+                metrics.clear_gauges();
+                tracing::info!("not leading: scheduling stopped");
+            }
+            tokio::select! {
+                _ = leading.changed() => {}
+                _ = shutdown.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            continue;
+        }
+        if !term_started {
+            // A new term: nothing remembered from an earlier one is trusted.
+            term_started = true;
+            leader.mem = PlanMemory::default();
+            leader.recent.clear();
+            leader.ids.forget();
+            if let Err(e) = leader.usage.load(settings.clock.now()).await {
+                metrics.error(e.metric_label());
+                tracing::warn!(error = %e, "could not load fair-share usage; starting empty");
+            }
+            tracing::info!("leading: scheduling");
+        }
+        let cycle = run_cycle(&mut leader, &stores, &settings, &metrics);
+        let crashed = tokio::select! {
+            r = cycle => r,
+            _ = wait_lost(&mut leading) => {
+                tracing::warn!("leadership lost during a cycle: stopped");
+                false
+            }
+        };
+        if crashed {
+            return Err(RunError::Crashed);
+        }
+        tokio::select! {
+            _ = notify.notified() => {
+                tokio::time::sleep(settings.debounce).await;
+            }
+            _ = tokio::time::sleep(settings.cycle_interval) => {}
+            _ = shutdown.changed() => {}
+            _ = leading.changed() => {}
+        }
+    }
+}
+
+async fn wait_lost(leading: &mut watch::Receiver<bool>) {
+    loop {
+        if !*leading.borrow() {
+            return;
+        }
+        if leading.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// One cycle; returns whether an injected crash stopped it.
+async fn run_cycle(
+    leader: &mut Leader,
+    stores: &Stores,
+    settings: &Settings,
+    metrics: &Metrics,
+) -> bool {
+    let t0 = Instant::now();
+    let now = settings.clock.now();
+    let partitions = stores.partitions.state();
+    let table = leader
+        .nodes
+        .table(&stores.nodes.state(), &stores.gpunodes.state());
+    let jobs = leader.recent.merge_jobs(stores.jobs.state());
+    let observed = leader.pods.observe(&stores.pods.state());
+    let pods = leader.recent.merge_pods(observed);
+    let expected = leader.recent.expected_jobs();
+
+    let need = plan::new_job_count(&jobs);
+    if need > 0
+        && let Err(e) = leader.ids.reserve(need).await
+    {
+        metrics.error(e.metric_label());
+        tracing::warn!(error = %e, "could not reserve job ids");
+    }
+    leader.usage.accrue(&leader.last_running, now);
+    let usage = leader.usage.record.usage.clone();
+    let inp = Inputs {
+        now,
+        partitions: &partitions,
+        nodes: &table,
+        jobs: &jobs,
+        pods: &pods,
+        expected_jobs: &expected,
+        usage: &usage,
+    };
+    let ids = &mut leader.ids;
+    let cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
+    leader.last_running = cp.running.clone();
+    metrics.set_gauges(&cp.gauges);
+    let (starts, queued) = (cp.starts, cp.queued);
+    let fin: HashMap<String, Vec<String>> = jobs
+        .iter()
+        .map(|j| (j.uid().unwrap_or_default(), j.finalizers().to_vec()))
+        .collect();
+    let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
+    let report = exec::execute(
+        cp,
+        &leader.api,
+        settings.faults.as_ref(),
+        settings.write_concurrency,
+        &finalizers,
+    )
+    .await;
+    metrics.record(&report);
+    leader.recent.record(&report);
+    if !report.events.is_empty() {
+        // Events are best effort and must not hold up the next cycle: published in the
+        // background, at most a bounded number at once (older batches still in flight are
+        // not waited for).
+        let api = leader.api.clone();
+        let events = report.events.clone();
+        let m = metrics.clone();
+        let conc = settings.write_concurrency;
+        tokio::spawn(async move {
+            let (n, errors) = exec::publish_events(&api, events, conc).await;
+            m.write(exec::WriteKind::Event, n);
+            for (k, v) in errors {
+                m.errors
+                    .get_or_create(&[("kind", format!("event_{k}"))])
+                    .inc_by(v);
+            }
+        });
+    }
+    for w in &report.written {
+        if let Some(uid) = w.job.uid() {
+            leader.mem.wrote_status(&uid, now);
+        }
+    }
+    for n in &report.partitions_written {
+        leader.mem.wrote_partition(n, now);
+    }
+    if report.crashed {
+        return true;
+    }
+    if let Err(e) = leader.usage.maybe_persist(now).await {
+        metrics.error(e.metric_label());
+        tracing::warn!(error = %e, "could not persist fair-share usage");
+    }
+    let dt = t0.elapsed();
+    metrics.cycle.observe(dt.as_secs_f64());
+    tracing::debug!(
+        elapsed_ms = dt.as_millis() as u64,
+        jobs = jobs.len(),
+        pods = pods.len(),
+        queued,
+        starts,
+        writes = report.writes.values().sum::<u64>(),
+        "cycle"
+    );
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerStatus, NodeCondition, PodStatus};
+
+    #[test]
+    fn resource_versions_compare_as_integers() {
+        assert_eq!(rv_newer("10", "9"), Some(true));
+        assert_eq!(rv_newer("9", "10"), Some(false));
+        assert_eq!(rv_newer("abc", "abc"), Some(false));
+        assert_eq!(rv_newer("abc", "abd"), None);
+    }
+
+    fn job(uid: &str, rv: &str) -> Arc<BatchJob> {
+        let mut j = BatchJob::new("j", Default::default());
+        j.metadata.uid = Some(uid.into());
+        j.metadata.resource_version = Some(rv.into());
+        Arc::new(j)
+    }
+
+    #[test]
+    fn own_writes_win_until_the_cache_catches_up() {
+        let mut r = Recent::default();
+        let mut rep = exec::ExecReport::default();
+        rep.written.push(exec::Written {
+            job: (*job("u1", "5")).clone(),
+            effects: vec![],
+        });
+        r.record(&rep);
+        let v = r.merge_jobs(vec![job("u1", "3"), job("u2", "1")]);
+        assert_eq!(v[0].resource_version().as_deref(), Some("5"));
+        assert_eq!(v[1].resource_version().as_deref(), Some("1"));
+        let v = r.merge_jobs(vec![job("u1", "6")]);
+        assert_eq!(v[0].resource_version().as_deref(), Some("6"));
+        assert!(r.jobs.is_empty());
+        // Deleted objects are not resurrected.
+        r.record(&rep);
+        assert!(r.merge_jobs(vec![]).is_empty());
+    }
+
+    #[test]
+    fn created_and_deleted_pods_are_seen_before_the_watch_says_so() {
+        let mut r = Recent::default();
+        let obs = |name: &str| PodObs {
+            namespace: "ns".into(),
+            name: name.into(),
+            job: "j".into(),
+            owner_uid: None,
+            attempt: Some(1),
+            rank: Some(0),
+            phase: plan::Phase::Running,
+            deleting: false,
+            exit: None,
+            failure: None,
+            alloc: None,
+        };
+        let mut rep = exec::ExecReport::default();
+        rep.created_pods.push(obs("new"));
+        rep.deleted_pods.push(("ns".into(), "old".into()));
+        r.record(&rep);
+        let v = r.merge_pods(vec![Arc::new(obs("old"))]);
+        assert_eq!(v.len(), 2);
+        assert!(v.iter().find(|p| p.name == "old").unwrap().deleting);
+        assert!(v.iter().any(|p| p.name == "new"));
+        // Once the cache has the new pod, it is not added twice.
+        let v = r.merge_pods(vec![Arc::new(obs("new"))]);
+        assert_eq!(v.len(), 1);
+    }
+
+    #[test]
+    fn trimming_keeps_what_the_planner_reads() {
+        let mut p = Pod::default();
+        p.metadata.labels = Some([(labels::BATCHJOB.to_string(), "j".to_string())].into());
+        p.metadata.annotations = Some(
+            [
+                (
+                    TASK_ANNOTATION.to_string(),
+                    "{\"rank\":0,\"node\":\"n\",\"nodeRank\":0,\"localRank\":0}".to_string(),
+                ),
+                ("big".to_string(), "x".repeat(1000)),
+            ]
+            .into(),
+        );
+        p.spec = Some(PodSpec {
+            containers: vec![
+                Container {
+                    name: "task".into(),
+                    image: Some("img".into()),
+                    ..Default::default()
+                },
+                Container {
+                    name: "side".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        });
+        p.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "task".into(),
+                image: "img".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let before = PodObs::from_pod(&p).unwrap();
+        trim_pod(&mut p);
+        assert_eq!(PodObs::from_pod(&p).unwrap(), before);
+        assert_eq!(p.metadata.annotations.as_ref().unwrap().len(), 1);
+        assert_eq!(p.spec.as_ref().unwrap().containers.len(), 1);
+
+        let mut n = translate::tests_support::kube_node("n1", true);
+        n.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(NodeCondition {
+                type_: "MemoryPressure".into(),
+                status: "False".into(),
+                ..Default::default()
+            });
+        let before = translate::node(&n, None);
+        trim_node(&mut n);
+        assert_eq!(translate::node(&n, None), before);
+    }
+}

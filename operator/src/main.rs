@@ -1,0 +1,192 @@
+//! `muster-operator`: the Muster operator binary. Flags are a contract with the Helm chart.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use muster_operator::controller::{self, Settings, http, metrics::Metrics};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Slurm-style gang scheduling for Kubernetes GPU clusters: watches BatchJobs, Partitions,
+/// Nodes, GpuNodes and task Pods; the elected leader schedules and runs the jobs.
+#[derive(Debug, Parser)]
+#[command(name = "muster-operator", version)]
+struct Args {
+    /// Namespace of the leader Lease and the job id / fair-share ConfigMaps.
+    #[arg(long, env = "MUSTER_NAMESPACE", default_value = "muster-system")]
+    namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "muster-operator")]
+    lease_name: String,
+    /// Do not elect a leader: this replica schedules (run only one such replica).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Longest time between two scheduling cycles (cycles also run on every change), e.g.
+    /// 5s, 500ms, 1m.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    cycle_interval: Duration,
+    /// How long a gang's pods may take to all be Running before the job is requeued.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    gang_start_timeout: Duration,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// This replica's identity in the Lease (the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+/// `5s`, `500ms`, `2m`, `1h` (a bare number is seconds).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected a number and ms, s, m or h"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration {s:?}: unit must be ms, s, m or h"
+            ));
+        }
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("invalid duration {s:?}: must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn init_logging(f: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter);
+    match f {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        std::env::var("HOSTNAME")
+            .unwrap_or_else(|_| format!("muster-operator-{}", std::process::id()))
+    });
+    let mut settings = Settings {
+        namespace: args.namespace.clone(),
+        lease_name: args.lease_name.clone(),
+        leader_election: !args.no_leader_election,
+        identity,
+        cycle_interval: args.cycle_interval,
+        ..Settings::default()
+    };
+    settings.plan.gang_start_timeout_secs = args.gang_start_timeout.as_secs().max(1) as i64;
+    tracing::info!(?args, "starting");
+    let metrics = Metrics::new();
+    let handle = controller::start(client, settings, metrics.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(
+        args.metrics_addr,
+        metrics,
+        handle.ready.clone(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let r = handle.shutdown().await;
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    r.context("operator stopped")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_the_chart_writes_them() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("5d").unwrap_err().contains("unit"));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn flags_match_the_chart() {
+        let a = Args::try_parse_from([
+            "muster-operator",
+            "--namespace",
+            "muster",
+            "--lease-name",
+            "l",
+            "--no-leader-election",
+            "--metrics-addr",
+            "127.0.0.1:9090",
+            "--cycle-interval",
+            "2s",
+            "--gang-start-timeout",
+            "10m",
+            "--log-format",
+            "json",
+            "--identity",
+            "pod-1",
+        ])
+        .unwrap();
+        assert_eq!(a.namespace, "muster");
+        assert!(a.no_leader_election);
+        assert_eq!(a.gang_start_timeout, Duration::from_secs(600));
+        assert!(matches!(a.log_format, LogFormat::Json));
+        assert_eq!(a.identity.as_deref(), Some("pod-1"));
+        assert!(Args::try_parse_from(["muster-operator", "--log-format", "xml"]).is_err());
+    }
+}
