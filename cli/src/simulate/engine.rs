@@ -81,17 +81,18 @@ impl Policy {
         }
     }
 
-    /// The core configuration of the policy. FIFO zeroes the priority weights, so the
-    /// core's order falls back to submit time and id, and turns backfill off.
-    pub fn config(self) -> Config {
+    /// The core configuration of the policy, from Muster's (`base`). FIFO zeroes the
+    /// priority weights, so the core's order falls back to submit time and id, and turns
+    /// backfill off.
+    pub fn config(self, base: &Config) -> Config {
         match self {
-            Policy::Muster => Config::default(),
+            Policy::Muster => base.clone(),
             Policy::Fifo | Policy::FirstFit => Config {
                 weight_age: 0.0,
                 weight_job_size: 0.0,
                 weight_fair_share: 0.0,
                 backfill: false,
-                ..Config::default()
+                ..base.clone()
             },
         }
     }
@@ -202,12 +203,14 @@ pub struct Workload {
 }
 
 /// Engine knobs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SimOptions {
     /// Least seconds between two cycles (0: after every event time that changed something).
     pub interval: u64,
     /// Most waiting jobs a cycle considers.
     pub max_queue: usize,
+    /// The core's configuration for the Muster policy (the others derive theirs from it).
+    pub config: Config,
 }
 
 impl Default for SimOptions {
@@ -215,6 +218,7 @@ impl Default for SimOptions {
         SimOptions {
             interval: 10,
             max_queue: 1_000,
+            config: Config::default(),
         }
     }
 }
@@ -250,6 +254,8 @@ pub struct JobOutcome {
     pub gpus: u32,
     /// Nodes of its last run.
     pub nodes: u32,
+    /// Those nodes (indices into [`Cluster::nodes`]), in node-list order.
+    pub node_ids: Vec<u32>,
     /// Leaf switches its last run spanned.
     pub leaves: u32,
     /// GPUs per leaf of its last run: `(leaf, GPUs)`.
@@ -272,6 +278,7 @@ impl Default for JobOutcome {
             end: None,
             gpus: 0,
             nodes: 0,
+            node_ids: Vec::new(),
             leaves: 0,
             leaf_gpus: Vec::new(),
             first_estimate: None,
@@ -434,7 +441,7 @@ pub fn simulate(
         cl,
         w,
         policy,
-        cfg: policy.config(),
+        cfg: policy.config(&opts.config),
         opts,
         snap: Snapshot {
             nodes: cl.nodes.clone(),
@@ -850,6 +857,7 @@ impl Engine<'_> {
         o.start = Some(t);
         o.gpus = held;
         o.nodes = per_node.len() as u32;
+        o.node_ids = s.nodes.clone();
         o.leaves = leaf_gpus.len() as u32;
         o.leaf_gpus = leaf_gpus.into_iter().collect();
         o.reason = None;
@@ -932,6 +940,7 @@ impl Engine<'_> {
                 o.requeues += 1;
                 o.start = None;
                 o.leaf_gpus.clear();
+                o.node_ids.clear();
                 let mut p = self.w.jobs[i].pending.clone();
                 p.eligible_time = Some(t);
                 self.enqueue(i, p);

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use muster_operator::core::ClusterSpec;
+use muster_operator::core::{ClusterSpec, Config};
 
 use engine::{Cluster, Policy, SimOptions, SimRun, Workload, simulate};
 use metrics::Summary;
@@ -111,6 +111,12 @@ pub struct SimulateArgs {
     /// Cluster spec YAML, or the built-in 'superpod' or 'sandbox'.
     #[arg(long, short = 'c', value_name = "FILE", default_value = "superpod")]
     pub cluster: String,
+
+    /// The scheduling core's configuration for the Muster policy, as YAML (camelCase
+    /// fields of the core's Config: weightAge, weightJobSize, weightFairShare, maxAgeSecs,
+    /// backfill, maxReservations, preemption, ...; omitted fields keep their defaults).
+    #[arg(long, value_name = "FILE")]
+    pub scheduler_config: Option<PathBuf>,
 
     /// Policy to run (ignored with --compare).
     #[arg(long, short = 'p', value_enum, default_value_t = Policy::Muster)]
@@ -207,6 +213,7 @@ impl Default for SimulateArgs {
             synthetic: None,
             load: Factor(0.9),
             cluster: "superpod".into(),
+            scheduler_config: None,
             policy: Policy::Muster,
             compare: false,
             gang: GangRule::Nodes,
@@ -284,6 +291,26 @@ pub fn speedup(args: &SimulateArgs) -> f64 {
     }
 }
 
+/// Parses a core configuration, refusing unknown fields (the core's `Config` accepts them
+/// silently, and a misspelt weight would go unnoticed).
+pub fn parse_config(text: &str) -> anyhow::Result<Config> {
+    let v: serde_yaml::Value = serde_yaml::from_str(text)?;
+    let known = serde_yaml::to_value(Config::default())?;
+    if let (Some(m), Some(k)) = (v.as_mapping(), known.as_mapping()) {
+        for key in m.keys() {
+            if !k.contains_key(key) {
+                let names: Vec<&str> = k.keys().filter_map(|x| x.as_str()).collect();
+                anyhow::bail!(
+                    "unknown field {:?}; the fields are {}",
+                    key.as_str().unwrap_or("?"),
+                    names.join(", ")
+                );
+            }
+        }
+    }
+    Ok(serde_yaml::from_value(v)?)
+}
+
 /// Runs the replay(s) the arguments ask for.
 pub fn replay(args: &SimulateArgs) -> anyhow::Result<Replay> {
     let spec = load_cluster(&args.cluster)?;
@@ -296,9 +323,18 @@ pub fn replay(args: &SimulateArgs) -> anyhow::Result<Replay> {
         speedup: speedup(args),
     };
     let workload = workload::build(&trace, &cluster, &rules);
+    let config = match &args.scheduler_config {
+        None => Config::default(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            parse_config(&text).with_context(|| format!("{}", p.display()))?
+        }
+    };
     let options = SimOptions {
         interval: args.interval,
         max_queue: args.max_queue.max(1),
+        config,
     };
     let policies: Vec<Policy> = if args.compare {
         Policy::ALL.to_vec()
@@ -451,7 +487,7 @@ pub fn write_out(dir: &Path, r: &Replay) -> anyhow::Result<Vec<PathBuf>> {
     for run in &r.runs {
         put(
             &format!("jobs-{}.csv", run.policy.name()),
-            &report::jobs_csv(run, &r.workload)?,
+            &report::jobs_csv(run, &r.workload, &r.cluster)?,
         )?;
     }
     put("report.html", &html::render(r))?;

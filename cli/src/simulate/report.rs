@@ -169,6 +169,7 @@ struct JobRow<'a> {
     runtime: u64,
     gpus: u32,
     nodes: u32,
+    nodelist: String,
     leaves: u32,
     state: Outcome,
     requeues: u32,
@@ -177,7 +178,7 @@ struct JobRow<'a> {
 }
 
 /// Every job's outcome as CSV (times in seconds from the first submit).
-pub fn jobs_csv(run: &SimRun, w: &Workload) -> Result<String, csv::Error> {
+pub fn jobs_csv(run: &SimRun, w: &Workload, cl: &Cluster) -> Result<String, csv::Error> {
     let mut wr = csv::Writer::from_writer(Vec::new());
     for (o, j) in run.jobs.iter().zip(&w.jobs) {
         wr.serialize(JobRow {
@@ -189,6 +190,9 @@ pub fn jobs_csv(run: &SimRun, w: &Workload) -> Result<String, csv::Error> {
             runtime: j.runtime,
             gpus: o.gpus,
             nodes: o.nodes,
+            nodelist: muster_crds::slurm::hostlist::compress(
+                o.node_ids.iter().map(|&n| cl.nodes[n as usize].name.as_str()),
+            ),
             leaves: o.leaves,
             state: o.outcome,
             requeues: o.requeues,
