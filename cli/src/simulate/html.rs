@@ -64,11 +64,46 @@ struct Chart<'a> {
     log_x: bool,
 }
 
+/// Ticks of a logarithmic time axis: 1 s, 10 s, 1 min, 10 min, 1 h, 6 h, 1 d, 1 w, 30 d.
+const LOG_TIME_TICKS: [f64; 9] = [
+    1.0, 10.0, 60.0, 600.0, 3_600.0, 21_600.0, 86_400.0, 604_800.0, 2_592_000.0,
+];
+
+/// A tick label: `30s`, `10m`, `6h`, `7d`, or `1h30m` when not round.
+fn tick_label(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0 => "0".into(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3_600 == 0 => format!("{}h", s / 3_600),
+        s if s % 60 == 0 && s < 3_600 => format!("{}m", s / 60),
+        s if s < 60 => format!("{s}s"),
+        s => dur(s as f64),
+    }
+}
+
+/// Round ticks for a linear time axis from 0 to `max` seconds (at most about 6).
+fn time_ticks(max: f64) -> Vec<f64> {
+    const STEPS: [f64; 16] = [
+        1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1_800.0, 3_600.0, 7_200.0, 21_600.0,
+        43_200.0, 86_400.0, 172_800.0, 604_800.0, 2_592_000.0,
+    ];
+    let step = STEPS
+        .iter()
+        .copied()
+        .find(|&s| max / s <= 6.0)
+        .unwrap_or_else(|| (max / 6.0).ceil());
+    (0..)
+        .map(|k| f64::from(k) * step)
+        .take_while(|&t| t <= max * 1.0001)
+        .collect()
+}
+
 const W: f64 = 760.0;
 const H: f64 = 260.0;
 const ML: f64 = 64.0;
 const MR: f64 = 16.0;
-const MT: f64 = 28.0;
+const MT: f64 = 44.0;
 const MB: f64 = 44.0;
 
 fn line_chart(c: &Chart<'_>) -> String {
@@ -112,15 +147,13 @@ fn line_chart(c: &Chart<'_>) -> String {
         );
     }
     let xticks: Vec<f64> = if c.log_x {
-        let mut v = Vec::new();
-        let mut t = 1.0;
-        while t <= x_max * 1.0001 {
-            v.push(t);
-            t *= 10.0;
-        }
-        v
+        LOG_TIME_TICKS
+            .iter()
+            .copied()
+            .filter(|&t| t <= x_max * 1.0001)
+            .collect()
     } else {
-        (0..=5).map(|k| x_max * f64::from(k) / 5.0).collect()
+        time_ticks(x_max)
     };
     for x in xticks {
         let px = sx(x);
@@ -160,8 +193,9 @@ fn line_chart(c: &Chart<'_>) -> String {
             s,
             r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.6"/>"#
         );
-        let lx = ML + pw - 170.0;
-        let ly = MT + 12.0 + 16.0 * i as f64;
+        // Legend on the title line, right-aligned, one entry per policy.
+        let lx = ML + 150.0 * i as f64;
+        let ly = 34.0;
         let _ = write!(
             s,
             r#"<rect x="{lx}" y="{ry}" width="12" height="3" fill="{color}"/><text x="{tx}" y="{ty}" class="tk">{l}</text>"#,
@@ -223,6 +257,8 @@ fn heat_map(r: &Replay, run: &SimRun, end: i64, color: &str) -> String {
     let heat = leaf_heat(r, run, end);
     let leaves = heat.len().max(1);
     let row_h = (220.0 / leaves as f64).clamp(2.0, 18.0);
+    // The heat map keeps the line charts' layout but needs no legend row.
+    const MT: f64 = 28.0;
     let ph = row_h * leaves as f64;
     let h = ph + MT + MB;
     let pw = W - ML - MR;
@@ -230,7 +266,7 @@ fn heat_map(r: &Replay, run: &SimRun, end: i64, color: &str) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img"><title>Leaf allocation: {p}</title><text x="{ML}" y="18" class="ct">Busy GPUs per leaf switch over time: {p}</text>"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img" shape-rendering="crispEdges"><title>Leaf allocation: {p}</title><text x="{ML}" y="18" class="ct">Busy GPUs per leaf switch over time: {p}</text>"#,
         p = esc(run.policy.label())
     );
     for (l, row) in heat.iter().enumerate() {
@@ -243,7 +279,7 @@ fn heat_map(r: &Replay, run: &SimRun, end: i64, color: &str) -> String {
                 s,
                 r#"<rect x="{x:.2}" y="{y:.2}" width="{w:.2}" height="{hh:.2}" fill="{color}" fill-opacity="{o:.3}"/>"#,
                 x = ML + cw * i as f64,
-                w = cw + 0.05,
+                w = cw + 0.6,
                 hh = row_h,
                 o = v
             );
@@ -262,14 +298,13 @@ fn heat_map(r: &Replay, run: &SimRun, end: i64, color: &str) -> String {
         s,
         r##"<rect x="{ML}" y="{MT}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##
     );
-    for k in 0..=5 {
-        let x = end as f64 * f64::from(k) / 5.0;
-        let px = ML + pw * f64::from(k) / 5.0;
+    for x in time_ticks(end as f64) {
+        let px = ML + pw * x / end.max(1) as f64;
         let _ = write!(
             s,
             r#"<text x="{px}" y="{ty}" text-anchor="middle" class="tk">{l}</text>"#,
             ty = MT + ph + 16.0,
-            l = esc(&dur(x))
+            l = esc(&tick_label(x))
         );
     }
     let _ = write!(
@@ -322,7 +357,7 @@ pub fn render(r: &Replay) -> String {
     }
     let pct = |y: f64| format!("{:.0}%", y * 100.0);
     let count = |y: f64| format!("{y:.0}");
-    let t_fmt = |x: f64| dur(x);
+    let t_fmt = |x: f64| tick_label(x);
     let util = line_chart(&Chart {
         title: "GPU utilisation",
         x_label: "time since the first submit",
@@ -346,7 +381,7 @@ pub fn render(r: &Replay) -> String {
         log_x: false,
     });
     let cdf = line_chart(&Chart {
-        title: "Wait time distribution (share of started jobs that waited at most x)",
+        title: "Wait time distribution (jobs that waited at most x)",
         x_label: "wait (log scale; under 1 s shown at 1 s)",
         y_label: "jobs",
         lines: cdf_lines,
@@ -414,6 +449,21 @@ mod tests {
         ];
         let b = bucketize(&s, 20, 2, &|x| f64::from(x.busy));
         assert_eq!(b, vec![5.0, 0.0]);
+    }
+
+    #[test]
+    fn time_ticks_are_round() {
+        assert_eq!(time_ticks(3.0 * 86_400.0), vec![0.0, 43_200.0, 86_400.0, 129_600.0, 172_800.0, 216_000.0, 259_200.0]);
+        assert_eq!(time_ticks(100.0), vec![0.0, 30.0, 60.0, 90.0]);
+    }
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(tick_label(0.0), "0");
+        assert_eq!(tick_label(600.0), "10m");
+        assert_eq!(tick_label(21_600.0), "6h");
+        assert_eq!(tick_label(604_800.0), "7d");
+        assert_eq!(tick_label(5_400.0), "1h30m");
     }
 
     #[test]
