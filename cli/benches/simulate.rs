@@ -53,8 +53,8 @@ fn main() {
     let spec = ClusterSpec::tree("bench", a.spines, 32, 32, 8);
     let t0 = Instant::now();
     let cl = Cluster::from_spec(&spec).expect("built-in spec");
-    let model = trace::parse(BUILTIN_TRACE_NAME, BUILTIN_TRACE, Format::Itp, false)
-        .expect("bundled trace");
+    let model =
+        trace::parse(BUILTIN_TRACE_NAME, BUILTIN_TRACE, Format::Itp, false).expect("bundled trace");
     let tr = trace::synth::generate(a.jobs, a.seed, cl.total_gpus, a.load, &model);
     let w = workload::build(&tr, &cl, &Rules::default());
     let setup = t0.elapsed();
@@ -80,14 +80,19 @@ fn main() {
         "  setup {:.2}s; replay {:.2}s wall, {} CPU (scheduler {:.2}s, engine {:.2}s); target <= 10 s",
         setup.as_secs_f64(),
         s.wall_secs,
-        cpu.map(|c| format!("{c:.2}s")).unwrap_or_else(|| "n/a".into()),
+        cpu.map(|c| format!("{c:.2}s"))
+            .unwrap_or_else(|| "n/a".into()),
         s.policy_secs,
         s.wall_secs - s.policy_secs
     );
     println!(
         "  {} cycles run ({:.2} ms each), {} skipped, {} cut to the queue depth; {} events; longest queue {}",
         thousands(s.cycles),
-        if s.cycles > 0 { 1e3 * s.policy_secs / s.cycles as f64 } else { 0.0 },
+        if s.cycles > 0 {
+            1e3 * s.policy_secs / s.cycles as f64
+        } else {
+            0.0
+        },
         thousands(s.skipped_cycles),
         thousands(s.truncated_cycles),
         thousands(run.stats.events),

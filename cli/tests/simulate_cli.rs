@@ -50,16 +50,27 @@ fn every_format_replays() {
         let o = muster(&["--trace", trace, "--cluster", "sandbox"]);
         assert!(o.status.success(), "{trace}: {}", stderr(&o));
         let out = stdout(&o);
-        assert_eq!(row(&out, "Jobs started / in trace"), [jobs], "{trace}\n{out}");
+        assert_eq!(
+            row(&out, "Jobs started / in trace"),
+            [jobs],
+            "{trace}\n{out}"
+        );
     }
 }
 
 #[test]
 fn sacct_rows_left_out_are_counted() {
-    let o = muster(&["--trace", "examples/traces/sacct-small.txt", "--cluster", "sandbox"]);
+    let o = muster(&[
+        "--trace",
+        "examples/traces/sacct-small.txt",
+        "--cluster",
+        "sandbox",
+    ]);
     let out = stdout(&o);
     assert!(
-        out.contains("left out   0 bad row(s), 3 job step(s), 1 job(s) that never ran, 1 without GPUs"),
+        out.contains(
+            "left out   0 bad row(s), 3 job step(s), 1 job(s) that never ran, 1 without GPUs"
+        ),
         "{out}"
     );
 }
@@ -107,7 +118,10 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
         .lines()
         .find(|l| l.contains("Muster"))
         .expect("table heading");
-    assert!(head.contains("FIFO, no backfill") && head.contains("First fit"), "{head}");
+    assert!(
+        head.contains("FIFO, no backfill") && head.contains("First fit"),
+        "{head}"
+    );
     // The urgent partition preempts a batch job under the core's policies only.
     assert_eq!(
         row(&out, "Preemptions (GPU-hours lost)"),
@@ -125,7 +139,11 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
     }
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert_eq!(html.matches("<svg").count(), 3 + 3, "3 charts + one leaf map per policy");
+    assert_eq!(
+        html.matches("<svg").count(),
+        3 + 3,
+        "3 charts + one leaf map per policy"
+    );
     assert!(!html.contains("<script"), "self-contained, no scripts");
     let csv = std::fs::read_to_string(dir.path().join("summary.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
@@ -197,8 +215,14 @@ fn no_arguments_replays_the_bundled_trace_on_the_superpod() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("2,396 jobs from itp-cluster06.csv (bundled ITP trace)"), "{out}");
-    assert!(out.contains("superpod: 128 nodes x 8 GPUs = 1,024 GPUs"), "{out}");
+    assert!(
+        out.contains("2,396 jobs from itp-cluster06.csv (bundled ITP trace)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("superpod: 128 nodes x 8 GPUs = 1,024 GPUs"),
+        "{out}"
+    );
     assert_eq!(row(&out, "Jobs started / in trace"), ["2,396 / 2,396"]);
     assert_eq!(row(&out, "Rejected / never started"), ["0 / 0"]);
 }
@@ -213,5 +237,9 @@ fn bad_options_and_files_are_explained() {
     assert!(stderr(&o).contains("'auto'"), "{}", stderr(&o));
     let o = muster(&["--trace", "no/such/file.csv"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("no/such/file.csv: cannot read"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no/such/file.csv: cannot read"),
+        "{}",
+        stderr(&o)
+    );
 }

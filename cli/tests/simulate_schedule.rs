@@ -73,11 +73,7 @@ fn muster_schedule_matches_the_hand_computation() {
     // t=600  A ends: C starts on gpu001+gpu002 (leaf1), wait 540.
     // t=1200 C ends: E starts; leaf1 is whole, leaf2 still busy -> gpu001, wait 1070.
     let (cl, j, run) = replay(Policy::Muster);
-    let got: Vec<_> = j
-        .iter()
-        .zip(SUBMIT)
-        .map(|(o, s)| view(&cl, o, s))
-        .collect();
+    let got: Vec<_> = j.iter().zip(SUBMIT).map(|(o, s)| view(&cl, o, s)).collect();
     assert_eq!(
         got,
         vec![

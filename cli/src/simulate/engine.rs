@@ -381,6 +381,10 @@ enum EndKind {
 
 const NONE: u32 = u32::MAX;
 
+/// The core's queue order: tier (high first), priority (high first), submit time, id; then
+/// the job's queue position.
+type OrderKey = (Reverse<u32>, Reverse<u32>, i64, u64, usize);
+
 struct Engine<'a> {
     cl: &'a Cluster,
     w: &'a Workload,
@@ -536,7 +540,8 @@ impl Engine<'_> {
             if !self.queue.is_empty() {
                 i.waiting_secs += dt;
                 i.stranded_gpu_secs += self.stranded as f64 * dt;
-                i.idle_gpu_secs += (self.cl.total_gpus - self.busy.min(self.cl.total_gpus)) as f64 * dt;
+                i.idle_gpu_secs +=
+                    (self.cl.total_gpus - self.busy.min(self.cl.total_gpus)) as f64 * dt;
             }
             self.now = t;
         }
@@ -702,7 +707,7 @@ impl Engine<'_> {
         } else {
             BTreeMap::new()
         };
-        let mut keyed: Vec<(Reverse<u32>, Reverse<u32>, i64, u64, usize)> = self
+        let mut keyed: Vec<OrderKey> = self
             .queue
             .iter()
             .enumerate()
@@ -734,9 +739,7 @@ impl Engine<'_> {
         let picked: Vec<usize> = keyed.iter().map(|x| x.4).collect();
         self.snap.pending.clear();
         for &pos in &picked {
-            self.snap
-                .pending
-                .push(std::mem::take(&mut self.queue[pos]));
+            self.snap.pending.push(std::mem::take(&mut self.queue[pos]));
         }
         Some(picked)
     }
@@ -983,6 +986,8 @@ fn never(r: Reason) -> bool {
 pub fn preemptive(parts: &[Partition]) -> bool {
     parts.iter().any(|low| {
         low.preempt_mode != PreemptMode::Off
-            && parts.iter().any(|high| high.priority_tier > low.priority_tier)
+            && parts
+                .iter()
+                .any(|high| high.priority_tier > low.priority_tier)
     })
 }

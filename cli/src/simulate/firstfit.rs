@@ -82,11 +82,9 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
     let mut out = Decisions::default();
     for i in order {
         let job = &snap.pending[i];
-        let Some(part) = job
-            .partition
-            .and_then(|p| snap.partitions.get(p as usize))
-        else {
-            out.pending.push(info(job.id, Reason::PartitionConfig, "no such partition"));
+        let Some(part) = job.partition.and_then(|p| snap.partitions.get(p as usize)) else {
+            out.pending
+                .push(info(job.id, Reason::PartitionConfig, "no such partition"));
             continue;
         };
         let demand = match normalize(&job.request, part) {
@@ -98,7 +96,11 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
         };
         let picks = pick(snap, part, &demand, &free);
         let Some(picks) = picks else {
-            out.pending.push(info(job.id, Reason::Resources, "no room in node-list order"));
+            out.pending.push(info(
+                job.id,
+                Reason::Resources,
+                "no room in node-list order",
+            ));
             continue;
         };
         let limit = match job.request.time_limit {

@@ -27,13 +27,22 @@ fn esc(s: &str) -> String {
 
 /// Time-weighted means of `f` over `buckets` equal slices of `[0, end)`, from a step function
 /// sampled at its changes.
-pub fn bucketize(series: &[Sample], end: i64, buckets: usize, f: &dyn Fn(&Sample) -> f64) -> Vec<f64> {
+pub fn bucketize(
+    series: &[Sample],
+    end: i64,
+    buckets: usize,
+    f: &dyn Fn(&Sample) -> f64,
+) -> Vec<f64> {
     let end = end.max(1) as f64;
     let width = end / buckets as f64;
     let mut acc = vec![0.0f64; buckets];
     for (k, s) in series.iter().enumerate() {
         let a = s.t as f64;
-        let b = series.get(k + 1).map(|n| n.t as f64).unwrap_or(end).min(end);
+        let b = series
+            .get(k + 1)
+            .map(|n| n.t as f64)
+            .unwrap_or(end)
+            .min(end);
         if b <= a {
             continue;
         }
@@ -51,12 +60,14 @@ pub fn bucketize(series: &[Sample], end: i64, buckets: usize, f: &dyn Fn(&Sample
     acc.iter().map(|x| x / width).collect()
 }
 
+/// One line of a chart: label, colour, points.
+type Line<'a> = (String, &'a str, Vec<(f64, f64)>);
+
 struct Chart<'a> {
     title: &'a str,
     x_label: &'a str,
     y_label: &'a str,
-    /// (label, color, points)
-    lines: Vec<(String, &'a str, Vec<(f64, f64)>)>,
+    lines: Vec<Line<'a>>,
     x_max: f64,
     y_max: f64,
     x_fmt: &'a dyn Fn(f64) -> String,
@@ -66,7 +77,15 @@ struct Chart<'a> {
 
 /// Ticks of a logarithmic time axis: 1 s, 10 s, 1 min, 10 min, 1 h, 6 h, 1 d, 1 w, 30 d.
 const LOG_TIME_TICKS: [f64; 9] = [
-    1.0, 10.0, 60.0, 600.0, 3_600.0, 21_600.0, 86_400.0, 604_800.0, 2_592_000.0,
+    1.0,
+    10.0,
+    60.0,
+    600.0,
+    3_600.0,
+    21_600.0,
+    86_400.0,
+    604_800.0,
+    2_592_000.0,
 ];
 
 /// A tick label: `30s`, `10m`, `6h`, `7d`, or `1h30m` when not round.
@@ -85,8 +104,22 @@ fn tick_label(secs: f64) -> String {
 /// Round ticks for a linear time axis from 0 to `max` seconds (at most about 6).
 fn time_ticks(max: f64) -> Vec<f64> {
     const STEPS: [f64; 16] = [
-        1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1_800.0, 3_600.0, 7_200.0, 21_600.0,
-        43_200.0, 86_400.0, 172_800.0, 604_800.0, 2_592_000.0,
+        1.0,
+        5.0,
+        10.0,
+        30.0,
+        60.0,
+        300.0,
+        600.0,
+        1_800.0,
+        3_600.0,
+        7_200.0,
+        21_600.0,
+        43_200.0,
+        86_400.0,
+        172_800.0,
+        604_800.0,
+        2_592_000.0,
     ];
     let step = STEPS
         .iter()
@@ -226,12 +259,17 @@ fn leaf_heat(r: &Replay, run: &SimRun, end: i64) -> Vec<Vec<f64>> {
         }
         let first = ((a / width) as usize).min(BUCKETS - 1);
         let last = ((b / width).ceil() as usize).min(BUCKETS);
-        for i in first..last {
-            let lo = (i as f64 * width).max(a);
-            let hi = ((i + 1) as f64 * width).min(b);
-            if hi > lo {
-                for &(l, g) in lg {
-                    heat[l as usize][i] += f64::from(g) * (hi - lo);
+        for &(l, g) in lg {
+            for (i, cell) in heat[l as usize]
+                .iter_mut()
+                .enumerate()
+                .take(last)
+                .skip(first)
+            {
+                let lo = (i as f64 * width).max(a);
+                let hi = ((i + 1) as f64 * width).min(b);
+                if hi > lo {
+                    *cell += f64::from(g) * (hi - lo);
                 }
             }
         }
@@ -453,7 +491,12 @@ mod tests {
 
     #[test]
     fn time_ticks_are_round() {
-        assert_eq!(time_ticks(3.0 * 86_400.0), vec![0.0, 43_200.0, 86_400.0, 129_600.0, 172_800.0, 216_000.0, 259_200.0]);
+        assert_eq!(
+            time_ticks(3.0 * 86_400.0),
+            vec![
+                0.0, 43_200.0, 86_400.0, 129_600.0, 172_800.0, 216_000.0, 259_200.0
+            ]
+        );
         assert_eq!(time_ticks(100.0), vec![0.0, 30.0, 60.0, 90.0]);
     }
 

@@ -152,11 +152,7 @@ pub fn summarize(run: &SimRun, w: &Workload, cl: &Cluster) -> Summary {
     let gpus = cl.total_gpus.max(1) as f64;
     let it = &run.integrals;
     let share = |x: f64, secs: f64| {
-        if secs > 0.0 {
-            x / (gpus * secs)
-        } else {
-            0.0
-        }
+        if secs > 0.0 { x / (gpus * secs) } else { 0.0 }
     };
     let multi: Vec<(u32, u32)> = run
         .jobs

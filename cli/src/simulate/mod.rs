@@ -254,7 +254,7 @@ pub fn load_cluster(arg: &str) -> anyhow::Result<ClusterSpec> {
     if path.exists() {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read cluster spec {arg}"))?;
-        return ClusterSpec::from_yaml(&text).with_context(|| format!("{arg}"));
+        return ClusterSpec::from_yaml(&text).with_context(|| arg.to_string());
     }
     match arg {
         "superpod" => Ok(ClusterSpec::superpod()),
@@ -500,7 +500,15 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     write_report(out, &r)?;
     if let Some(dir) = &args.out {
         let files = write_out(dir, &r)?;
-        writeln!(out, "Wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "))?;
+        writeln!(
+            out,
+            "Wrote {}",
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
     }
     Ok(())
 }

@@ -34,7 +34,7 @@ pub fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -49,7 +49,11 @@ pub fn rows(sums: &[Summary]) -> Vec<(String, Vec<String>)> {
     };
     vec![
         row("Jobs started / in trace", &|s| {
-            format!("{} / {}", thousands(s.started as u64), thousands(s.jobs as u64))
+            format!(
+                "{} / {}",
+                thousands(s.started as u64),
+                thousands(s.jobs as u64)
+            )
         }),
         row("Completed / timed out / preempted", &|s| {
             format!(
@@ -191,7 +195,9 @@ pub fn jobs_csv(run: &SimRun, w: &Workload, cl: &Cluster) -> Result<String, csv:
             gpus: o.gpus,
             nodes: o.nodes,
             nodelist: muster_crds::slurm::hostlist::compress(
-                o.node_ids.iter().map(|&n| cl.nodes[n as usize].name.as_str()),
+                o.node_ids
+                    .iter()
+                    .map(|&n| cl.nodes[n as usize].name.as_str()),
             ),
             leaves: o.leaves,
             state: o.outcome,

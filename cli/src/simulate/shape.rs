@@ -169,7 +169,10 @@ mod tests {
             limit_for(TraceLimit::Unlimited, 10, LimitRule::Auto, 1.5),
             UNLIMITED
         );
-        assert_eq!(limit_for(TraceLimit::Missing, 61, LimitRule::Exact, 1.5), 120);
+        assert_eq!(
+            limit_for(TraceLimit::Missing, 61, LimitRule::Exact, 1.5),
+            120
+        );
         let fixed: LimitRule = "4:00:00".parse().unwrap();
         assert_eq!(limit_for(TraceLimit::Missing, 61, fixed, 1.5), 14_400);
         assert!("soon".parse::<LimitRule>().unwrap_err().contains("'auto'"));
@@ -177,9 +180,7 @@ mod tests {
 
     #[test]
     fn gpu_counts_become_whole_node_gangs() {
-        let r = |gpus, nodes| {
-            request_for(&Ask::Gpus { gpus, nodes }, GangRule::Nodes, 8)
-        };
+        let r = |gpus, nodes| request_for(&Ask::Gpus { gpus, nodes }, GangRule::Nodes, 8);
         assert_eq!(r(4, None), JobRequest::nodes(1, 4));
         assert_eq!(r(8, None), JobRequest::nodes(1, 8));
         assert_eq!(r(12, None), JobRequest::nodes(2, 8));
@@ -188,7 +189,14 @@ mod tests {
         assert_eq!(r(8, Some(2)), JobRequest::nodes(2, 4));
         assert_eq!(r(32, Some(2)), JobRequest::nodes(4, 8));
         assert_eq!(
-            request_for(&Ask::Gpus { gpus: 12, nodes: None }, GangRule::Gpus, 8),
+            request_for(
+                &Ask::Gpus {
+                    gpus: 12,
+                    nodes: None
+                },
+                GangRule::Gpus,
+                8
+            ),
             JobRequest::gpus(12)
         );
     }

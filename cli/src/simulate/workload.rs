@@ -74,7 +74,11 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         })
         .collect();
     let first = trace.jobs.first().map(|j| j.submit).unwrap_or(0);
-    let speed = if rules.speedup > 0.0 { rules.speedup } else { 1.0 };
+    let speed = if rules.speedup > 0.0 {
+        rules.speedup
+    } else {
+        1.0
+    };
     let mut jobs = Vec::with_capacity(trace.jobs.len());
     for (i, tj) in trace.jobs.iter().enumerate() {
         let mut request = request_for(&tj.ask, rules.gang, cl.gpus_per_node);

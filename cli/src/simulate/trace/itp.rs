@@ -52,10 +52,7 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                let line = e
-                    .position()
-                    .map(|p| p.line() as usize)
-                    .unwrap_or(line_hint);
+                let line = e.position().map(|p| p.line() as usize).unwrap_or(line_hint);
                 rows.bad(line, format!("unreadable CSV row: {e}"))?;
                 continue;
             }

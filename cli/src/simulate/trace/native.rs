@@ -101,9 +101,8 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
     for (i, v) in parts_v.into_iter().enumerate() {
         let p: NativePartition = serde_yaml::from_value(v)
             .map_err(|e| rows.file_error(format!("partitions[{i}]: {e}")))?;
-        let (part, default) = partition(&p).map_err(|m| {
-            rows.file_error(format!("partitions[{i}] ({}): {m}", p.name))
-        })?;
+        let (part, default) = partition(&p)
+            .map_err(|m| rows.file_error(format!("partitions[{i}] ({}): {m}", p.name)))?;
         if partitions
             .iter()
             .any(|q: &TracePartition| q.partition.name == part.name)
@@ -124,10 +123,7 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             Some(n) => format!("jobs[{i}] ({n})"),
             None => format!("jobs[{i}]"),
         };
-        let hint = v
-            .get("name")
-            .and_then(|n| n.as_str())
-            .map(str::to_string);
+        let hint = v.get("name").and_then(|n| n.as_str()).map(str::to_string);
         let nj: NativeJob = match serde_yaml::from_value(v) {
             Ok(j) => j,
             Err(e) => {
@@ -330,7 +326,11 @@ fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
     };
     let mut selector = LabelSelector::default();
     if let Some(sel) = &s.node_selector {
-        if sel.match_expressions.as_ref().is_some_and(|m| !m.is_empty()) {
+        if sel
+            .match_expressions
+            .as_ref()
+            .is_some_and(|m| !m.is_empty())
+        {
             return Err(
                 "spec.nodeSelector.matchExpressions is not supported in traces; use matchLabels"
                     .into(),
@@ -450,8 +450,16 @@ jobs:
         let t = parse("n.yaml", text, true).unwrap();
         assert_eq!(t.jobs.len(), 1);
         assert_eq!(t.skipped.bad_rows, 3);
-        assert!(t.skipped.first_errors[1].contains("jobs[2] (typo): unknown field `spce`"), "{:?}", t.skipped.first_errors);
-        assert!(t.skipped.first_errors[2].contains("jobs[3]: runtime"), "{:?}", t.skipped.first_errors);
+        assert!(
+            t.skipped.first_errors[1].contains("jobs[2] (typo): unknown field `spce`"),
+            "{:?}",
+            t.skipped.first_errors
+        );
+        assert!(
+            t.skipped.first_errors[2].contains("jobs[3]: runtime"),
+            "{:?}",
+            t.skipped.first_errors
+        );
     }
 
     #[test]

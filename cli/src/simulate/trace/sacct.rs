@@ -83,10 +83,7 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
-                let line = e
-                    .position()
-                    .map(|p| p.line() as usize)
-                    .unwrap_or(line_hint);
+                let line = e.position().map(|p| p.line() as usize).unwrap_or(line_hint);
                 rows.bad(line, format!("unreadable row: {e}"))?;
                 continue;
             }
@@ -109,7 +106,9 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             )?;
             continue;
         }
-        match row(&record, c_id, c_submit, c_start, c_end, c_tres, c_nodes, c_limit, c_part, c_ns, line) {
+        match row(
+            &record, c_id, c_submit, c_start, c_end, c_tres, c_nodes, c_limit, c_part, c_ns, line,
+        ) {
             Ok(Row::Job(j)) => jobs.push(j),
             Ok(Row::Step) => rows.skipped.steps += 1,
             Ok(Row::NotRun) => rows.skipped.not_run += 1,
@@ -154,21 +153,13 @@ fn row(
     if id.contains('.') {
         return Ok(Row::Step);
     }
-    if !id
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_digit())
-    {
+    if !id.chars().next().is_some_and(|c| c.is_ascii_digit()) {
         return Err(format!(
             "JobID {id:?} is not a Slurm job id (123, 123_4 for an array element, 123+1 for a het component)"
         ));
     }
-    let submit = time(&r[c_submit], "Submit")?.ok_or_else(|| {
-        format!(
-            "Submit is {:?}; every job has a submit time",
-            &r[c_submit]
-        )
-    })?;
+    let submit = time(&r[c_submit], "Submit")?
+        .ok_or_else(|| format!("Submit is {:?}; every job has a submit time", &r[c_submit]))?;
     let Some(start) = time(&r[c_start], "Start")? else {
         return Ok(Row::NotRun);
     };
@@ -176,10 +167,7 @@ fn row(
         return Ok(Row::NotRun);
     };
     if end < start {
-        return Err(format!(
-            "End {} is before Start {}",
-            &r[c_end], &r[c_start]
-        ));
+        return Err(format!("End {} is before Start {}", &r[c_end], &r[c_start]));
     }
     if start < submit {
         return Err(format!(
@@ -213,10 +201,7 @@ fn row(
             Err(e) => return Err(format!("Timelimit: {e}")),
         },
     };
-    let text = |c: Option<usize>| {
-        c.map(|c| r[c].to_string())
-            .filter(|s| !s.is_empty())
-    };
+    let text = |c: Option<usize>| c.map(|c| r[c].to_string()).filter(|s| !s.is_empty());
     Ok(Row::Job(TraceJob {
         id: id.to_string(),
         line,
@@ -347,9 +332,21 @@ mod tests {
         assert_eq!(t.jobs.len(), 1);
         assert_eq!(t.skipped.bad_rows, 4);
         let e = &t.skipped.first_errors;
-        assert!(e[1].starts_with("s.txt:4: AllocTRES gres/gpu=\"x\""), "{}", e[1]);
-        assert!(e[2].starts_with("s.txt:5: Timelimit: invalid time limit"), "{}", e[2]);
-        assert!(e[3].contains("End 2024-01-01T00:01:00 is before Start"), "{}", e[3]);
+        assert!(
+            e[1].starts_with("s.txt:4: AllocTRES gres/gpu=\"x\""),
+            "{}",
+            e[1]
+        );
+        assert!(
+            e[2].starts_with("s.txt:5: Timelimit: invalid time limit"),
+            "{}",
+            e[2]
+        );
+        assert!(
+            e[3].contains("End 2024-01-01T00:01:00 is before Start"),
+            "{}",
+            e[3]
+        );
     }
 
     #[test]
@@ -362,7 +359,10 @@ mod tests {
 
     #[test]
     fn typed_gpu_tres_are_summed_when_alone() {
-        assert_eq!(tres_gpus("cpu=2,gres/gpu:a100=2,gres/gpu:h100=1").unwrap(), 3);
+        assert_eq!(
+            tres_gpus("cpu=2,gres/gpu:a100=2,gres/gpu:h100=1").unwrap(),
+            3
+        );
         assert_eq!(tres_gpus("gres/gpu=4,gres/gpu:a100=4").unwrap(), 4);
         assert_eq!(tres_gpus("cpu=2,mem=4G").unwrap(), 0);
         assert!(tres_gpus("cpu").is_err());

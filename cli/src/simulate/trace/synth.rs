@@ -86,7 +86,10 @@ pub fn generate(n: usize, seed: u64, cluster_gpus: u64, load: f64, model: &Trace
         j.submit = t.floor() as i64;
     }
     Trace {
-        source: format!("synthetic ({n} jobs shaped like {}, load {load}, seed {seed})", model.source),
+        source: format!(
+            "synthetic ({n} jobs shaped like {}, load {load}, seed {seed})",
+            model.source
+        ),
         format: Format::Synthetic,
         jobs,
         skipped: Skipped::default(),
