@@ -410,7 +410,11 @@ jobs:
         assert_eq!(j.namespace.as_deref(), Some("team-a"));
         assert_eq!(j.runtime, 5400);
         assert_eq!(j.limit, TraceLimit::Secs(7200));
-        assert_eq!(j.ask, Ask::Request(Box::new(JobRequest::nodes(4, 8))));
+        let want = JobRequest {
+            max_nodes: Some(4),
+            ..JobRequest::nodes(4, 8)
+        };
+        assert_eq!(j.ask, Ask::Request(Box::new(want)));
         let k = &t.jobs[1];
         assert_eq!(k.runtime, 3600);
         assert_eq!(k.partition.as_deref(), Some("urgent"));
