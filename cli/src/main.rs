@@ -1,3 +1,4 @@
-fn main() -> anyhow::Result<()> {
+//! `muster`: Slurm's commands for Muster.
+fn main() -> std::process::ExitCode {
     muster_cli::run()
 }

@@ -441,3 +441,51 @@ fn every_rule_compiles_in_scope_and_within_budget() {
         "expected every Slurm syntax to carry a rule, found {total}"
     );
 }
+
+/// What the API server admits, the operator must understand: every value the CEL rules accept
+/// in these cases parses with the Slurm library, and every value they refuse is refused there
+/// too (the library is the full grammar; CEL is its first line).
+#[test]
+fn cel_rules_and_slurm_parsers_agree() {
+    use muster_crds::slurm::*;
+    fn parse(field: &str, v: &Value) -> Result<(), SyntaxError> {
+        let s = match v {
+            Value::Number(n) => n.to_string(),
+            Value::String(s) => s.clone(),
+            other => panic!("unexpected {other}"),
+        };
+        match field {
+            "time" => TimeLimit::parse(&s).map(drop),
+            "nodes" => NodeRange::parse(&s).map(drop),
+            "mem" => MemSize::parse(&s).map(drop),
+            "gpusPerNode" => GpuCount::parse(&s).map(drop),
+            "gres" => parse_gres(&s).and_then(|g| gpus_from_gres(&g)).map(drop),
+            "constraint" => Constraint::parse(&s).map(drop),
+            "array" => ArraySpec::parse(&s).map(drop),
+            "dependency" => DependencySpec::parse(&s).map(drop),
+            "switches" => Switches::parse(&s).map(drop),
+            "gpuBind" => GpuBind::parse(&s).map(drop),
+            _ => Ok(()),
+        }
+    }
+    for (field, good, bad, _) in field_cases() {
+        if matches!(field, "partition" | "gpuType") {
+            continue; // names, not Slurm syntax
+        }
+        for v in &good {
+            if let Err(e) = parse(field, v) {
+                panic!("{field}: CEL admits {v} but the parser refuses it: {e}");
+            }
+        }
+        for v in &bad {
+            // Negative integers never reach the parser (the schema's int form); skip them.
+            if v.as_i64().is_some_and(|i| i < 0) {
+                continue;
+            }
+            assert!(
+                parse(field, v).is_err(),
+                "{field}: CEL refuses {v} but the parser accepts it"
+            );
+        }
+    }
+}

@@ -45,7 +45,7 @@ fn busy(s: &mut Snapshot, id: JobId, nodes: &[&str], gpus: u32, end: Option<i64>
     });
 }
 
-fn started<'a>(d: &'a Decisions, job: JobId) -> &'a Start {
+fn started(d: &Decisions, job: JobId) -> &Start {
     d.starts
         .iter()
         .find(|s| s.job == job)
@@ -411,7 +411,7 @@ fn fair_share_favours_the_namespace_that_used_less() {
 #[test]
 fn eligibility_reasons_follow_slurm() {
     let mut s = sandbox();
-    s.partitions[0].max_time = Some(3600);
+    s.partitions[0].max_time = Some(TimeLimit::Minutes(60));
     s.partitions[0].max_nodes = Some(8);
     s.partitions.push(Partition {
         state: PartitionState::Down,
@@ -435,7 +435,7 @@ fn eligibility_reasons_follow_slurm() {
         PendingJob::new(7, NOW, JobRequest::gpus(1)),
         PendingJob::new(8, NOW, JobRequest::gpus(9).time(60)),
         PendingJob::new(9, NOW, JobRequest::tasks(1, 9)),
-        PendingJob::new(10, NOW, JobRequest::gpus(1).time(UNLIMITED)),
+        PendingJob::new(10, NOW, JobRequest::gpus(1).time(0)),
     ];
     jobs[2].partition = Some(1);
     jobs[3].partition = Some(2);
@@ -622,4 +622,195 @@ fn decisions_do_not_depend_on_input_order() {
     r.running.reverse();
     assert_eq!(schedule(&r, NOW, &Config::default()), d);
     assert_eq!(schedule(&s, NOW, &Config::default()), d);
+}
+
+#[test]
+fn dependencies_gate_eligibility_with_slurm_reasons() {
+    let mut s = sandbox();
+    s.finished.push(FinishedJob {
+        id: 50,
+        name: "train".into(),
+        namespace: "default".into(),
+        state: JobState::Completed,
+        start_time: Some(NOW - 500),
+        end_time: NOW - 100,
+        array_job_id: None,
+        array_task_id: None,
+    });
+    s.finished.push(FinishedJob {
+        id: 51,
+        name: "broken".into(),
+        namespace: "default".into(),
+        state: JobState::Failed,
+        start_time: Some(NOW - 500),
+        end_time: NOW - 100,
+        array_job_id: None,
+        array_task_id: None,
+    });
+    let dep = |id, spec: &str| {
+        let mut j = PendingJob::new(id, NOW, JobRequest::gpus(1));
+        j.dependency = Some(DependencySpec::parse(spec).unwrap());
+        j
+    };
+    s.pending = vec![
+        dep(1, "afterok:train"),
+        dep(2, "afterok:broken"),
+        dep(3, "afterok:not-yet-created"),
+        dep(4, "afterany:5"),
+        PendingJob::new(5, NOW, JobRequest::gpus(1)),
+    ];
+    let d = schedule(&s, NOW, &Config::default());
+    started(&d, 1);
+    started(&d, 5);
+    assert_eq!(pending(&d, 2).reason, Reason::DependencyNeverSatisfied);
+    assert_eq!(pending(&d, 3).reason, Reason::Dependency);
+    // Job 5 starts this cycle but has not ended: 4 still waits.
+    assert_eq!(pending(&d, 4).reason, Reason::Dependency);
+    assert!(!pending(&d, 4).eligible);
+}
+
+#[test]
+fn singleton_runs_one_job_of_a_name_at_a_time() {
+    let mut s = sandbox();
+    for id in 1..=3 {
+        let mut j = PendingJob::new(id, NOW + id as i64, JobRequest::gpus(1));
+        j.job_name = Some("nightly".into());
+        j.dependency = Some(DependencySpec::parse("singleton").unwrap());
+        s.pending.push(j);
+    }
+    let d = schedule(&s, NOW + 10, &Config::default());
+    assert_eq!(d.starts.len(), 1);
+    started(&d, 1);
+    assert_eq!(pending(&d, 2).reason, Reason::Dependency);
+}
+
+fn featured() -> Snapshot {
+    // Leaves 1-2 have feature `ib`; nodes 1-4 and 9-12 are `rack` a / b by label value.
+    let mut s = sandbox();
+    for (i, n) in s.nodes.iter_mut().enumerate() {
+        if i < 8 {
+            n.labels
+                .insert("muster.dev/feature.ib".into(), "true".into());
+        }
+        let rack = if i < 4 || (8..12).contains(&i) {
+            "rack-a"
+        } else {
+            "rack-b"
+        };
+        n.labels.insert("example.com/rack".into(), rack.into());
+    }
+    s
+}
+
+#[test]
+fn constraints_select_nodes_by_feature_and_label_value() {
+    let mut s = featured();
+    let mut ib = JobRequest::nodes(6, 8);
+    ib.constraint = Some(Constraint::parse("ib").unwrap());
+    s.pending.push(PendingJob::new(1, NOW, ib));
+    let mut not_enough = JobRequest::nodes(9, 8);
+    not_enough.constraint = Some(Constraint::parse("ib").unwrap());
+    s.pending.push(PendingJob::new(2, NOW, not_enough));
+    let d = schedule(&s, NOW, &Config::default());
+    let st = started(&d, 1);
+    assert!(
+        st.nodes.iter().all(|&n| n < 8),
+        "{:?}",
+        names(&s, &st.nodes)
+    );
+    let p = pending(&d, 2);
+    assert_eq!(p.reason, Reason::BadConstraints);
+    assert!(p.message.contains("constraint ib"), "{}", p.message);
+}
+
+#[test]
+fn matching_or_puts_every_node_on_one_alternative() {
+    let mut s = featured();
+    // 4 nodes all on rack-a or all on rack-b; rack-a's first leaf is busy, so rack-a has
+    // only 4 free nodes (gpu009-gpu012) and the job takes exactly those.
+    busy(&mut s, 100, &["gpu001", "gpu002"], 8, None);
+    let mut req = JobRequest::nodes(4, 8);
+    req.constraint = Some(Constraint::parse("[rack-a|rack-b]").unwrap());
+    s.pending.push(PendingJob::new(1, NOW, req));
+    let d = schedule(&s, NOW, &Config::default());
+    let got = names(&s, &started(&d, 1).nodes);
+    assert_eq!(got, ["gpu009", "gpu010", "gpu011", "gpu012"]);
+}
+
+#[test]
+fn feature_counts_take_distinct_nodes_of_each_kind() {
+    let mut s = featured();
+    let mut req = JobRequest::nodes(4, 8);
+    req.constraint = Some(Constraint::parse("[rack-a*1&rack-b*3]").unwrap());
+    s.pending.push(PendingJob::new(1, NOW, req));
+    let d = schedule(&s, NOW, &Config::default());
+    let st = started(&d, 1);
+    let racks: Vec<&str> = st
+        .nodes
+        .iter()
+        .map(|&n| s.nodes[n as usize].labels["example.com/rack"].as_str())
+        .collect();
+    assert_eq!(racks.iter().filter(|r| **r == "rack-a").count(), 1);
+    assert_eq!(racks.iter().filter(|r| **r == "rack-b").count(), 3);
+}
+
+#[test]
+fn switches_wait_for_few_leaves_then_take_any() {
+    // Two nodes free on each of leaves 1 and 2; a 4-node job wants 1 leaf and waits up to
+    // 10 minutes from its eligible time.
+    let mut s = sandbox();
+    busy(
+        &mut s,
+        100,
+        &["gpu001", "gpu002", "gpu007", "gpu008"],
+        8,
+        Some(NOW + 3600),
+    );
+    let rest: Vec<String> = (9..=16).map(|i| format!("gpu{i:03}")).collect();
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    busy(&mut s, 101, &rest, 8, Some(NOW + 7200));
+    let mut req = JobRequest::nodes(4, 8).time(600);
+    req.switches = Some(Switches::parse("1@10:00").unwrap());
+    let mut job = PendingJob::new(1, NOW - 60, req);
+    job.eligible_time = Some(NOW - 60);
+    s.pending.push(job.clone());
+    let d = schedule(&s, NOW, &Config::default());
+    assert!(d.starts.is_empty());
+    // It would get one leaf when job 100 ends; the wait ends first (NOW+540).
+    assert_eq!(pending(&d, 1).start_estimate, Some(NOW + 540));
+    // After the wait it takes the two half-free leaves.
+    let d = schedule(&s, NOW + 600, &Config::default());
+    assert_eq!(started(&d, 1).leaves, 2);
+    // Without a wait limit (the default 300 s has passed too) it starts at once.
+    let mut s2 = s.clone();
+    s2.pending[0].request.switches = Some(Switches::parse("1").unwrap());
+    let d = schedule(&s2, NOW + 300, &Config::default());
+    assert_eq!(started(&d, 1).leaves, 2);
+}
+
+#[test]
+fn gpu_bind_map_gpu_is_honoured_and_sharing_is_refused() {
+    let mut s = sandbox();
+    busy(&mut s, 100, &["gpu001"], 1, None);
+    let mut req = JobRequest {
+        min_nodes: Some(1),
+        ntasks_per_node: Some(2),
+        gpus_per_task: Some(1),
+        ..Default::default()
+    };
+    req.gpu_bind = Some(GpuBind::parse("map_gpu:6,3").unwrap());
+    s.pending.push(PendingJob::new(1, NOW, req.clone()));
+    let mut shared = req.clone();
+    shared.gpu_bind = Some(GpuBind::parse("single:2").unwrap());
+    s.pending.push(PendingJob::new(2, NOW, shared));
+    let mut wrong = req;
+    wrong.gpu_bind = Some(GpuBind::parse("map_gpu:0*2").unwrap());
+    s.pending.push(PendingJob::new(3, NOW, wrong));
+    let d = schedule(&s, NOW, &Config::default());
+    let st = started(&d, 1);
+    assert_eq!(st.tasks[0].gpus, [6]);
+    assert_eq!(st.tasks[1].gpus, [3]);
+    assert_eq!(pending(&d, 2).reason, Reason::BadConstraints);
+    // map_gpu:0,0 would put both tasks on GPU 0: no node can do that.
+    assert_eq!(pending(&d, 3).reason, Reason::BadConstraints);
 }

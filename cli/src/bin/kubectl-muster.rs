@@ -1,4 +1,4 @@
 //! The same program as `muster`, named so that `kubectl muster ...` finds it as a plugin.
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     muster_cli::run()
 }

@@ -37,12 +37,12 @@ use std::time::Instant;
 
 use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
 use muster_operator::core::{
-    Config, Decisions, JobState, Node, Partition, PendingJob, PreemptMode, Reason, RunningJob,
-    Snapshot, Start, TaskAlloc, schedule,
+    Config, Decisions, FinishedJob, JobState, Node, Partition, PendingJob, PreemptMode, Reason,
+    RunningJob, Snapshot, Start, TaskAlloc, schedule,
 };
+use muster_operator::core::baseline::first_fit;
 use serde::Serialize;
 
-use super::firstfit::first_fit;
 
 /// A scheduling policy the simulator can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize)]
@@ -55,7 +55,7 @@ pub enum Policy {
     /// partition stops at its first job that does not fit (Slurm's sched/builtin).
     Fifo,
     /// Topology-unaware first fit in submit order, passing over jobs that do not fit
-    /// (no reservations).
+    /// (no reservations): the core's `baseline::first_fit`.
     FirstFit,
 }
 
@@ -200,6 +200,8 @@ pub struct Workload {
     pub partitions: Vec<Partition>,
     /// Whether some partition may be preempted by a higher tier.
     pub preemptive: bool,
+    /// Whether some job has a dependency (then ended jobs are kept in the snapshot).
+    pub dependencies: bool,
 }
 
 /// Engine knobs.
@@ -589,6 +591,7 @@ impl Engine<'_> {
                 let o = &mut self.out[i];
                 o.outcome = Outcome::Rejected;
                 o.message = Some(why.clone());
+                self.finish(i, JobState::Cancelled, None, t);
                 self.done();
                 continue;
             }
@@ -700,8 +703,8 @@ impl Engine<'_> {
         let active = self
             .queue
             .iter()
-            .map(|j| j.namespace.clone())
-            .chain(self.snap.running.iter().map(|j| j.namespace.clone()));
+            .map(|j| j.namespace.as_str())
+            .chain(self.snap.running.iter().map(|j| j.namespace.as_str()));
         let fs = if self.multi_ns {
             fair_share_factors(&self.snap.usage, active, &self.cfg)
         } else {
@@ -784,9 +787,28 @@ impl Engine<'_> {
                 o.outcome = Outcome::Rejected;
                 o.message = Some(format!("{}: {}", p.reason, p.message));
                 self.dequeue(i);
+                self.finish(i, JobState::Cancelled, None, t);
                 self.done();
             }
         }
+    }
+
+    /// Keeps an ended job for dependencies (only when the workload has any).
+    fn finish(&mut self, i: usize, state: JobState, start: Option<i64>, t: i64) {
+        if !self.w.dependencies {
+            return;
+        }
+        let p = &self.w.jobs[i].pending;
+        self.snap.finished.push(FinishedJob {
+            id: p.id,
+            name: p.name.clone(),
+            namespace: p.namespace.clone(),
+            state,
+            start_time: start,
+            end_time: t,
+            array_job_id: None,
+            array_task_id: None,
+        });
     }
 
     fn done(&mut self) {
@@ -886,6 +908,7 @@ impl Engine<'_> {
                 .collect(),
             stopping_since: None,
             array_job_id: p.array.as_ref().map(|a| a.array_job_id),
+            array_task_id: p.array.as_ref().map(|a| a.task_id),
         });
     }
 
@@ -960,6 +983,13 @@ impl Engine<'_> {
                     EndKind::Preempt { .. } => Outcome::Preempted,
                     EndKind::Stop(_) => Outcome::NodeFail,
                 };
+                let state = match o.outcome {
+                    Outcome::Completed => JobState::Completed,
+                    Outcome::Timeout => JobState::Timeout,
+                    Outcome::Preempted => JobState::Preempted,
+                    _ => JobState::NodeFail,
+                };
+                self.finish(i, state, Some(start), t);
                 self.done();
             }
         }

@@ -15,7 +15,6 @@
 //!   [`metrics`]. Outputs: [`report`] (terminal, CSV, JSON) and [`html`].
 
 pub mod engine;
-pub mod firstfit;
 pub mod html;
 pub mod metrics;
 pub mod report;
@@ -248,11 +247,20 @@ pub struct Replay {
     pub summaries: Vec<Summary>,
 }
 
-/// Loads the cluster `--cluster` names.
-pub fn load_cluster(arg: &str) -> anyhow::Result<ClusterSpec> {
-    let path = Path::new(arg);
+/// `p` relative to `cwd` unless absolute.
+fn resolve(cwd: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// Loads the cluster `--cluster` names (a file relative to `cwd`, or a built-in name).
+pub fn load_cluster(arg: &str, cwd: &Path) -> anyhow::Result<ClusterSpec> {
+    let path = resolve(cwd, Path::new(arg));
     if path.exists() {
-        let text = std::fs::read_to_string(path)
+        let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read cluster spec {arg}"))?;
         return ClusterSpec::from_yaml(&text).with_context(|| arg.to_string());
     }
@@ -265,10 +273,15 @@ pub fn load_cluster(arg: &str) -> anyhow::Result<ClusterSpec> {
     }
 }
 
-/// Reads (or generates) the trace the arguments name.
-pub fn load_trace(args: &SimulateArgs, cluster_gpus: u64) -> anyhow::Result<Trace> {
+/// Reads (or generates) the trace the arguments name (paths relative to `cwd`).
+pub fn load_trace(args: &SimulateArgs, cwd: &Path, cluster_gpus: u64) -> anyhow::Result<Trace> {
     let base = match &args.trace {
-        Some(p) => trace::read_file(p, args.format, args.skip_bad_rows)?,
+        Some(p) => trace::read_file(
+            &resolve(cwd, p),
+            &p.display().to_string(),
+            args.format,
+            args.skip_bad_rows,
+        )?,
         None => trace::parse(
             BUILTIN_TRACE_NAME,
             BUILTIN_TRACE,
@@ -311,11 +324,11 @@ pub fn parse_config(text: &str) -> anyhow::Result<Config> {
     Ok(serde_yaml::from_value(v)?)
 }
 
-/// Runs the replay(s) the arguments ask for.
-pub fn replay(args: &SimulateArgs) -> anyhow::Result<Replay> {
-    let spec = load_cluster(&args.cluster)?;
+/// Runs the replay(s) the arguments ask for; relative paths are from `cwd`.
+pub fn replay(args: &SimulateArgs, cwd: &Path) -> anyhow::Result<Replay> {
+    let spec = load_cluster(&args.cluster, cwd)?;
     let cluster = Cluster::from_spec(&spec).with_context(|| args.cluster.clone())?;
-    let trace = load_trace(args, cluster.total_gpus)?;
+    let trace = load_trace(args, cwd, cluster.total_gpus)?;
     let rules = Rules {
         gang: args.gang,
         limit: args.time_limit.0,
@@ -326,7 +339,7 @@ pub fn replay(args: &SimulateArgs) -> anyhow::Result<Replay> {
     let config = match &args.scheduler_config {
         None => Config::default(),
         Some(p) => {
-            let text = std::fs::read_to_string(p)
+            let text = std::fs::read_to_string(resolve(cwd, p))
                 .with_context(|| format!("cannot read {}", p.display()))?;
             parse_config(&text).with_context(|| format!("{}", p.display()))?
         }
@@ -494,21 +507,18 @@ pub fn write_out(dir: &Path, r: &Replay) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// `muster simulate`: runs the replay and prints the report to `out`.
-pub fn run(args: &SimulateArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let r = replay(args)?;
+/// `muster simulate`: runs the replay and prints the report to `out`; relative paths are
+/// from `cwd`.
+pub fn run(args: &SimulateArgs, cwd: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let r = replay(args, cwd)?;
     write_report(out, &r)?;
     if let Some(dir) = &args.out {
-        let files = write_out(dir, &r)?;
-        writeln!(
-            out,
-            "Wrote {}",
-            files
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
+        write_out(&resolve(cwd, dir), &r)?;
+        let files = ["report.html", "summary.csv", "summary.json"]
+            .iter()
+            .map(|f| dir.join(f).display().to_string())
+            .collect::<Vec<_>>();
+        writeln!(out, "Wrote {} and jobs-POLICY.csv there", files.join(", "))?;
     }
     Ok(())
 }

@@ -23,7 +23,7 @@
 //! Jobs whose trace records a limit keep it (sacct `Timelimit`, a native spec's `time`).
 
 use muster_crds::slurm::TimeLimit;
-use muster_operator::core::{JobRequest, UNLIMITED};
+use muster_operator::core::JobRequest;
 
 use super::trace::{Ask, TraceLimit};
 
@@ -104,16 +104,21 @@ pub fn auto_limit(runtime: u64, factor: f64) -> u64 {
         .unwrap_or_else(|| want.div_ceil(BUCKETS[12]).saturating_mul(BUCKETS[12]))
 }
 
-/// The job's time limit in the core's terms (`UNLIMITED` for none).
-pub fn limit_for(recorded: TraceLimit, runtime: u64, rule: LimitRule, factor: f64) -> u64 {
+/// A limit of `secs` seconds, rounded up to whole minutes as Slurm counts.
+fn minutes(secs: u64) -> TimeLimit {
+    let m = u32::try_from(secs.div_ceil(60).max(1)).unwrap_or(TimeLimit::MAX_MINUTES);
+    TimeLimit::Minutes(m.min(TimeLimit::MAX_MINUTES))
+}
+
+/// The job's time limit.
+pub fn limit_for(recorded: TraceLimit, runtime: u64, rule: LimitRule, factor: f64) -> TimeLimit {
     match recorded {
-        TraceLimit::Secs(s) => s,
-        TraceLimit::Unlimited => UNLIMITED,
+        TraceLimit::Secs(s) => minutes(s),
+        TraceLimit::Unlimited => TimeLimit::Unlimited,
         TraceLimit::Missing => match rule {
-            LimitRule::Auto => auto_limit(runtime, factor),
-            // Slurm limits are whole minutes.
-            LimitRule::Exact => runtime.div_ceil(60).max(1) * 60,
-            LimitRule::Fixed(t) => t.seconds().unwrap_or(UNLIMITED),
+            LimitRule::Auto => minutes(auto_limit(runtime, factor)),
+            LimitRule::Exact => minutes(runtime),
+            LimitRule::Fixed(t) => t,
         },
     }
 }
@@ -161,20 +166,20 @@ mod tests {
 
     #[test]
     fn recorded_limits_win_and_rules_apply_otherwise() {
-        assert_eq!(
-            limit_for(TraceLimit::Secs(7_200), 10, LimitRule::Exact, 1.5),
-            7_200
-        );
-        assert_eq!(
-            limit_for(TraceLimit::Unlimited, 10, LimitRule::Auto, 1.5),
-            UNLIMITED
-        );
-        assert_eq!(
-            limit_for(TraceLimit::Missing, 61, LimitRule::Exact, 1.5),
-            120
-        );
+        let secs = |t: TimeLimit| t.seconds();
+        let rec = limit_for(TraceLimit::Secs(7_200), 10, LimitRule::Exact, 1.5);
+        assert_eq!(secs(rec), Some(7_200));
+        let unl = limit_for(TraceLimit::Unlimited, 10, LimitRule::Auto, 1.5);
+        assert_eq!(unl, TimeLimit::Unlimited);
+        let exact = limit_for(TraceLimit::Missing, 61, LimitRule::Exact, 1.5);
+        assert_eq!(secs(exact), Some(120));
+        let auto = limit_for(TraceLimit::Missing, 3_890, LimitRule::Auto, 1.5);
+        assert_eq!(secs(auto), Some(7_200));
         let fixed: LimitRule = "4:00:00".parse().unwrap();
-        assert_eq!(limit_for(TraceLimit::Missing, 61, fixed, 1.5), 14_400);
+        assert_eq!(
+            secs(limit_for(TraceLimit::Missing, 61, fixed, 1.5)),
+            Some(14_400)
+        );
         assert!("soon".parse::<LimitRule>().unwrap_err().contains("'auto'"));
     }
 

@@ -107,6 +107,8 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         pending.partition = partition;
         pending.nice = tj.nice;
         pending.priority = tj.priority;
+        pending.hold = tj.hold;
+        pending.dependency = tj.dependency.clone();
         let mut min_gpus = 0;
         let mut size_fraction = 0.0;
         let mut reject = None;
@@ -164,6 +166,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
     }
     Workload {
         preemptive: preemptive(&partitions),
+        dependencies: jobs.iter().any(|j| j.pending.dependency.is_some()),
         jobs,
         partitions,
     }

@@ -49,7 +49,8 @@ pub const CONSTRAINT: &str = "self.matches('^[A-Za-z0-9_.:=,&|*()\\\\[\\\\]-]+$'
 pub const ARRAY: &str = "string(self).matches('^[0-9]+(-[0-9]+(:[0-9]*[1-9][0-9]*)?)?(,[0-9]+(-[0-9]+(:[0-9]*[1-9][0-9]*)?)?)*(%[0-9]*[1-9][0-9]*)?$')";
 
 #[cfg(test)]
-const DEP_REF: &str = "([0-9]+|[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*)([+][0-9]+)?";
+const DEP_REF: &str =
+    "([0-9]+|[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*)([+][0-9]+)?";
 
 /// `--dependency`: items joined by `,` or by `?`, not both.
 pub const DEPENDENCY: &str = concat!(

@@ -714,50 +714,8 @@ fn check_hw(field: &str, gpus: u32, model: &str) -> Result<(), SpecError> {
 }
 
 /// Expands a Slurm hostlist (`gpu[001-004,010],cpu1`) into names.
-///
-/// Interim: a minimal expander for `prefix[a-b,c]suffix` terms until the shared Slurm
-/// syntax library lands; then this delegates to `muster_crds::slurm::hostlist::expand`.
 fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
-    let mut out = Vec::new();
-    let mut depth = 0;
-    let mut start = 0;
-    let bytes = list.as_bytes();
-    let mut terms = Vec::new();
-    for (i, &c) in bytes.iter().enumerate() {
-        match c {
-            b'[' => depth += 1,
-            b']' => depth -= 1,
-            b',' if depth == 0 => {
-                terms.push(&list[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    terms.push(&list[start..]);
-    for t in terms {
-        let t = t.trim();
-        let Some(open) = t.find('[') else {
-            out.push(t.to_string());
-            continue;
-        };
-        let close = t
-            .find(']')
-            .ok_or_else(|| format!("invalid hostlist '{list}': '[' without ']'"))?;
-        let (prefix, body, suffix) = (&t[..open], &t[open + 1..close], &t[close + 1..]);
-        for r in body.split(',') {
-            let (a, b) = r.split_once('-').unwrap_or((r, r));
-            let width = a.len();
-            let (x, y): (u64, u64) = match (a.parse(), b.parse()) {
-                (Ok(x), Ok(y)) if x <= y => (x, y),
-                _ => return Err(format!("invalid hostlist range '{r}' in '{list}'")),
-            };
-            for n in x..=y {
-                out.push(format!("{prefix}{n:0width$}{suffix}"));
-            }
-        }
-    }
-    Ok(out)
+    muster_crds::slurm::hostlist::expand(list).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

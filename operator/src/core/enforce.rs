@@ -57,12 +57,15 @@ pub fn stop_for(snap: &Snapshot, job: &RunningJob, now: i64) -> Option<Stop> {
     None
 }
 
-/// Every running job that must stop now, in snapshot order.
+/// Every running job that must stop now, by job id.
 pub fn stops(snap: &Snapshot, now: i64) -> Vec<Stop> {
-    snap.running
+    let mut out: Vec<Stop> = snap
+        .running
         .iter()
         .filter_map(|j| stop_for(snap, j, now))
-        .collect()
+        .collect();
+    out.sort_by_key(|s| s.job);
+    out
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use std::collections::HashMap;
 
 use super::gpus::GpuTree;
 use super::model::{Partition, Snapshot};
-use super::node::{Node, NodeId};
+use super::node::{Link, Node, NodeId};
 use super::shape::{Demand, Mode, Res};
 use super::tree::Tree;
+use super::util::{FnvBuild, natural_cmp};
 
 /// "Never" as a time.
 pub const NEVER: i64 = i64::MAX;
@@ -39,11 +40,21 @@ pub struct NodeState {
     pub sched: bool,
     /// Index into [`Engine::gpu_trees`].
     pub gtree: u32,
+    /// Allocatable CPU, memory and every GPU, healthy or not (for "could it ever fit").
+    pub all_total: Res,
+    /// Every GPU position.
+    pub all_mask: u64,
+    /// Healthy GPU positions.
+    pub healthy_mask: u64,
     /// Resources coming back, `(time, res, running job index)`, time > now. Jobs started
     /// this cycle use index `u32::MAX`.
     pub releases: Vec<(i64, Res, u32)>,
     /// Holds of reservations.
     pub claims: Vec<Claim>,
+    /// For nodes with holds: `(time, least free from now until just after time)` at now and
+    /// at every hold start after now, so the free room over `[now, end)` is one binary
+    /// search. Rebuilt whenever the node's holds or releases change.
+    pub profile: Vec<(i64, Res)>,
 }
 
 impl NodeState {
@@ -59,21 +70,51 @@ impl NodeState {
         let mut r = self.free;
         for &(rt, rr, j) in &self.releases {
             if (t > now && rt <= t && rt != NEVER) || early(j) {
-                r = r.add(rr);
+                r = r.plus(rr);
             }
         }
         let mut held = Res::default();
         for c in &self.claims {
             if c.start <= t && t < c.end {
-                held = held.add(c.res);
+                held = held.plus(c.res);
             }
         }
-        r.min(self.total).sub(held)
+        r.min(self.total).minus(held)
     }
 
     /// The least that is free over `[s, e)`: availability only drops when a hold begins.
     pub fn window(&self, s: i64, e: i64, now: i64) -> Res {
         self.window_if(s, e, now, &|_| false)
+    }
+
+    /// The least free over `[now, e)` (`e > now`), from the profile.
+    pub fn window_now(&self, e: i64) -> Res {
+        if self.profile.is_empty() {
+            return self.free;
+        }
+        let i = self.profile.partition_point(|&(t, _)| t < e);
+        self.profile[i.max(1) - 1].1
+    }
+
+    fn rebuild_profile(&mut self, now: i64) {
+        self.profile.clear();
+        if self.claims.is_empty() {
+            return;
+        }
+        let mut times: Vec<i64> = self
+            .claims
+            .iter()
+            .map(|c| c.start)
+            .filter(|&t| t > now)
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        let mut m = self.point(now, now);
+        self.profile.push((now, m));
+        for t in times {
+            m = m.min(self.point(t, now));
+            self.profile.push((t, m));
+        }
     }
 
     /// [`NodeState::window`] with `early` as in [`NodeState::point_if`].
@@ -97,6 +138,49 @@ pub struct LeafAgg {
     /// what a placement leaves over is judged by it.
     pub slack: u64,
 }
+
+/// Per-leaf aggregates: a base array with a few leaves replaced (`patch`, sorted by leaf).
+#[derive(Clone, Copy, Debug)]
+pub struct LeafView<'a> {
+    pub base: &'a [LeafAgg],
+    pub patch: &'a [(u32, LeafAgg)],
+}
+
+impl LeafView<'_> {
+    /// Number of leaves.
+    pub fn len(&self) -> usize {
+        self.base.len()
+    }
+
+    /// Whether there are no leaves.
+    pub fn is_empty(&self) -> bool {
+        self.base.is_empty()
+    }
+
+    /// The aggregate of leaf `l`.
+    pub fn get(&self, l: usize) -> LeafAgg {
+        if self.patch.is_empty() {
+            return self.base[l];
+        }
+        match self.patch.binary_search_by_key(&(l as u32), |p| p.0) {
+            Ok(i) => self.patch[i].1,
+            Err(_) => self.base[l],
+        }
+    }
+}
+
+/// A cached leaf aggregate: valid at leaf version `ver` for window ends in `(lo, hi]`
+/// (between two consecutive hold starts of the leaf).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheEntry {
+    pub ver: u32,
+    pub lo: i64,
+    pub hi: i64,
+    pub agg: LeafAgg,
+}
+
+/// Entries kept per class and leaf (jobs of one class differ in time limit).
+pub const CACHE_WAYS: usize = 3;
 
 /// Which nodes a job may use at all, and which of their GPUs.
 #[derive(Clone, Debug)]
@@ -132,13 +216,22 @@ pub struct Class {
     pub demand: Demand,
     /// GPU position sets per local rank (`map_gpu`/`mask_gpu`), if bound.
     pub bind: Option<Vec<u64>>,
-    /// Cached now-capacity per leaf with the leaf version it was read at.
-    pub cache: Vec<(u32, LeafAgg)>,
-    /// Capacity if every node were idle: (up nodes only, all nodes), sorted descending.
-    pub statics: Option<(Vec<u32>, Vec<u32>)>,
+    /// Capacity per leaf now, for leaves without holds (kept current from the partition's
+    /// change log).
+    pub base: Vec<LeafAgg>,
+    /// How much of the change log `base` has seen; `usize::MAX`: not built yet.
+    pub base_seen: usize,
+    /// Cached capacity of leaves with holds, by window end.
+    pub cache: Vec<[CacheEntry; CACHE_WAYS]>,
+    /// Capacity if every node were idle: (up nodes only, all nodes).
+    pub statics: Option<(Caps, Caps)>,
     /// Requests of this class that failed to start now this cycle:
     /// (need, min_nodes, max_nodes, window end, max_leaves).
     pub failures: Vec<(u32, u32, u32, i64, Option<u32>)>,
+    /// Room seen this cycle for runs ending at or after a time: `(end, units, nodes)`. Room
+    /// only shrinks during a cycle, so a later job of the class needing more units or nodes
+    /// with an end at least as late cannot start now.
+    pub room: Vec<(i64, u64, u64)>,
 }
 
 /// A partition during the cycle.
@@ -149,10 +242,82 @@ pub struct PartState {
     pub levels: Vec<Vec<u32>>,
     /// Bumped whenever a node of the leaf changes.
     pub leaf_version: Vec<u32>,
-    /// Earliest hold start on any node of the leaf.
-    pub leaf_claim_start: Vec<i64>,
+    /// Hold starts on the leaf's nodes, sorted.
+    pub leaf_claims: Vec<Vec<i64>>,
+    /// Leaves with holds, sorted.
+    pub claimed_leaves: Vec<u32>,
+    /// Leaves in the order they changed (an append-only log classes catch up with).
+    pub changed: Vec<u32>,
+    /// `(start, position)` of every hold that begins after now, sorted.
+    pub claim_starts: Vec<(i64, u32)>,
+    /// Future changes of free room on the partition's nodes, sorted by time once built
+    /// (lazily, by the first reservation search); later changes wait in `new_events`.
+    pub events: Option<Vec<Event>>,
+    /// Changes recorded since `events` was last merged.
+    pub new_events: Vec<Event>,
     /// Free healthy GPUs on schedulable nodes of the partition.
     pub free_gpus: u64,
+}
+
+/// A signed change of a node's free room at a time (for the reservation sweep).
+#[derive(Clone, Copy, Debug)]
+pub struct Event {
+    pub time: i64,
+    pub pos: u32,
+    /// Change of (GPUs, CPU millicores, memory MiB).
+    pub d: [i64; 3],
+}
+
+impl Event {
+    fn new(time: i64, pos: u32, add: Res, sub: Res) -> Event {
+        Event {
+            time,
+            pos,
+            d: [
+                i64::from(add.gpus) - i64::from(sub.gpus),
+                add.cpu as i64 - sub.cpu as i64,
+                add.mem as i64 - sub.mem as i64,
+            ],
+        }
+    }
+
+    /// Whether the event gives room back (so a waiting job may fit afterwards).
+    pub fn adds(&self) -> bool {
+        self.d.iter().any(|&x| x > 0)
+    }
+}
+
+/// Each node's `(partition, position)` memberships, stored flat (one allocation, not one per
+/// node).
+#[derive(Clone, Debug, Default)]
+pub struct Members {
+    start: Vec<u32>,
+    list: Vec<(u32, u32)>,
+}
+
+impl Members {
+    /// Memberships of node `n`.
+    pub fn of(&self, n: NodeId) -> &[(u32, u32)] {
+        let a = self.start[n as usize] as usize;
+        let b = self.start[n as usize + 1] as usize;
+        &self.list[a..b]
+    }
+
+    /// Builds from `(node, partition, position)` triples.
+    fn build(nodes: usize, mut triples: Vec<(NodeId, u32, u32)>) -> Members {
+        triples.sort_unstable();
+        let mut start = vec![0u32; nodes + 1];
+        for &(n, _, _) in &triples {
+            start[n as usize + 1] += 1;
+        }
+        for i in 0..nodes {
+            start[i + 1] += start[i];
+        }
+        Members {
+            start,
+            list: triples.into_iter().map(|(_, p, q)| (p, q)).collect(),
+        }
+    }
 }
 
 /// A placement: `(tree position, units)` in selection order.
@@ -166,11 +331,17 @@ pub struct Engine<'a> {
     pub gpu_trees: Vec<GpuTree>,
     pub parts: Vec<PartState>,
     /// For each node: `(partition, position)` memberships.
-    pub member_of: Vec<Vec<(u32, u32)>>,
+    pub member_of: Members,
+    /// Each node's place in natural name order (node lists are sorted by it).
+    pub name_rank: Vec<u32>,
+    /// The filter with no GPU type and no constraint, per partition.
+    plain_filter: Vec<Option<u32>>,
     pub classes: Vec<Class>,
-    class_ids: HashMap<ClassKey, u32>,
+    class_ids: HashMap<ClassKey, u32, FnvBuild>,
     pub filters: Vec<Filter>,
-    filter_ids: HashMap<(u32, String, String), u32>,
+    /// `(partition, GPU type, constraint key)` of each filter; few, so searched linearly
+    /// without allocating.
+    filter_keys: Vec<(u32, String, String)>,
 }
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
@@ -191,21 +362,31 @@ fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
 }
 
 /// A key describing a node's GPU wiring, so identical nodes share one [`GpuTree`].
-fn gpu_signature(node: &Node) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    let mut gs: Vec<usize> = (0..node.gpus.len()).collect();
-    gs.sort_by_key(|&i| node.gpus[i].index);
-    for &i in &gs {
-        let g = &node.gpus[i];
-        let _ = write!(s, "{}:{:?}:{:?};", g.index, g.numa, g.nvlink_peers);
-    }
-    for a in &gs {
-        for b in &gs {
-            let _ = write!(s, "{}", node.link(*a, *b).distance());
+fn gpu_signature(node: &Node, s: &mut Vec<u8>) {
+    s.clear();
+    for g in &node.gpus {
+        s.extend_from_slice(&g.index.to_le_bytes());
+        s.extend_from_slice(&g.numa.unwrap_or(i32::MIN).to_le_bytes());
+        s.extend_from_slice(&(g.nvlink_peers.len() as u32).to_le_bytes());
+        for p in &g.nvlink_peers {
+            s.extend_from_slice(&p.to_le_bytes());
         }
     }
-    s
+    s.push(0xff);
+    for row in &node.gpu_links {
+        s.push(0xfe);
+        for l in row {
+            s.extend_from_slice(&match l {
+                Link::Itself => [0, 0],
+                Link::NvLink(n) => [1, *n],
+                Link::Pix => [2, 0],
+                Link::Pxb => [3, 0],
+                Link::Phb => [4, 0],
+                Link::Node => [5, 0],
+                Link::Sys => [6, 0],
+            });
+        }
+    }
 }
 
 impl<'a> Engine<'a> {
@@ -213,16 +394,40 @@ impl<'a> Engine<'a> {
     /// the caller with [`Engine::hold`]).
     pub fn new(snap: &'a Snapshot, now: i64) -> Engine<'a> {
         let mut gpu_trees = Vec::new();
-        let mut sig_ids: HashMap<String, u32> = HashMap::new();
+        let mut sig_ids: HashMap<Vec<u8>, u32, FnvBuild> = HashMap::with_hasher(FnvBuild);
+        let mut prev_sig: Vec<u8> = Vec::new();
+        let mut prev_gt = u32::MAX;
         let mut nodes = Vec::with_capacity(snap.nodes.len());
+        let mut sig = Vec::new();
         for node in &snap.nodes {
-            let sig = gpu_signature(node);
-            let gt = *sig_ids.entry(sig).or_insert_with(|| {
-                gpu_trees.push(GpuTree::new(node));
-                gpu_trees.len() as u32 - 1
-            });
+            gpu_signature(node, &mut sig);
+            // Neighbours are usually identical: compare with the previous node first.
+            let gt = if prev_gt != u32::MAX && sig == prev_sig {
+                prev_gt
+            } else {
+                match sig_ids.get(sig.as_slice()) {
+                    Some(&g) => g,
+                    None => {
+                        gpu_trees.push(GpuTree::new(node));
+                        let g = gpu_trees.len() as u32 - 1;
+                        sig_ids.insert(sig.clone(), g);
+                        g
+                    }
+                }
+            };
+            std::mem::swap(&mut prev_sig, &mut sig);
+            prev_gt = gt;
             let (total, mask) = node_total(node, &gpu_trees[gt as usize]);
+            let ng = gpu_trees[gt as usize].len() as u32;
+            let all_mask = if ng >= 64 { u64::MAX } else { (1u64 << ng) - 1 };
             nodes.push(NodeState {
+                all_total: Res {
+                    gpus: ng,
+                    cpu: node.cpu_millis,
+                    mem: node.memory_mib,
+                },
+                all_mask,
+                healthy_mask: mask,
                 total,
                 free: total,
                 free_mask: mask,
@@ -230,9 +435,10 @@ impl<'a> Engine<'a> {
                 gtree: gt,
                 releases: Vec::new(),
                 claims: Vec::new(),
+                profile: Vec::new(),
             });
         }
-        let mut member_of = vec![Vec::new(); snap.nodes.len()];
+        let mut triples = Vec::with_capacity(snap.nodes.len());
         let parts = snap
             .partitions
             .iter()
@@ -240,7 +446,7 @@ impl<'a> Engine<'a> {
             .map(|(pi, p)| {
                 let tree = Tree::build(&snap.nodes, p);
                 for (pos, &n) in tree.nodes.iter().enumerate() {
-                    member_of[n as usize].push((pi as u32, pos as u32));
+                    triples.push((n, pi as u32, pos as u32));
                 }
                 let mut levels = vec![Vec::new(); tree.depth + 1];
                 for (sid, s) in tree.switches.iter().enumerate() {
@@ -251,12 +457,28 @@ impl<'a> Engine<'a> {
                     tree,
                     levels,
                     leaf_version: vec![1; nl],
-                    leaf_claim_start: vec![NEVER; nl],
+                    leaf_claims: vec![Vec::new(); nl],
+                    claimed_leaves: Vec::new(),
+                    changed: Vec::new(),
+                    claim_starts: Vec::new(),
+                    events: None,
+                    new_events: Vec::new(),
                     free_gpus: 0,
                 }
             })
             .collect();
+        let member_of = Members::build(snap.nodes.len(), triples);
+        let mut by_name: Vec<u32> = (0..snap.nodes.len() as u32).collect();
+        by_name.sort_by(|&a, &b| {
+            natural_cmp(&snap.nodes[a as usize].name, &snap.nodes[b as usize].name).then(a.cmp(&b))
+        });
+        let mut name_rank = vec![0; snap.nodes.len()];
+        for (r, &n) in by_name.iter().enumerate() {
+            name_rank[n as usize] = r as u32;
+        }
         let mut e = Engine {
+            name_rank,
+            plain_filter: vec![None; snap.partitions.len()],
             snap,
             now,
             nodes,
@@ -264,9 +486,9 @@ impl<'a> Engine<'a> {
             parts,
             member_of,
             classes: Vec::new(),
-            class_ids: HashMap::new(),
+            class_ids: HashMap::with_hasher(FnvBuild),
             filters: Vec::new(),
-            filter_ids: HashMap::new(),
+            filter_keys: Vec::new(),
         };
         for pi in 0..e.parts.len() {
             e.parts[pi].free_gpus = e.parts[pi]
@@ -296,8 +518,11 @@ impl<'a> Engine<'a> {
                 mem: ns.free.mem.saturating_sub(mem),
             };
         }
-        let taken = before.sub(ns.free);
+        let taken = before.minus(ns.free);
         let sched = ns.sched;
+        if !ns.claims.is_empty() {
+            ns.rebuild_profile(self.now);
+        }
         self.touch(n, if sched { taken.gpus } else { 0 });
         taken
     }
@@ -305,29 +530,145 @@ impl<'a> Engine<'a> {
     /// Records that `res` of node `n` comes back at `t` (from running job `job`); `NEVER`
     /// is kept too, so that preempting the job can bring it forward.
     pub fn release_at(&mut self, n: NodeId, t: i64, res: Res, job: u32) {
-        if res != Res::default() {
-            self.nodes[n as usize]
-                .releases
-                .push((t.max(self.now + 1), res, job));
+        if res == Res::default() {
+            return;
+        }
+        let t = t.max(self.now + 1);
+        let ns = &mut self.nodes[n as usize];
+        ns.releases.push((t, res, job));
+        if !ns.claims.is_empty() {
+            ns.rebuild_profile(self.now);
+        }
+        if t != NEVER {
+            self.push_event(n, Event::new(t, 0, res, Res::default()));
+        }
+    }
+
+    /// Brings the release of running job `job` on node `n` forward to `t` (preemption).
+    pub fn move_release(&mut self, n: NodeId, job: u32, t: i64) {
+        let t = t.max(self.now + 1);
+        let mut moved = Vec::new();
+        for r in &mut self.nodes[n as usize].releases {
+            if r.2 == job && r.0 > t {
+                moved.push((r.0, r.1));
+                r.0 = t;
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        let ns = &mut self.nodes[n as usize];
+        if !ns.claims.is_empty() {
+            ns.rebuild_profile(self.now);
+        }
+        for (old, res) in moved {
+            // Cancel the old event (if it was a real time) and add the new one.
+            if old != NEVER {
+                self.push_event(n, Event::new(old, 0, Res::default(), res));
+            }
+            self.push_event(n, Event::new(t, 0, res, Res::default()));
+        }
+    }
+
+    fn push_event(&mut self, n: NodeId, e: Event) {
+        for &(p, pos) in self.member_of.of(n) {
+            let ps = &mut self.parts[p as usize];
+            if ps.events.is_some() {
+                ps.new_events.push(Event { pos, ..e });
+            }
+        }
+    }
+
+    /// Brings the partition's future events up to date: `events` and `new_events` are then
+    /// both sorted, and together hold every change.
+    pub fn events(&mut self, part: u32) {
+        let now = self.now;
+        if self.parts[part as usize].events.is_none() {
+            let ps = &self.parts[part as usize];
+            let mut ev = Vec::new();
+            for (pos, &n) in ps.tree.nodes.iter().enumerate() {
+                let ns = &self.nodes[n as usize];
+                for &(t, r, _) in ns.releases.iter().filter(|r| r.0 != NEVER) {
+                    ev.push(Event::new(t, pos as u32, r, Res::default()));
+                }
+                for c in &ns.claims {
+                    if c.start > now {
+                        ev.push(Event::new(c.start, pos as u32, Res::default(), c.res));
+                    }
+                    if c.end > now && c.end != NEVER {
+                        ev.push(Event::new(c.end, pos as u32, c.res, Res::default()));
+                    }
+                }
+            }
+            ev.sort_unstable_by_key(|e| (e.time, e.pos));
+            let ps = &mut self.parts[part as usize];
+            ps.events = Some(ev);
+            ps.new_events.clear();
+        }
+        let ps = &mut self.parts[part as usize];
+        let main = ps.events.as_ref().map_or(0, Vec::len);
+        ps.new_events.sort_unstable_by_key(|e| (e.time, e.pos));
+        if ps.new_events.len() * 8 > main {
+            // Fold the recent changes into the main list once they are many.
+            let add = std::mem::take(&mut ps.new_events);
+            let old = ps.events.take().unwrap_or_default();
+            let mut merged = Vec::with_capacity(old.len() + add.len());
+            let (mut i, mut j) = (0, 0);
+            while i < old.len() || j < add.len() {
+                if j >= add.len()
+                    || (i < old.len() && (old[i].time, old[i].pos) <= (add[j].time, add[j].pos))
+                {
+                    merged.push(old[i]);
+                    i += 1;
+                } else {
+                    merged.push(add[j]);
+                    j += 1;
+                }
+            }
+            ps.events = Some(merged);
         }
     }
 
     fn touch(&mut self, n: NodeId, gpus_taken: u32) {
-        for &(p, pos) in &self.member_of[n as usize] {
+        for &(p, pos) in self.member_of.of(n) {
             let ps = &mut self.parts[p as usize];
             let leaf = ps.tree.leaf_of[pos as usize] as usize;
             ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
+            ps.changed.push(leaf as u32);
             ps.free_gpus = ps.free_gpus.saturating_sub(u64::from(gpus_taken));
         }
     }
 
     /// Adds a hold on node `n`.
     pub fn claim(&mut self, n: NodeId, c: Claim) {
-        self.nodes[n as usize].claims.push(c);
-        for &(p, pos) in &self.member_of[n as usize] {
+        let now = self.now;
+        let ns = &mut self.nodes[n as usize];
+        ns.claims.push(c);
+        ns.rebuild_profile(now);
+        for &(p, pos) in self.member_of.of(n) {
             let ps = &mut self.parts[p as usize];
             let leaf = ps.tree.leaf_of[pos as usize] as usize;
-            ps.leaf_claim_start[leaf] = ps.leaf_claim_start[leaf].min(c.start);
+            let starts = &mut ps.leaf_claims[leaf];
+            let at = starts.partition_point(|&t| t <= c.start);
+            starts.insert(at, c.start);
+            ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
+            if let Err(k) = ps.claimed_leaves.binary_search(&(leaf as u32)) {
+                ps.claimed_leaves.insert(k, leaf as u32);
+            }
+            if c.start > now {
+                let k = ps.claim_starts.partition_point(|&x| x <= (c.start, pos));
+                ps.claim_starts.insert(k, (c.start, pos));
+            }
+            if ps.events.is_some() {
+                if c.start > now {
+                    ps.new_events
+                        .push(Event::new(c.start, pos, Res::default(), c.res));
+                }
+                if c.end != NEVER {
+                    ps.new_events
+                        .push(Event::new(c.end, pos, c.res, Res::default()));
+                }
+            }
         }
     }
 
@@ -339,11 +680,17 @@ impl<'a> Engine<'a> {
         constraint_key: &str,
         node_ok: &dyn Fn(&Node) -> bool,
     ) -> u32 {
-        let ty = gpu_type.map(str::to_ascii_lowercase).unwrap_or_default();
-        let key = (part, ty.clone(), constraint_key.to_string());
-        if let Some(&id) = self.filter_ids.get(&key) {
+        let ty_in = gpu_type.unwrap_or("");
+        let plain = ty_in.is_empty() && constraint_key.is_empty();
+        if plain && let Some(id) = self.plain_filter[part as usize] {
             return id;
         }
+        if let Some(id) = self.filter_keys.iter().position(|(p, t, c)| {
+            *p == part && t.eq_ignore_ascii_case(ty_in) && c == constraint_key
+        }) {
+            return id as u32;
+        }
+        let ty = ty_in.to_ascii_lowercase();
         let tree = &self.parts[part as usize].tree;
         let mut ok = Vec::with_capacity(tree.nodes.len());
         let mut gpu_mask = Vec::with_capacity(tree.nodes.len());
@@ -370,8 +717,12 @@ impl<'a> Engine<'a> {
             gpu_mask,
             typed: !ty.is_empty(),
         });
+        self.filter_keys
+            .push((part, ty, constraint_key.to_string()));
         let id = self.filters.len() as u32 - 1;
-        self.filter_ids.insert(key, id);
+        if plain {
+            self.plain_filter[part as usize] = Some(id);
+        }
         id
     }
 
@@ -397,9 +748,12 @@ impl<'a> Engine<'a> {
             filter,
             demand: d.clone(),
             bind,
-            cache: vec![(0, LeafAgg::default()); nl],
+            base: vec![LeafAgg::default(); nl],
+            base_seen: usize::MAX,
+            cache: vec![[CacheEntry::default(); CACHE_WAYS]; nl],
             statics: None,
             failures: Vec::new(),
+            room: Vec::new(),
         });
         let id = self.classes.len() as u32 - 1;
         self.class_ids.insert(key, id);
@@ -420,11 +774,12 @@ impl<'a> Engine<'a> {
         let idle = avail == total;
         let mut k = c.demand.units_fitting(a, total, idle);
         if let Some(sets) = &c.bind {
-            // map_gpu/mask_gpu: local rank i uses sets[i % len]; ranks may not share GPUs.
+            // map_gpu/mask_gpu: local task i uses sets[i % len]; tasks may not share GPUs.
             let usable = mask & f.gpu_mask[pos as usize];
+            let tasks = c.demand.tasks_on_node(k.max(1)).max(k);
             let mut used = 0u64;
             let mut ok = 0;
-            for i in 0..k {
+            for i in 0..tasks {
                 let s = sets[i as usize % sets.len()];
                 if s & !usable != 0 || s & used != 0 {
                     break;
@@ -432,7 +787,16 @@ impl<'a> Engine<'a> {
                 used |= s;
                 ok += 1;
             }
-            k = ok;
+            k = match c.demand.mode {
+                Mode::Bundles { tasks_per_node } => {
+                    if ok >= tasks_per_node {
+                        k
+                    } else {
+                        0
+                    }
+                }
+                Mode::Units { .. } => k.min(ok),
+            };
         }
         k
     }
@@ -444,11 +808,7 @@ impl<'a> Engine<'a> {
         if !ns.sched {
             return (0, 0);
         }
-        let avail = if ns.claims.is_empty() {
-            ns.free
-        } else {
-            ns.free.min(ns.window(self.now, end, self.now))
-        };
+        let avail = ns.window_now(end);
         (
             self.units_for_count(c, pos, avail, ns.free_mask, ns.total),
             slack_of(c, avail),
@@ -469,34 +829,66 @@ impl<'a> Engine<'a> {
         agg
     }
 
-    /// Leaf aggregates of class `cid` for a job starting now and running until `end`.
-    pub fn leaf_aggs_now(&mut self, cid: u32, end: i64, out: &mut Vec<LeafAgg>) {
+    /// Leaf aggregates of class `cid` for a job starting now and running until `end`: the
+    /// class's `base` (brought up to date here) with `patch` holding the leaves that have
+    /// holds, read for this window.
+    pub fn leaf_aggs_now(&mut self, cid: u32, end: i64, patch: &mut Vec<(u32, LeafAgg)>) {
         let part = self.classes[cid as usize].part as usize;
         let nl = self.parts[part].tree.leaves.len();
-        out.clear();
-        for l in 0..nl {
+        let logged = self.parts[part].changed.len();
+        let seen = self.classes[cid as usize].base_seen;
+        if seen == usize::MAX {
+            for l in 0..nl {
+                let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, NEVER);
+                self.classes[cid as usize].base[l] = agg;
+            }
+        } else if seen < logged {
+            let mut dirty: Vec<u32> = self.parts[part].changed[seen..logged].to_vec();
+            if dirty.len() > 1 {
+                dirty.sort_unstable();
+                dirty.dedup();
+            }
+            for l in dirty {
+                if self.parts[part].leaf_claims[l as usize].is_empty() {
+                    let agg = self.leaf_agg_now(&self.classes[cid as usize], l, NEVER);
+                    self.classes[cid as usize].base[l as usize] = agg;
+                }
+            }
+        }
+        self.classes[cid as usize].base_seen = logged;
+        patch.clear();
+        for i in 0..self.parts[part].claimed_leaves.len() {
             let ps = &self.parts[part];
-            let c = &self.classes[cid as usize];
-            if ps.leaf_claim_start[l] < end {
-                // Holds overlap the job's run: read the leaf exactly, uncached.
-                out.push(self.leaf_agg_now(c, l as u32, end));
+            let l = ps.claimed_leaves[i] as usize;
+            let ver = ps.leaf_version[l];
+            let ways = &self.classes[cid as usize].cache[l];
+            if let Some(e) = ways
+                .iter()
+                .find(|e| e.ver == ver && e.lo < end && end <= e.hi)
+            {
+                patch.push((l as u32, e.agg));
                 continue;
             }
-            let (ver, agg) = c.cache[l];
-            if ver == ps.leaf_version[l] {
-                out.push(agg);
-            } else {
-                let agg = self.leaf_agg_now(c, l as u32, NEVER.min(end).max(self.now));
-                let v = ps.leaf_version[l];
-                self.classes[cid as usize].cache[l] = (v, agg);
-                out.push(agg);
-            }
+            // The ends for which the same holds matter: between consecutive hold starts.
+            let starts = &ps.leaf_claims[l];
+            let i = starts.partition_point(|&t| t < end);
+            let lo = if i == 0 { i64::MIN } else { starts[i - 1] };
+            let hi = starts.get(i).copied().unwrap_or(i64::MAX);
+            let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, end);
+            let ways = &mut self.classes[cid as usize].cache[l];
+            // Replace an outdated entry, else one chosen by the end (entries differ by end).
+            let slot = ways
+                .iter()
+                .position(|e| e.ver != ver)
+                .unwrap_or((end as usize) % CACHE_WAYS);
+            ways[slot] = CacheEntry { ver, lo, hi, agg };
+            patch.push((l as u32, agg));
         }
     }
 
-    /// Capacity of class `cid` with every node idle: units per node, sorted descending, for
-    /// (schedulable nodes with healthy GPUs, all nodes with all GPUs).
-    pub fn statics(&mut self, cid: u32) -> &(Vec<u32>, Vec<u32>) {
+    /// Capacity of class `cid` with every node idle, for (schedulable nodes with healthy
+    /// GPUs, all nodes with all GPUs).
+    pub fn statics(&mut self, cid: u32) -> &(Caps, Caps) {
         if self.classes[cid as usize].statics.is_none() {
             let c = &self.classes[cid as usize];
             let tree = &self.parts[c.part as usize].tree;
@@ -504,29 +896,20 @@ impl<'a> Engine<'a> {
             let mut all = Vec::new();
             for (pos, &n) in tree.nodes.iter().enumerate() {
                 let ns = &self.nodes[n as usize];
-                let gt = &self.gpu_trees[ns.gtree as usize];
-                let full_mask = if gt.len() >= 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << gt.len()) - 1
-                };
-                let node = &self.snap.nodes[n as usize];
-                let all_total = Res {
-                    gpus: gt.len() as u32,
-                    cpu: node.cpu_millis,
-                    mem: node.memory_mib,
-                };
-                let (healthy_total, healthy_mask) = node_total(node, gt);
-                all.push(self.units_for_count(c, pos as u32, all_total, full_mask, all_total));
+                all.push(self.units_for_count(
+                    c,
+                    pos as u32,
+                    ns.all_total,
+                    ns.all_mask,
+                    ns.all_total,
+                ));
                 up.push(if ns.sched {
-                    self.units_for_count(c, pos as u32, healthy_total, healthy_mask, healthy_total)
+                    self.units_for_count(c, pos as u32, ns.total, ns.healthy_mask, ns.total)
                 } else {
                     0
                 });
             }
-            up.sort_unstable_by(|a, b| b.cmp(a));
-            all.sort_unstable_by(|a, b| b.cmp(a));
-            self.classes[cid as usize].statics = Some((up, all));
+            self.classes[cid as usize].statics = Some((Caps::new(up), Caps::new(all)));
         }
         self.classes[cid as usize]
             .statics
@@ -545,21 +928,42 @@ pub fn slack_of(c: &Class, avail: Res) -> u32 {
     }
 }
 
-/// Whether sorted-descending per-node capacities can hold `d` (ignoring topology).
-pub fn caps_hold(caps: &[u32], d: &Demand) -> bool {
-    let nodes = caps.iter().take_while(|&&u| u > 0).count() as u32;
-    if nodes < d.min_nodes {
-        return false;
+/// Per-node capacities of a class, summarized: how many nodes can take a unit, and the most
+/// units any `k` nodes hold (prefix sums of the capacities sorted descending).
+#[derive(Clone, Debug, Default)]
+pub struct Caps {
+    pub nodes: u32,
+    pub prefix: Vec<u64>,
+}
+
+impl Caps {
+    fn new(mut caps: Vec<u32>) -> Caps {
+        caps.retain(|&u| u > 0);
+        caps.sort_unstable_by(|a, b| b.cmp(a));
+        let mut prefix = Vec::with_capacity(caps.len() + 1);
+        prefix.push(0);
+        let mut acc = 0u64;
+        for u in &caps {
+            acc += u64::from(*u);
+            prefix.push(acc);
+        }
+        Caps {
+            nodes: caps.len() as u32,
+            prefix,
+        }
     }
-    match d.mode {
-        Mode::Bundles { .. } => true,
-        Mode::Units { total, .. } => {
-            let best: u64 = caps
-                .iter()
-                .take(d.max_nodes as usize)
-                .map(|&u| u64::from(u))
-                .sum();
-            best >= u64::from(total)
+
+    /// Whether these capacities can hold `d` (ignoring topology).
+    pub fn hold(&self, d: &Demand) -> bool {
+        if self.nodes < d.min_nodes {
+            return false;
+        }
+        match d.mode {
+            Mode::Bundles { .. } => true,
+            Mode::Units { total, .. } => {
+                let k = (d.max_nodes as usize).min(self.nodes as usize);
+                self.prefix[k] >= u64::from(total)
+            }
         }
     }
 }
@@ -568,9 +972,12 @@ pub fn caps_hold(caps: &[u32], d: &Demand) -> bool {
 pub struct SelectInput<'t> {
     pub tree: &'t Tree,
     pub levels: &'t [Vec<u32>],
-    pub leaf_aggs: &'t [LeafAgg],
+    pub leaf_aggs: LeafView<'t>,
     pub demand: &'t Demand,
     pub max_leaves: Option<u32>,
+    /// Feature counts: `(eligible by position, nodes)`: that many distinct nodes of the
+    /// placement must be eligible for each.
+    pub counts: &'t [(Vec<bool>, u32)],
 }
 
 /// Chooses nodes for a gang: under the lowest switch that can hold it whole, best fit among
@@ -583,12 +990,60 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     if need == 0 {
         return None;
     }
-    let nl = inp.leaf_aggs.len();
+    if !inp.counts.is_empty() {
+        return select_counts(inp, node);
+    }
+    let view = inp.leaf_aggs;
+    let nl = view.len();
+    let (mut tu, mut tn) = (0u64, 0u64);
+    for l in 0..nl {
+        let a = view.get(l);
+        tu += u64::from(a.units);
+        tn += u64::from(a.nodes);
+    }
+    if tu < u64::from(need) || tn < u64::from(d.min_nodes) {
+        return None;
+    }
+    // A switch's aggregate by summing its leaves (used below the leaf level only for the
+    // few switches a placement descends into).
+    let direct = |s: u32| -> (u64, u64) {
+        let r = &inp.tree.switches[s as usize].leaves;
+        (r.start..r.end).fold((0, 0), |(u, n), l| {
+            let a = view.get(l as usize);
+            (u + u64::from(a.units), n + u64::from(a.nodes))
+        })
+    };
+    // Leaves first, best fit found in one pass (sorting only if the best one fails).
+    let fits = |a: &LeafAgg| u64::from(a.units) >= u64::from(need) && a.nodes >= d.min_nodes;
+    let mut tried: Vec<u32> = Vec::new();
+    loop {
+        let mut best: Option<(u64, u64, u32)> = None;
+        for l in 0..nl {
+            let a = view.get(l);
+            if !fits(&a) {
+                continue;
+            }
+            let sid = inp.tree.leaves[l];
+            let key = (a.slack, u64::from(a.units - need), sid);
+            if best.is_none_or(|b| key < b) && !tried.contains(&sid) {
+                best = Some(key);
+            }
+        }
+        let Some((_, _, sid)) = best else { break };
+        if let Some(sel) = take_switch(inp, sid, node, &direct) {
+            return Some(sel);
+        }
+        tried.push(sid);
+    }
+    if inp.levels.len() < 2 {
+        return None;
+    }
     // Prefix sums over leaves give any switch's aggregate in O(1).
     let mut pu = vec![0u64; nl + 1];
     let mut pn = vec![0u64; nl + 1];
     let mut psl = vec![0u64; nl + 1];
-    for (i, a) in inp.leaf_aggs.iter().enumerate() {
+    for i in 0..nl {
+        let a = view.get(i);
         pu[i + 1] = pu[i] + u64::from(a.units);
         pn[i + 1] = pn[i] + u64::from(a.nodes);
         psl[i + 1] = psl[i] + a.slack;
@@ -604,14 +1059,10 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
             pn[r.end as usize] - pn[r.start as usize],
         )
     };
-    if agg(0).0 < u64::from(need) || agg(0).1 < u64::from(d.min_nodes) {
-        return None;
-    }
     let min_leaves = |s: u32| -> u32 {
         let r = inp.tree.switches[s as usize].leaves.clone();
-        let mut us: Vec<u32> = inp.leaf_aggs[r.start as usize..r.end as usize]
-            .iter()
-            .map(|a| a.units)
+        let mut us: Vec<u32> = (r.start..r.end)
+            .map(|l| view.get(l as usize).units)
             .filter(|&u| u > 0)
             .collect();
         us.sort_unstable_by(|a, b| b.cmp(a));
@@ -626,7 +1077,8 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
         }
         if left > 0 { u32::MAX } else { k }
     };
-    for level in (0..inp.levels.len()).rev() {
+    // Then each level above, lowest first.
+    for level in (0..inp.levels.len() - 1).rev() {
         // Best fit: least free room left over, then fewest spare units, then tree order.
         let mut cands: Vec<(u64, u64, u32)> = inp.levels[level]
             .iter()
@@ -647,6 +1099,66 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
         }
     }
     None
+}
+
+/// Placement with feature counts (`[rack1*2&rack2*2]`, `gpu*4`): such a job asks for nodes
+/// of given kinds wherever they are, so the switch tree only orders the choice: each count
+/// takes its nodes first (fullest first, then in tree order), then the rest of the gang
+/// comes from nodes on the leaves already used, then from any other.
+fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option<Selection> {
+    let d = inp.demand;
+    let n = inp.tree.nodes.len() as u32;
+    let caps: Vec<(u32, u32)> = (0..n).map(node).collect();
+    let mut used = vec![false; n as usize];
+    let mut out: Selection = Vec::new();
+    let per = d.per_node_cap();
+    let mut left = u64::from(d.need());
+    for (ok, k) in inp.counts {
+        let mut cands: Vec<(u32, u32)> = (0..n)
+            .filter(|&p| ok[p as usize] && !used[p as usize] && caps[p as usize].0 > 0)
+            .map(|p| (caps[p as usize].1, p))
+            .collect();
+        cands.sort_unstable();
+        if (cands.len() as u32) < *k {
+            return None;
+        }
+        for &(_, p) in cands.iter().take(*k as usize) {
+            used[p as usize] = true;
+            let u = caps[p as usize].0.min(per).min(left.max(1) as u32);
+            left = left.saturating_sub(u64::from(u));
+            out.push((p, u));
+        }
+    }
+    let leaves: Vec<u32> = out
+        .iter()
+        .map(|&(p, _)| inp.tree.leaf_of[p as usize])
+        .collect();
+    let mut rest: Vec<(bool, u32, u32)> = (0..n)
+        .filter(|&p| !used[p as usize] && caps[p as usize].0 > 0)
+        .map(|p| {
+            (
+                !leaves.contains(&inp.tree.leaf_of[p as usize]),
+                caps[p as usize].1,
+                p,
+            )
+        })
+        .collect();
+    rest.sort_unstable();
+    let mut rest = rest.into_iter();
+    let target_nodes = match d.mode {
+        Mode::Bundles { .. } => d.min_nodes.max(out.len() as u32),
+        Mode::Units { .. } => d.min_nodes,
+    };
+    while left > 0 || (out.len() as u32) < target_nodes {
+        let (_, _, p) = rest.next()?;
+        let u = caps[p as usize].0.min(per).min(left.max(1) as u32);
+        left = left.saturating_sub(u64::from(u));
+        out.push((p, u));
+    }
+    if out.len() as u32 > d.max_nodes {
+        return None;
+    }
+    Some(out)
 }
 
 fn take_switch(

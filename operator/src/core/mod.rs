@@ -1,6 +1,8 @@
 //! The scheduling core (module docs are completed with the scheduler).
 
+pub mod baseline;
 pub mod cluster_spec;
+pub mod deps;
 pub mod enforce;
 pub mod engine;
 pub mod gpus;
@@ -9,6 +11,7 @@ pub mod node;
 pub mod priority;
 pub mod schedule;
 pub mod shape;
+pub mod synth;
 pub mod timeline;
 pub mod tree;
 pub mod util;

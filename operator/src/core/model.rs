@@ -9,6 +9,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use muster_crds::slurm::{Constraint, DependencySpec, GpuBind, Switches, TimeLimit};
 pub use muster_crds::v1alpha1::{JobState, PartitionState, PreemptMode};
 
 use super::node::{Node, NodeId, Toleration};
@@ -17,9 +18,6 @@ use super::node::{Node, NodeId, Toleration};
 pub type JobId = u64;
 /// Index of a partition in [`Snapshot::partitions`].
 pub type PartitionId = u32;
-
-/// A time limit that means "no limit" where a job asks for one (`--time=UNLIMITED`).
-pub const UNLIMITED: u64 = u64::MAX;
 
 /// Everything one scheduling cycle looks at.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -59,12 +57,12 @@ pub struct Partition {
     /// Up, Down, Drain or Inactive.
     #[serde(default)]
     pub state: PartitionState,
-    /// Time limit (seconds) for jobs that give none; `None`: `max_time`, else unlimited.
+    /// Time limit for jobs that give none; `None`: `max_time`, else unlimited.
     #[serde(default)]
-    pub default_time: Option<u64>,
-    /// Longest time limit (seconds) a job may ask for; `None`: unlimited.
+    pub default_time: Option<TimeLimit>,
+    /// Longest time limit a job may ask for; `None`: unlimited.
     #[serde(default)]
-    pub max_time: Option<u64>,
+    pub max_time: Option<TimeLimit>,
     /// Fewest nodes a job may ask for.
     #[serde(default)]
     pub min_nodes: Option<u32>,
@@ -203,9 +201,12 @@ pub struct RunningJob {
     /// not chosen as a victim again.
     #[serde(default)]
     pub stopping_since: Option<i64>,
-    /// For an array element: the array's job id (for the `%N` throttle).
+    /// For an array element: the array's job id (for the `%N` throttle and `aftercorr`).
     #[serde(default)]
     pub array_job_id: Option<JobId>,
+    /// For an array element: its index.
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
 }
 
 impl RunningJob {
@@ -247,6 +248,12 @@ pub struct FinishedJob {
     pub start_time: Option<i64>,
     /// When it ended.
     pub end_time: i64,
+    /// For an array element: the array's job id.
+    #[serde(default)]
+    pub array_job_id: Option<JobId>,
+    /// For an array element: its index.
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
 }
 
 /// A job waiting to start.
@@ -289,6 +296,10 @@ pub struct PendingJob {
     /// For an array element: its array and throttle.
     #[serde(default)]
     pub array: Option<ArrayTask>,
+    /// `--dependency`: names refer to BatchJobs of the same namespace, ids to any job of the
+    /// snapshot (pending, running or finished).
+    #[serde(default)]
+    pub dependency: Option<DependencySpec>,
 }
 
 impl PendingJob {
@@ -352,9 +363,22 @@ pub struct JobRequest {
     /// `--exclusive`: whole nodes, shared with no other job.
     #[serde(default)]
     pub exclusive: bool,
-    /// `--time` in seconds; [`UNLIMITED`] for no limit; `None`: the partition's default.
+    /// `--time`; `None`: the partition's default.
     #[serde(default)]
-    pub time_limit: Option<u64>,
+    pub time_limit: Option<TimeLimit>,
+    /// `--constraint`: node features (see [`Node::has_feature`]). Matching-OR brackets
+    /// (`[a|b]`) put every node on one alternative (the first alternative that fits, in
+    /// order); feature counts (`a*2`, `[a*2&b*2]`) need that many distinct nodes of each.
+    #[serde(default)]
+    pub constraint: Option<Constraint>,
+    /// `--switches=N[@WAIT]`: at most N leaf switches, waiting up to WAIT from the eligible
+    /// time ([`Config::max_switch_wait_secs`] when not given) before taking any placement.
+    #[serde(default)]
+    pub switches: Option<Switches>,
+    /// `--gpu-bind`: how GPUs are given to the tasks of a node (see the
+    /// [module docs](super#gpu-binding)).
+    #[serde(default)]
+    pub gpu_bind: Option<GpuBind>,
 }
 
 /// A memory request.
@@ -395,6 +419,9 @@ pub struct Config {
     /// Whether higher tiers may preempt lower ones (still subject to each partition's
     /// preempt mode).
     pub preemption: bool,
+    /// How long a job with `--switches=N` and no `@WAIT` waits for N leaves (Slurm's
+    /// `max_switch_wait`, default 300 s).
+    pub max_switch_wait_secs: u64,
 }
 
 impl Default for Config {
@@ -407,8 +434,9 @@ impl Default for Config {
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,
-            max_reservations: 64,
+            max_reservations: 16,
             preemption: true,
+            max_switch_wait_secs: 300,
         }
     }
 }
@@ -592,59 +620,16 @@ impl fmt::Display for Reason {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn selector_follows_kubernetes_semantics() {
-        let mut labels = BTreeMap::new();
-        labels.insert("pool".to_string(), "gpu".to_string());
-        labels.insert("zone".to_string(), "a".to_string());
-        assert!(LabelSelector::default().matches(&labels));
-        let mut s = LabelSelector::default();
-        s.match_labels.insert("pool".into(), "gpu".into());
-        assert!(s.matches(&labels));
-        s.match_expressions.push(SelectorRequirement {
-            key: "zone".into(),
-            operator: SelectorOperator::NotIn,
-            values: vec!["b".into()],
-        });
-        assert!(s.matches(&labels));
-        s.match_expressions.push(SelectorRequirement {
-            key: "spot".into(),
-            operator: SelectorOperator::Exists,
-            values: vec![],
-        });
-        assert!(!s.matches(&labels));
-        let s = LabelSelector {
-            match_expressions: vec![SelectorRequirement {
-                key: "zone".into(),
-                operator: SelectorOperator::In,
-                values: vec!["b".into(), "c".into()],
-            }],
-            ..Default::default()
-        };
-        assert!(!s.matches(&labels));
-    }
-
-    #[test]
-    fn running_job_end_time() {
-        let j = RunningJob {
-            start_time: 100,
-            time_limit: Some(60),
-            ..Default::default()
-        };
-        assert_eq!(j.end_time(), Some(160));
-        let u = RunningJob {
-            start_time: 100,
-            ..Default::default()
-        };
-        assert_eq!(u.end_time(), None);
-    }
-}
-
 impl Partition {
+    /// A job's effective time limit in seconds (`None`: unlimited): what it asked for, else
+    /// the partition's default time, else its maximum.
+    pub fn effective_limit(&self, asked: Option<TimeLimit>) -> Option<u64> {
+        asked
+            .or(self.default_time)
+            .or(self.max_time)
+            .and_then(|t| t.seconds())
+    }
+
     /// A partition named `name` over every node, with `topology` (broadest level first) and
     /// defaults elsewhere (Up, tier 0, no limits, no preemption).
     pub fn new(name: &str, topology: Vec<String>) -> Partition {
@@ -683,9 +668,11 @@ impl JobRequest {
         }
     }
 
-    /// With `--time` in seconds.
+    /// With `--time` of `secs` seconds (rounded up to whole minutes, as Slurm does; 0 is
+    /// unlimited).
     pub fn time(mut self, secs: u64) -> JobRequest {
-        self.time_limit = Some(secs);
+        let minutes = u32::try_from(secs.div_ceil(60)).unwrap_or(TimeLimit::MAX_MINUTES);
+        self.time_limit = Some(TimeLimit::from_minutes(minutes.min(TimeLimit::MAX_MINUTES)));
         self
     }
 
@@ -751,6 +738,7 @@ impl Snapshot {
                         .collect(),
                     stopping_since: None,
                     array_job_id: p.array.as_ref().map(|a| a.array_job_id),
+                    array_task_id: p.array.as_ref().map(|a| a.task_id),
                 });
             } else {
                 keep.push(p);
@@ -772,5 +760,57 @@ impl Snapshot {
                 r.stopping_since = Some(now);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_follows_kubernetes_semantics() {
+        let mut labels = BTreeMap::new();
+        labels.insert("pool".to_string(), "gpu".to_string());
+        labels.insert("zone".to_string(), "a".to_string());
+        assert!(LabelSelector::default().matches(&labels));
+        let mut s = LabelSelector::default();
+        s.match_labels.insert("pool".into(), "gpu".into());
+        assert!(s.matches(&labels));
+        s.match_expressions.push(SelectorRequirement {
+            key: "zone".into(),
+            operator: SelectorOperator::NotIn,
+            values: vec!["b".into()],
+        });
+        assert!(s.matches(&labels));
+        s.match_expressions.push(SelectorRequirement {
+            key: "spot".into(),
+            operator: SelectorOperator::Exists,
+            values: vec![],
+        });
+        assert!(!s.matches(&labels));
+        let s = LabelSelector {
+            match_expressions: vec![SelectorRequirement {
+                key: "zone".into(),
+                operator: SelectorOperator::In,
+                values: vec!["b".into(), "c".into()],
+            }],
+            ..Default::default()
+        };
+        assert!(!s.matches(&labels));
+    }
+
+    #[test]
+    fn running_job_end_time() {
+        let j = RunningJob {
+            start_time: 100,
+            time_limit: Some(60),
+            ..Default::default()
+        };
+        assert_eq!(j.end_time(), Some(160));
+        let u = RunningJob {
+            start_time: 100,
+            ..Default::default()
+        };
+        assert_eq!(u.end_time(), None);
     }
 }

@@ -33,22 +33,22 @@ pub struct PriorityInput<'a> {
 }
 
 /// The fair-share factor of every namespace (Slurm's `2^(-U/S)`).
-pub fn fair_share_factors(
-    usage: &BTreeMap<String, f64>,
-    active: impl IntoIterator<Item = String>,
+pub fn fair_share_factors<'a>(
+    usage: &'a BTreeMap<String, f64>,
+    active: impl IntoIterator<Item = &'a str>,
     cfg: &Config,
 ) -> BTreeMap<String, f64> {
-    let mut names: BTreeMap<String, ()> = usage.keys().map(|k| (k.clone(), ())).collect();
-    names.extend(active.into_iter().map(|k| (k, ())));
+    let mut names: std::collections::BTreeSet<&str> = usage.keys().map(String::as_str).collect();
+    names.extend(active);
     let total_usage: f64 = usage.values().filter(|v| v.is_finite() && **v > 0.0).sum();
     let share = |ns: &str| f64::from(*cfg.shares.get(ns).unwrap_or(&1));
-    let total_shares: f64 = names.keys().map(|k| share(k)).sum();
+    let total_shares: f64 = names.iter().map(|k| share(k)).sum();
     names
-        .into_keys()
+        .into_iter()
         .map(|ns| {
             let u = if total_usage > 0.0 {
                 usage
-                    .get(&ns)
+                    .get(ns)
                     .copied()
                     .filter(|v| v.is_finite() && *v > 0.0)
                     .unwrap_or(0.0)
@@ -57,12 +57,12 @@ pub fn fair_share_factors(
                 0.0
             };
             let s = if total_shares > 0.0 {
-                share(&ns) / total_shares
+                share(ns) / total_shares
             } else {
                 0.0
             };
             let f = if s > 0.0 { (-(u / s)).exp2() } else { 0.0 };
-            (ns, f)
+            (ns.to_string(), f)
         })
         .collect()
 }
@@ -127,7 +127,7 @@ mod tests {
         let mut usage = BTreeMap::new();
         usage.insert("a".to_string(), 100.0);
         usage.insert("b".to_string(), 100.0);
-        let f = fair_share_factors(&usage, ["c".to_string()], &cfg);
+        let f = fair_share_factors(&usage, ["c"], &cfg);
         // a and b each used 1/2 with a 1/3 share: 2^(-1.5).
         assert!((f["a"] - 0.5f64.powf(1.5)).abs() < 1e-9);
         assert!((f["c"] - 1.0).abs() < 1e-9);

@@ -4,16 +4,16 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::deps::{DepStatus, JobTable};
 use super::enforce;
-use super::engine::{Claim, Engine, LeafAgg, NEVER, SelectInput, Selection, caps_hold, select};
+use super::engine::{Claim, Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
 use super::model::{
-    Config, Decisions, JobId, PartitionState, PendingInfo, PendingJob, PreemptMode, Preemption,
-    Reason, Reservation, Snapshot, Start, TaskAssignment, UNLIMITED, Victim,
+    Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
+    PreemptMode, Preemption, Reason, Reservation, Snapshot, Start, TaskAssignment, Victim,
 };
 use super::node::NodeId;
 use super::priority::{PriorityInput, fair_share_factors, priority};
 use super::shape::{Demand, Mode, Res, normalize};
-use super::util::natural_cmp;
 
 /// Runs one scheduling cycle over `snap` at time `now` (seconds since the epoch).
 ///
@@ -22,6 +22,10 @@ use super::util::natural_cmp;
 pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     Cycle::new(snap, now, cfg).run()
 }
+
+/// Queue order: tier (high first), priority (high first), submit time, job id, then the
+/// pending index.
+type OrderKey = (Reverse<u32>, Reverse<u32>, i64, JobId, usize);
 
 /// A running job as the cycle tracks it.
 struct RunInfo {
@@ -36,12 +40,20 @@ struct RunInfo {
     cost: u128,
 }
 
+/// One way to satisfy a job's constraint: a class (partition, node filter, per-node needs)
+/// and the feature-count requirements `(filter, nodes)`.
+struct Alt {
+    cid: u32,
+    counts: Vec<(u32, u32)>,
+}
+
 /// What a pending job needs, resolved for this cycle.
 struct JobCtx {
     part: u32,
     demand: Demand,
     limit: Option<u64>,
-    cid: u32,
+    /// The matching-OR alternatives of its constraint, in order (one when it has none).
+    alts: Vec<Alt>,
     max_leaves: Option<u32>,
     leaves_deadline: i64,
 }
@@ -57,8 +69,16 @@ struct Cycle<'a> {
     reservations: usize,
     /// Latest time a job already being stopped releases its resources.
     stop_horizon: i64,
+    /// The lowest tier of a running job that may still be preempted (`u32::MAX`: none).
+    lowest_preemptable_tier: u32,
+    /// Jobs for dependency lookups (built when some pending job has a dependency).
+    deps: Option<JobTable>,
     out: Decisions,
-    buf: Vec<LeafAgg>,
+    buf: Vec<(u32, LeafAgg)>,
+    /// Each pending job's normalized request, from ordering (by pending index).
+    demands: Vec<Option<Result<Demand, String>>>,
+    /// "waiting for …" messages by class and need (formatting is costly in long queues).
+    messages: BTreeMap<(u32, u32), String>,
 }
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
@@ -153,7 +173,27 @@ impl<'a> Cycle<'a> {
             stop_horizon,
             out,
             buf: Vec::new(),
+            demands: Vec::new(),
+            messages: BTreeMap::new(),
+            lowest_preemptable_tier: u32::MAX,
+            deps: snap
+                .pending
+                .iter()
+                .any(|j| j.dependency.is_some())
+                .then(|| JobTable::new(snap)),
         }
+        .with_preemptable_tier()
+    }
+
+    fn with_preemptable_tier(mut self) -> Self {
+        self.lowest_preemptable_tier = self
+            .run
+            .iter()
+            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .map(|r| r.tier)
+            .min()
+            .unwrap_or(u32::MAX);
+        self
     }
 
     fn run(mut self) -> Decisions {
@@ -168,7 +208,7 @@ impl<'a> Cycle<'a> {
                 priority: prio,
                 eligible: false,
             };
-            match self.eligible(job) {
+            match self.eligible(idx, job) {
                 Err((reason, message)) => {
                     info.reason = reason;
                     info.message = message;
@@ -179,6 +219,9 @@ impl<'a> Cycle<'a> {
                     if let Some(start) = self.consider(job, &jc, &mut info) {
                         if let Some(a) = &job.array {
                             *self.array_running.entry(a.array_job_id).or_insert(0) += 1;
+                        }
+                        if let Some(t) = &mut self.deps {
+                            t.started(&job.namespace, job.slurm_name());
                         }
                         self.out.starts.push(start);
                     } else {
@@ -192,13 +235,13 @@ impl<'a> Cycle<'a> {
 
     /// Pending jobs in queue order with their priorities: partition tier, priority, submit
     /// time, job id.
-    fn order(&self) -> Vec<(usize, u32)> {
+    fn order(&mut self) -> Vec<(usize, u32)> {
         let snap = self.snap;
         let active = snap
             .pending
             .iter()
-            .map(|j| j.namespace.clone())
-            .chain(snap.running.iter().map(|j| j.namespace.clone()));
+            .map(|j| j.namespace.as_str())
+            .chain(snap.running.iter().map(|j| j.namespace.as_str()));
         let fs = fair_share_factors(&snap.usage, active, self.cfg);
         // Partition sizes for the job-size factor.
         let sizes: Vec<(u64, u64)> = self
@@ -215,15 +258,17 @@ impl<'a> Cycle<'a> {
                 (gpus, p.tree.nodes.len() as u64)
             })
             .collect();
-        let mut keyed: Vec<(Reverse<u32>, Reverse<u32>, i64, JobId, usize)> = snap
+        let mut demands = Vec::with_capacity(snap.pending.len());
+        let mut keyed: Vec<OrderKey> = snap
             .pending
             .iter()
             .enumerate()
             .map(|(i, j)| {
                 let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
                 let tier = part.map(|p| p.priority_tier).unwrap_or(0);
-                let size = match (part, j.partition) {
-                    (Some(p), Some(pi)) => match normalize(&j.request, p) {
+                let demand = part.map(|p| normalize(&j.request, p));
+                let size = match (&demand, j.partition) {
+                    (Some(dm), Some(pi)) => match dm {
                         Ok(d) => {
                             let (g, n) = sizes[pi as usize];
                             if d.unit.gpus > 0 && g > 0 {
@@ -249,17 +294,26 @@ impl<'a> Cycle<'a> {
                     &fs,
                     self.cfg,
                 );
+                demands.push(demand);
                 (Reverse(tier), Reverse(pr), j.submit_time, j.id, i)
             })
             .collect();
+        self.demands = demands;
         keyed.sort_unstable();
         keyed.into_iter().map(|k| (k.4, k.1.0)).collect()
     }
 
     /// Whether the job may be considered now, and what it needs.
-    fn eligible(&mut self, job: &PendingJob) -> Result<JobCtx, (Reason, String)> {
+    fn eligible(&mut self, idx: usize, job: &PendingJob) -> Result<JobCtx, (Reason, String)> {
         if job.hold {
             return Err((Reason::JobHeldUser, "held".into()));
+        }
+        if let (Some(spec), Some(table)) = (&job.dependency, &self.deps) {
+            match table.status(job, spec, self.now) {
+                DepStatus::Satisfied => {}
+                DepStatus::Waiting(m) => return Err((Reason::Dependency, m)),
+                DepStatus::Never(m) => return Err((Reason::DependencyNeverSatisfied, m)),
+            }
         }
         let Some(pi) = job
             .partition
@@ -271,8 +325,7 @@ impl<'a> Cycle<'a> {
             ));
         };
         let part = &self.snap.partitions[pi as usize];
-        if !part.allowed_namespaces.is_empty()
-            && !part.allowed_namespaces.iter().any(|n| *n == job.namespace)
+        if !part.allowed_namespaces.is_empty() && !part.allowed_namespaces.contains(&job.namespace)
         {
             return Err((
                 Reason::AccountNotAllowed,
@@ -297,22 +350,14 @@ impl<'a> Cycle<'a> {
             }
             PartitionState::Up | PartitionState::Drain => {}
         }
-        let limit = match job.request.time_limit {
-            Some(UNLIMITED) => None,
-            Some(t) => Some(t),
-            None => part.default_time.or(part.max_time),
-        };
+        let limit = part.effective_limit(job.request.time_limit);
         if let Some(max) = part.max_time {
-            let asked = match job.request.time_limit {
-                Some(UNLIMITED) => u64::MAX,
-                Some(t) => t,
-                None => limit.unwrap_or(u64::MAX),
-            };
+            let asked = job.request.time_limit.or(part.default_time).unwrap_or(max);
             if asked > max {
                 return Err((
                     Reason::PartitionTimeLimit,
                     format!(
-                        "time limit exceeds partition {}'s maximum of {max}s",
+                        "time limit {asked} exceeds partition {}'s maximum of {max}",
                         part.name
                     ),
                 ));
@@ -343,7 +388,11 @@ impl<'a> Cycle<'a> {
                 ));
             }
         }
-        let demand = normalize(&job.request, part).map_err(|m| (Reason::BadConstraints, m))?;
+        let demand = match self.demands.get_mut(idx).and_then(Option::take) {
+            Some(d) => d,
+            None => normalize(&job.request, part),
+        }
+        .map_err(|m| (Reason::BadConstraints, m))?;
         if let Some(a) = &job.array
             && let Some(max) = a.max_running
             && self
@@ -358,38 +407,90 @@ impl<'a> Cycle<'a> {
                 format!("{max} elements of array {} already run", a.array_job_id),
             ));
         }
-        let filter = self
-            .e
-            .filter(pi, job.request.gpu_type.as_deref(), "", &|_| true);
-        let cid = self.e.class(pi, filter, &demand, None);
-        let (up, all) = self.e.statics(cid);
-        if !caps_hold(all, &demand) {
+        let bind = bind_sets(&job.request, &demand).map_err(|m| (Reason::BadConstraints, m))?;
+        let gpu_type = job.request.gpu_type.as_deref();
+        let alternatives: Vec<Option<Constraint>> = match &job.request.constraint {
+            None => vec![None],
+            Some(c) => match c.matching_or_alternatives() {
+                Some(alts) => alts.into_iter().map(Some).collect(),
+                None => vec![Some(c.clone())],
+            },
+        };
+        let mut alts = Vec::with_capacity(alternatives.len());
+        let (mut ever, mut up_now) = (false, false);
+        for alt in &alternatives {
+            let key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            let filter = match alt {
+                None => self.e.filter(pi, gpu_type, "", &|_| true),
+                Some(c) => self
+                    .e
+                    .filter(pi, gpu_type, &key, &|n| c.matches(|f| n.has_feature(f))),
+            };
+            let mut counts = Vec::new();
+            if let Some(c) = alt {
+                for (term, n) in c.node_counts() {
+                    let k = term.to_string();
+                    let f = self
+                        .e
+                        .filter(pi, None, &k, &|node| term.matches(|f| node.has_feature(f)));
+                    counts.push((f, n));
+                }
+            }
+            let cid = self.e.class(pi, filter, &demand, bind.clone());
+            let need_nodes: u32 = counts.iter().map(|&(_, n)| n).sum();
+            let fits_counts = counts.iter().all(|&(f, n)| {
+                self.e.filters[f as usize].ok.iter().filter(|&&x| x).count() as u64 >= u64::from(n)
+            }) && need_nodes <= demand.max_nodes;
+            let (up, all) = self.e.statics(cid);
+            if all.hold(&demand) && fits_counts {
+                ever = true;
+                up_now |= up.hold(&demand);
+                alts.push(Alt { cid, counts });
+            }
+        }
+        if !ever {
             return Err((
                 Reason::BadConstraints,
                 format!(
-                    "partition {} can never hold {}",
+                    "partition {} can never hold {}{}",
                     part.name,
-                    describe(&demand, job.request.gpu_type.as_deref())
+                    describe(&demand, gpu_type),
+                    job.request
+                        .constraint
+                        .as_ref()
+                        .map(|c| format!(" with constraint {c}"))
+                        .unwrap_or_default()
                 ),
             ));
         }
-        if !caps_hold(up, &demand) {
+        if !up_now {
             return Err((
                 Reason::ReqNodeNotAvail,
                 format!(
                     "{} needs nodes or GPUs of partition {} that are down, cordoned or unhealthy",
-                    describe(&demand, job.request.gpu_type.as_deref()),
+                    describe(&demand, gpu_type),
                     part.name
                 ),
             ));
         }
+        let (max_leaves, leaves_deadline) = match &job.request.switches {
+            None => (None, NEVER),
+            Some(sw) => {
+                let wait = match sw.max_wait {
+                    None => i64::try_from(self.cfg.max_switch_wait_secs).unwrap_or(i64::MAX),
+                    Some(t) => t.seconds().map_or(NEVER, |s| s as i64),
+                };
+                let from = job.eligible_time.unwrap_or(job.submit_time);
+                (Some(sw.count), from.saturating_add(wait))
+            }
+        };
         Ok(JobCtx {
             part: pi,
             demand,
             limit,
-            cid,
-            max_leaves: None,
-            leaves_deadline: NEVER,
+            alts,
+            max_leaves,
+            leaves_deadline,
         })
     }
 
@@ -408,8 +509,10 @@ impl<'a> Cycle<'a> {
         } else {
             None
         };
-        if let Some(sel) = self.try_now(jc, end, max_leaves) {
-            return Some(self.commit_start(job, jc, &sel));
+        for alt in &jc.alts {
+            if let Some(sel) = self.try_now(jc, alt, end, max_leaves) {
+                return Some(self.commit_start(job, jc, alt, &sel));
+            }
         }
         let was_blocked = self.blocked[part];
         self.blocked[part] = true;
@@ -418,32 +521,44 @@ impl<'a> Cycle<'a> {
         } else {
             Reason::Resources
         };
-        info.message = format!(
-            "waiting for {}",
-            describe(&jc.demand, job.request.gpu_type.as_deref())
-        );
+        info.message = self
+            .messages
+            .entry((jc.alts[0].cid, jc.demand.need()))
+            .or_insert_with(|| {
+                format!(
+                    "waiting for {}",
+                    describe(&jc.demand, job.request.gpu_type.as_deref())
+                )
+            })
+            .clone();
         let tier = self.snap.partitions[part].priority_tier;
-        let can_preempt = self.cfg.preemption
-            && self
-                .run
-                .iter()
-                .any(|r| !r.stopping && r.tier < tier && r.mode != PreemptMode::Off);
+        let can_preempt = self.cfg.preemption && self.lowest_preemptable_tier < tier;
         if !can_preempt && self.reservations >= self.cfg.max_reservations {
             return None;
         }
-        let earliest = self.e.earliest(
-            jc.cid,
-            &jc.demand,
-            jc.limit,
-            jc.max_leaves,
-            jc.leaves_deadline,
-        );
+        // The earliest alternative (the first on a tie).
+        let mut earliest: Option<(i64, Selection)> = None;
+        for alt in &jc.alts {
+            let counts = self.count_masks(alt);
+            if let Some((t, sel)) = self.e.earliest(
+                alt.cid,
+                &jc.demand,
+                jc.limit,
+                jc.max_leaves,
+                jc.leaves_deadline,
+                &counts,
+            ) && earliest.as_ref().is_none_or(|(b, _)| t < *b)
+            {
+                earliest = Some((t, sel));
+            }
+        }
         if can_preempt
             && earliest
                 .as_ref()
                 .is_none_or(|(t, _)| *t > self.stop_horizon)
         {
-            if let Some((victims, t, sel)) = self.preempt(jc, tier) {
+            let found = jc.alts.iter().find_map(|alt| self.preempt(jc, alt, tier));
+            if let Some((victims, t, sel)) = found {
                 info.reason = Reason::Resources;
                 info.message = format!(
                     "preempting {} lower-tier job(s); starts when they have stopped",
@@ -472,7 +587,22 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    fn try_now(&mut self, jc: &JobCtx, end: i64, max_leaves: Option<u32>) -> Option<Selection> {
+    /// The feature-count requirements of an alternative as node masks for [`select`].
+    fn count_masks(&self, alt: &Alt) -> Vec<(Vec<bool>, u32)> {
+        alt.counts
+            .iter()
+            .map(|&(f, n)| (self.e.filters[f as usize].ok.clone(), n))
+            .collect()
+    }
+
+    fn try_now(
+        &mut self,
+        jc: &JobCtx,
+        alt: &Alt,
+        end: i64,
+        max_leaves: Option<u32>,
+    ) -> Option<Selection> {
+        let cid = alt.cid;
         let d = &jc.demand;
         let part = jc.part as usize;
         if d.min_gpus() > self.e.parts[part].free_gpus {
@@ -490,41 +620,67 @@ impl<'a> Cycle<'a> {
                     (Some(_), None) => false,
                 }
         };
-        if self.e.classes[jc.cid as usize]
-            .failures
-            .iter()
-            .any(dominated)
+        let c = &self.e.classes[cid as usize];
+        if c.failures.iter().any(dominated)
+            || c.room.iter().any(|&(e, u, n)| {
+                end >= e && (u64::from(d.need()) > u || u64::from(d.min_nodes) > n)
+            })
         {
             return None;
         }
+        let counts = self.count_masks(alt);
         let mut buf = std::mem::take(&mut self.buf);
-        self.e.leaf_aggs_now(jc.cid, end, &mut buf);
+        self.e.leaf_aggs_now(cid, end, &mut buf);
         let e = &self.e;
-        let c = &e.classes[jc.cid as usize];
+        let c = &e.classes[cid as usize];
         let ps = &e.parts[part];
         let inp = SelectInput {
             tree: &ps.tree,
             levels: &ps.levels,
-            leaf_aggs: &buf,
+            leaf_aggs: LeafView {
+                base: &c.base,
+                patch: &buf,
+            },
             demand: d,
             max_leaves,
+            counts: &counts,
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
-        self.buf = buf;
-        if sel.is_none() {
-            let f = &mut self.e.classes[jc.cid as usize].failures;
-            if f.len() < 8 {
-                f.push(key);
-            } else {
-                f[(key.0 as usize) % 8] = key;
-            }
+        if sel.is_some() {
+            self.buf = buf;
+            return sel;
         }
-        sel
+        let view = LeafView {
+            base: &c.base,
+            patch: &buf,
+        };
+        let (units, nodes) = (0..view.len()).fold((0u64, 0u64), |(u, n), l| {
+            let a = view.get(l);
+            (u + u64::from(a.units), n + u64::from(a.nodes))
+        });
+        self.buf = buf;
+        // Keep the least room seen per window end (a few distinct time limits in practice).
+        let room = &mut self.e.classes[cid as usize].room;
+        match room.binary_search_by_key(&end, |r| r.0) {
+            Ok(k) => {
+                room[k].1 = room[k].1.min(units);
+                room[k].2 = room[k].2.min(nodes);
+            }
+            Err(k) if room.len() < 32 => room.insert(k, (end, units, nodes)),
+            Err(_) => {}
+        }
+        let f = &mut self.e.classes[cid as usize].failures;
+        if f.len() < 8 {
+            f.push(key);
+        } else {
+            f[(key.0 as usize) % 8] = key;
+        }
+        None
     }
 
     /// Binds GPUs and records the start.
-    fn commit_start(&mut self, job: &PendingJob, jc: &JobCtx, sel: &Selection) -> Start {
+    fn commit_start(&mut self, job: &PendingJob, jc: &JobCtx, alt: &Alt, sel: &Selection) -> Start {
         let d = &jc.demand;
         let part = jc.part as usize;
         let end = end_of(self.now, jc.limit);
@@ -534,18 +690,13 @@ impl<'a> Cycle<'a> {
             .iter()
             .map(|&(p, u)| (tree_nodes[p as usize], u, leaf_of[p as usize]))
             .collect();
-        picks.sort_by(|a, b| {
-            natural_cmp(
-                &self.snap.nodes[a.0 as usize].name,
-                &self.snap.nodes[b.0 as usize].name,
-            )
-            .then(a.0.cmp(&b.0))
-        });
+        let rank = &self.e.name_rank;
+        picks.sort_by_key(|p| rank[p.0 as usize]);
         let mut leaves: Vec<u32> = picks.iter().map(|p| p.2).collect();
         leaves.sort_unstable();
         leaves.dedup();
-        let filter = self.e.classes[jc.cid as usize].filter as usize;
-        let bind = self.e.classes[jc.cid as usize].bind.clone();
+        let filter = self.e.classes[alt.cid as usize].filter as usize;
+        let bind = self.e.classes[alt.cid as usize].bind.clone();
         let mut tasks = Vec::new();
         let mut nodes = Vec::with_capacity(picks.len());
         let mut rank = 0u32;
@@ -553,7 +704,10 @@ impl<'a> Cycle<'a> {
             nodes.push(n);
             let ns = &self.e.nodes[n as usize];
             let total = ns.total;
-            let pos = self.e.member_of[n as usize]
+            let pos = self
+                .e
+                .member_of
+                .of(n)
                 .iter()
                 .find(|&&(p, _)| p as usize == part)
                 .map(|&(_, pos)| pos)
@@ -627,12 +781,8 @@ impl<'a> Cycle<'a> {
             self.e.claim(n, Claim { start: t, end, res });
             nodes.push(n);
         }
-        nodes.sort_by(|a, b| {
-            natural_cmp(
-                &self.snap.nodes[*a as usize].name,
-                &self.snap.nodes[*b as usize].name,
-            )
-        });
+        let rank = &self.e.name_rank;
+        nodes.sort_by_key(|&n| rank[n as usize]);
         self.reservations += 1;
         info.start_estimate = Some(t);
         self.out.reservations.push(Reservation {
@@ -646,7 +796,13 @@ impl<'a> Cycle<'a> {
     /// switch at the lowest level where evicting every candidate would make room, victims in
     /// order of least lost work until the job fits, then any that turn out unnecessary are
     /// spared; the switch whose set loses the fewest GPU-seconds wins.
-    fn preempt(&mut self, jc: &JobCtx, tier: u32) -> Option<(Vec<usize>, i64, Selection)> {
+    fn preempt(
+        &mut self,
+        jc: &JobCtx,
+        alt: &Alt,
+        tier: u32,
+    ) -> Option<(Vec<usize>, i64, Selection)> {
+        let counts = self.count_masks(alt);
         let part = jc.part as usize;
         let now = self.now;
         let cands: Vec<usize> = (0..self.run.len())
@@ -656,7 +812,9 @@ impl<'a> Cycle<'a> {
                     && r.tier < tier
                     && r.mode != PreemptMode::Off
                     && r.nodes.iter().any(|(n, _)| {
-                        self.e.member_of[*n as usize]
+                        self.e
+                            .member_of
+                            .of(*n)
                             .iter()
                             .any(|&(p, _)| p as usize == part)
                     })
@@ -670,7 +828,7 @@ impl<'a> Cycle<'a> {
         let end = end_of(t, jc.limit);
         let ps = &self.e.parts[part];
         let tree = &ps.tree;
-        let c = &self.e.classes[jc.cid as usize];
+        let c = &self.e.classes[alt.cid as usize];
         let npos = tree.nodes.len();
         let cap_with = |pos: usize, moved: &[bool]| -> u32 {
             let n = tree.nodes[pos];
@@ -684,7 +842,9 @@ impl<'a> Cycle<'a> {
         };
         // Positions of each candidate's nodes in this partition.
         let pos_of = |n: NodeId| -> Option<u32> {
-            self.e.member_of[n as usize]
+            self.e
+                .member_of
+                .of(n)
                 .iter()
                 .find(|&&(p, _)| p as usize == part)
                 .map(|&(_, pos)| pos)
@@ -736,9 +896,13 @@ impl<'a> Cycle<'a> {
             let inp = SelectInput {
                 tree,
                 levels: &ps.levels,
-                leaf_aggs: &aggs,
+                leaf_aggs: LeafView {
+                    base: &aggs,
+                    patch: &[],
+                },
                 demand: d,
                 max_leaves: ml,
+                counts: &counts,
             };
             select(&inp, &|p| (masked[p as usize], masked[p as usize]))
         };
@@ -808,14 +972,17 @@ impl<'a> Cycle<'a> {
             self.run[v].stopping = true;
             let rel = now + self.run[v].grace.max(1);
             for (n, _) in self.run[v].nodes.clone() {
-                for r in &mut self.e.nodes[n as usize].releases {
-                    if r.2 == v as u32 {
-                        r.0 = r.0.min(rel);
-                    }
-                }
+                self.e.move_release(n, v as u32, rel);
             }
             self.stop_horizon = self.stop_horizon.max(rel);
         }
+        self.lowest_preemptable_tier = self
+            .run
+            .iter()
+            .filter(|r| !r.stopping && r.mode != PreemptMode::Off)
+            .map(|r| r.tier)
+            .min()
+            .unwrap_or(u32::MAX);
         Some((victims, t, sel))
     }
 }
@@ -841,6 +1008,61 @@ fn describe(d: &Demand, gpu_type: Option<&str>) -> String {
             } else {
                 format!("{total} task(s){ex}")
             }
+        }
+    }
+}
+
+/// GPU position sets per local task for `map_gpu`/`mask_gpu`, after checking the binding
+/// agrees with the request (NVML indices are 0..n on every node, so an index is a position).
+fn bind_sets(req: &JobRequest, d: &Demand) -> Result<Option<Vec<u64>>, String> {
+    use muster_crds::slurm::GpuBindMode;
+    let Some(bind) = &req.gpu_bind else {
+        return Ok(None);
+    };
+    // GPUs each task gets, when every task gets the same number.
+    let per_task = match d.mode {
+        Mode::Units { merge: false, .. } => Some(d.unit.gpus),
+        Mode::Units { merge: true, .. } => None,
+        Mode::Bundles { tasks_per_node } => d
+            .unit
+            .gpus
+            .is_multiple_of(tasks_per_node)
+            .then(|| d.unit.gpus / tasks_per_node),
+    };
+    let want = |n: u32, what: &str| -> Result<(), String> {
+        match per_task {
+            Some(p) if p == n => Ok(()),
+            Some(p) => Err(format!(
+                "gpu-bind {what} gives each task {n} GPU(s) but the job gives each task {p}"
+            )),
+            None => Err(format!(
+                "gpu-bind {what} needs the same GPU count for every task (give gpus-per-task)"
+            )),
+        }
+    };
+    match &bind.mode {
+        GpuBindMode::Closest | GpuBindMode::None => Ok(None),
+        GpuBindMode::PerTask(n) => want(*n, "per_task").map(|_| None),
+        GpuBindMode::Single(1) => want(1, "single:1").map(|_| None),
+        GpuBindMode::Single(n) => Err(format!(
+            "gpu-bind single:{n} puts {n} tasks on one GPU; Muster never shares a GPU between tasks"
+        )),
+        GpuBindMode::MapGpu(list) => {
+            want(1, "map_gpu")?;
+            list.iter()
+                .map(|&i| {
+                    (i < 64).then(|| 1u64 << i).ok_or_else(|| {
+                        format!("gpu-bind map_gpu names GPU {i}; at most 64 GPUs per node")
+                    })
+                })
+                .collect::<Result<Vec<u64>, String>>()
+                .map(Some)
+        }
+        GpuBindMode::MaskGpu(list) => {
+            for m in list {
+                want(m.count_ones(), "mask_gpu")?;
+            }
+            Ok(Some(list.clone()))
         }
     }
 }

@@ -16,7 +16,7 @@ pub struct Res {
 
 impl Res {
     /// `self + o`.
-    pub fn add(self, o: Res) -> Res {
+    pub fn plus(self, o: Res) -> Res {
         Res {
             gpus: self.gpus + o.gpus,
             cpu: self.cpu + o.cpu,
@@ -25,7 +25,7 @@ impl Res {
     }
 
     /// `self - o`, saturating at zero.
-    pub fn sub(self, o: Res) -> Res {
+    pub fn minus(self, o: Res) -> Res {
         Res {
             gpus: self.gpus.saturating_sub(o.gpus),
             cpu: self.cpu.saturating_sub(o.cpu),
@@ -145,11 +145,11 @@ impl Demand {
             }
             avail.mem - self.node_mem
         };
-        if self.unit.gpus > 0 {
-            k = k.min(avail.gpus / self.unit.gpus);
+        if let Some(n) = avail.gpus.checked_div(self.unit.gpus) {
+            k = k.min(n);
         }
-        if self.unit.cpu > 0 {
-            k = k.min(u32::try_from(avail.cpu / self.unit.cpu).unwrap_or(u32::MAX));
+        if let Some(n) = avail.cpu.checked_div(self.unit.cpu) {
+            k = k.min(u32::try_from(n).unwrap_or(u32::MAX));
         }
         if self.unit.mem > 0 && !self.whole_mem {
             k = k.min(u32::try_from(mem / self.unit.mem).unwrap_or(u32::MAX));

@@ -1,37 +1,36 @@
 //! Earliest start of a waiting job: a sweep over the times at which resources come back.
 //!
-//! Availability on a node only rises when a running job's time limit ends or a hold ends, so
-//! the earliest feasible start is now or one of those times. The sweep keeps each node's free
-//! count at the current time and the per-leaf aggregates incrementally (O(1) per event); only
-//! at times where the partition as a whole has room does it run the topology placement, with
-//! nodes whose holds begin during the job's run read exactly over its whole window.
+//! Free room on a node only rises when a running job's time limit ends or a hold ends, so the
+//! earliest feasible start is now or one of those times. The sweep keeps, for every node, its
+//! free room at the current time `t` and how many holds begin during the job's run
+//! `(t, t + limit)`; a node's usable units are its free room at `t`, lowered to the least free
+//! at any of those hold starts. Both change only at events or when a hold start enters or
+//! leaves the sliding window, so per-leaf aggregates are updated incrementally (O(1) per
+//! change); the topology placement runs only at times when the partition as a whole has room.
 
-use super::engine::{Engine, LeafAgg, NEVER, SelectInput, Selection, select};
-use super::shape::Res;
-
-/// A signed change of a node's free resources.
-#[derive(Clone, Copy, Debug)]
-struct Event {
-    time: i64,
-    pos: u32,
-    add: Res,
-    sub: Res,
-}
+use super::engine::{Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
+use super::shape::{Demand, Res};
 
 impl Engine<'_> {
     /// The earliest time ≥ now at which class `cid` with `demand`'s counts can be placed for
     /// `limit` seconds (`None`: unlimited), honouring `max_leaves` before `leaves_deadline`.
     /// Returns the time and the placement.
     pub fn earliest(
-        &self,
+        &mut self,
         cid: u32,
-        demand: &super::shape::Demand,
+        demand: &Demand,
         limit: Option<u64>,
         max_leaves: Option<u32>,
         leaves_deadline: i64,
+        counts: &[(Vec<bool>, u32)],
     ) -> Option<(i64, Selection)> {
+        let part = self.classes[cid as usize].part;
+        self.events(part);
         let c = &self.classes[cid as usize];
-        let ps = &self.parts[c.part as usize];
+        let ps = &self.parts[part as usize];
+        let main = ps.events.as_deref().unwrap_or(&[]);
+        let recent = ps.new_events.as_slice();
+        let starts = &ps.claim_starts;
         let tree = &ps.tree;
         let now = self.now;
         let n = tree.nodes.len();
@@ -39,75 +38,64 @@ impl Engine<'_> {
             Some(l) => t.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)),
             None => NEVER,
         };
-        // Point availability at now and the events after it.
-        let mut pt: Vec<Res> = Vec::with_capacity(n);
-        let mut events: Vec<Event> = Vec::new();
-        let mut claimed: Vec<u32> = Vec::new();
-        for (pos, &node) in tree.nodes.iter().enumerate() {
-            let ns = &self.nodes[node as usize];
-            let pos = pos as u32;
-            if !ns.sched {
-                pt.push(Res::default());
-                continue;
-            }
-            pt.push(ns.point(now, now));
-            for &(t, r, _) in ns.releases.iter().filter(|r| r.0 != NEVER) {
-                events.push(Event {
-                    time: t,
-                    pos,
-                    add: r,
-                    sub: Res::default(),
-                });
-            }
-            if !ns.claims.is_empty() {
-                claimed.push(pos);
-            }
-            for cl in &ns.claims {
-                if cl.start > now {
-                    events.push(Event {
-                        time: cl.start,
-                        pos,
-                        add: Res::default(),
-                        sub: cl.res,
-                    });
-                }
-                if cl.end > now && cl.end != NEVER {
-                    events.push(Event {
-                        time: cl.end,
-                        pos,
-                        add: cl.res,
-                        sub: Res::default(),
-                    });
-                }
-            }
-        }
-        events.sort_unstable_by_key(|e| (e.time, e.pos));
-        // `pt` tracks raw counts which may transiently exceed the total (releases before
-        // holds) or go below zero (holds before releases); clamp when reading.
-        let mut raw: Vec<(i128, i128, i128)> = pt
+        // Raw counts may transiently exceed the total (releases before holds) or go below
+        // zero (holds before releases); they are clamped when read.
+        let mut raw: Vec<[i64; 3]> = tree
+            .nodes
             .iter()
-            .map(|r| (i128::from(r.gpus), i128::from(r.cpu), i128::from(r.mem)))
+            .map(|&node| {
+                let ns = &self.nodes[node as usize];
+                let r = if !ns.sched {
+                    Res::default()
+                } else if ns.profile.is_empty() {
+                    ns.free
+                } else {
+                    ns.profile[0].1
+                };
+                [i64::from(r.gpus), r.cpu as i64, r.mem as i64]
+            })
             .collect();
-        let clamp = |pos: usize, raw: &(i128, i128, i128)| -> Res {
+        let clamp = |pos: usize, raw: &[i64; 3]| -> Res {
             let tot = self.nodes[tree.nodes[pos] as usize].total;
             Res {
-                gpus: raw.0.clamp(0, i128::from(tot.gpus)) as u32,
-                cpu: raw.1.clamp(0, i128::from(tot.cpu)) as u64,
-                mem: raw.2.clamp(0, i128::from(tot.mem)) as u64,
+                gpus: raw[0].clamp(0, i64::from(tot.gpus)) as u32,
+                cpu: raw[1].clamp(0, tot.cpu as i64) as u64,
+                mem: raw[2].clamp(0, tot.mem as i64) as u64,
             }
         };
-        let cap_of = |pos: usize, r: Res| -> u32 {
+        // Holds beginning in (t, end) per node.
+        let mut inwin: Vec<u16> = vec![0; n];
+        let mut lo = 0usize;
+        let mut hi = starts.partition_point(|&(s, _)| s < dur(now));
+        for &(_, p) in &starts[..hi] {
+            inwin[p as usize] += 1;
+        }
+        // Usable units of a node for a run over [t, end).
+        let eff = |pos: usize, raw: &[i64; 3], inwin: u16, t: i64, end: i64| -> u32 {
             let node = tree.nodes[pos];
             let ns = &self.nodes[node as usize];
             if !ns.sched {
                 return 0;
             }
+            let mut r = clamp(pos, raw);
+            if inwin > 0 {
+                // A hold taking the whole node leaves nothing; else read the window exactly.
+                if ns
+                    .claims
+                    .iter()
+                    .any(|cl| cl.start > t && cl.start < end && cl.res == ns.total)
+                {
+                    return 0;
+                }
+                r = r.min(ns.window(t, end, now));
+            }
             // Future GPUs are counted, not named: any of the node's GPUs may be free then.
             self.units_for_count(c, pos as u32, r, u64::MAX, ns.total)
         };
-        let mut caps: Vec<u32> = (0..n).map(|p| cap_of(p, clamp(p, &raw[p]))).collect();
-        let nl = tree.leaves.len();
-        let mut aggs = vec![LeafAgg::default(); nl];
+        let mut caps: Vec<u32> = (0..n)
+            .map(|p| eff(p, &raw[p], inwin[p], now, dur(now)))
+            .collect();
+        let mut aggs = vec![LeafAgg::default(); tree.leaves.len()];
         for (p, &u) in caps.iter().enumerate() {
             if u > 0 {
                 let l = tree.leaf_of[p] as usize;
@@ -115,36 +103,19 @@ impl Engine<'_> {
                 aggs[l].nodes += 1;
             }
         }
-        // Slack is not tracked over time: the future placement is judged by units alone.
+        // Slack is not tracked over time: a future placement is judged by units alone.
         let mut root_units: u64 = aggs.iter().map(|a| u64::from(a.units)).sum();
         let mut root_nodes: u64 = aggs.iter().map(|a| u64::from(a.nodes)).sum();
         let need = u64::from(demand.need());
-        let mut i = 0;
+        // Two sorted lists read as one.
+        let mut i = main.partition_point(|e| e.time <= now);
+        let mut j = recent.partition_point(|e| e.time <= now);
         let mut t = now;
         let mut check = true;
+        let mut touched: Vec<u32> = Vec::new();
+        let mut stamp: Vec<i64> = vec![i64::MIN; n];
         loop {
             if check && root_units >= need && root_nodes >= u64::from(demand.min_nodes) {
-                let end = dur(t);
-                // Exact window for nodes whose holds begin during [t, end).
-                let mut adj_aggs = aggs.clone();
-                let mut adj: Vec<(u32, u32)> = Vec::new();
-                for &pos in &claimed {
-                    let node = tree.nodes[pos as usize];
-                    let ns = &self.nodes[node as usize];
-                    if ns.claims.iter().any(|cl| cl.start > t && cl.start < end) {
-                        let w = ns.window(t, end, now);
-                        let u =
-                            cap_of(pos as usize, w.min(clamp(pos as usize, &raw[pos as usize])));
-                        let old = caps[pos as usize];
-                        if u != old {
-                            let l = tree.leaf_of[pos as usize] as usize;
-                            adj_aggs[l].units = adj_aggs[l].units - old + u;
-                            adj_aggs[l].nodes =
-                                adj_aggs[l].nodes - u32::from(old > 0) + u32::from(u > 0);
-                            adj.push((pos, u));
-                        }
-                    }
-                }
                 let ml = if t < leaves_deadline {
                     max_leaves
                 } else {
@@ -153,24 +124,28 @@ impl Engine<'_> {
                 let inp = SelectInput {
                     tree,
                     levels: &ps.levels,
-                    leaf_aggs: &adj_aggs,
+                    leaf_aggs: LeafView {
+                        base: &aggs,
+                        patch: &[],
+                    },
                     demand,
                     max_leaves: ml,
+                    counts,
                 };
                 let node_fn = |p: u32| -> (u32, u32) {
-                    let u = adj
-                        .iter()
-                        .find(|&&(q, _)| q == p)
-                        .map(|&(_, u)| u)
-                        .unwrap_or(caps[p as usize]);
-                    (u, clamp(p as usize, &raw[p as usize]).gpus)
+                    (caps[p as usize], clamp(p as usize, &raw[p as usize]).gpus)
                 };
                 if let Some(sel) = select(&inp, &node_fn) {
                     return Some((t, sel));
                 }
             }
             // Advance to the next event time (or the switches deadline).
-            let next_event = events.get(i).map(|e| e.time);
+            let next_event = match (main.get(i), recent.get(j)) {
+                (Some(a), Some(b)) => Some(a.time.min(b.time)),
+                (Some(a), None) => Some(a.time),
+                (None, Some(b)) => Some(b.time),
+                (None, None) => None,
+            };
             let next = match next_event {
                 Some(et) if leaves_deadline > t && leaves_deadline < et => leaves_deadline,
                 Some(et) => et,
@@ -178,19 +153,52 @@ impl Engine<'_> {
                 None => return None,
             };
             t = next;
+            let end = dur(t);
             check = t == leaves_deadline;
-            while i < events.len() && events[i].time == t {
-                let e = events[i];
-                i += 1;
-                let p = e.pos as usize;
-                let r = &mut raw[p];
-                r.0 += i128::from(e.add.gpus) - i128::from(e.sub.gpus);
-                r.1 += i128::from(e.add.cpu) - i128::from(e.sub.cpu);
-                r.2 += i128::from(e.add.mem) - i128::from(e.sub.mem);
-                if e.add != Res::default() {
+            touched.clear();
+            let mut touch = |p: u32, touched: &mut Vec<u32>| {
+                if stamp[p as usize] != t {
+                    stamp[p as usize] = t;
+                    touched.push(p);
+                }
+            };
+            loop {
+                let e = if i < main.len() && main[i].time == t {
+                    i += 1;
+                    main[i - 1]
+                } else if j < recent.len() && recent[j].time == t {
+                    j += 1;
+                    recent[j - 1]
+                } else {
+                    break;
+                };
+                let r = &mut raw[e.pos as usize];
+                r[0] += e.d[0];
+                r[1] += e.d[1];
+                r[2] += e.d[2];
+                if e.adds() {
                     check = true;
                 }
-                let u = cap_of(p, clamp(p, &raw[p]));
+                touch(e.pos, &mut touched);
+            }
+            while lo < starts.len() && starts[lo].0 <= t {
+                let p = starts[lo].1;
+                if lo < hi {
+                    inwin[p as usize] -= 1;
+                }
+                lo += 1;
+                touch(p, &mut touched);
+            }
+            hi = hi.max(lo);
+            while hi < starts.len() && starts[hi].0 < end {
+                let p = starts[hi].1;
+                inwin[p as usize] += 1;
+                hi += 1;
+                touch(p, &mut touched);
+            }
+            for &p in &touched {
+                let p = p as usize;
+                let u = eff(p, &raw[p], inwin[p], t, end);
                 let old = caps[p];
                 if u != old {
                     let l = tree.leaf_of[p] as usize;

@@ -19,6 +19,9 @@ use super::util::natural_cmp;
 /// Name of the synthetic switch that holds nodes missing a level's label.
 pub const UNLABELLED: &str = "(unlabelled)";
 
+/// Most switch levels a tree has.
+pub const MAX_LEVELS: usize = 8;
+
 /// One switch.
 #[derive(Clone, Debug)]
 pub struct Switch {
@@ -77,20 +80,36 @@ impl Tree {
             .map(String::as_str)
             .filter(|k| *k != muster_crds::labels::HOSTNAME)
             .collect();
+        // The CRD allows 8 topology keys; more are ignored (the broadest ones kept).
+        let keys = &keys[..keys.len().min(MAX_LEVELS)];
         let depth = keys.len();
-        let mut members: Vec<NodeId> = (0..nodes.len() as NodeId)
+        let members: Vec<NodeId> = (0..nodes.len() as NodeId)
             .filter(|&i| in_partition(&nodes[i as usize], part))
             .collect();
         let value = |n: NodeId, j: usize| nodes[n as usize].labels.get(keys[j]).map(String::as_str);
-        members.sort_by(|&a, &b| {
+        // Sort keys read once per node, not once per comparison.
+        let mut keyed: Vec<([Option<&str>; MAX_LEVELS], &str, NodeId)> = members
+            .iter()
+            .map(|&n| {
+                let mut path = [None; MAX_LEVELS];
+                for (j, v) in path.iter_mut().enumerate().take(depth) {
+                    *v = value(n, j);
+                }
+                (path, nodes[n as usize].name.as_str(), n)
+            })
+            .collect();
+        keyed.sort_by(|a, b| {
             for j in 0..depth {
-                let o = cmp_value(value(a, j), value(b, j));
+                let o = cmp_value(a.0[j], b.0[j]);
                 if o != Ordering::Equal {
                     return o;
                 }
             }
-            natural_cmp(&nodes[a as usize].name, &nodes[b as usize].name)
+            natural_cmp(a.1, b.1).then(a.2.cmp(&b.2))
         });
+        let members: Vec<NodeId> = keyed.iter().map(|k| k.2).collect();
+        let paths: Vec<[Option<&str>; MAX_LEVELS]> = keyed.into_iter().map(|k| k.0).collect();
+        let value = |pos: usize, j: usize| paths[pos][j];
         let n = members.len() as u32;
         let mut switches = vec![Switch {
             name: part.name.clone(),
@@ -103,13 +122,14 @@ impl Tree {
         let mut open: Vec<u32> = vec![0];
         let mut leaves = Vec::new();
         let mut leaf_of = Vec::with_capacity(members.len());
-        for (pos, &node) in members.iter().enumerate() {
+        for pos in 0..members.len() {
             let pos = pos as u32;
+            let node = pos as usize;
             // The first level whose value path differs from the previous node's.
             let first_new = if pos == 0 {
                 0
             } else {
-                let prev = members[pos as usize - 1];
+                let prev = pos as usize - 1;
                 (0..depth)
                     .find(|&j| value(prev, j) != value(node, j))
                     .unwrap_or(depth)

@@ -58,6 +58,47 @@ pub fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
 /// The FNV-1a offset basis.
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
+/// A `HashMap` hasher: FNV-1a, much cheaper than SipHash for the small keys the core
+/// interns (its maps are lookups only — never iterated into decisions — so neither DoS
+/// resistance nor order matters).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FnvBuild;
+
+/// The hasher [`FnvBuild`] builds.
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv(u64);
+
+impl std::hash::BuildHasher for FnvBuild {
+    type Hasher = Fnv;
+    fn build_hasher(&self) -> Fnv {
+        Fnv(FNV_OFFSET)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0 = fnv1a(self.0, bytes);
+    }
+    fn write_u64(&mut self, v: u64) {
+        // One multiply per word instead of eight.
+        self.0 = (self.0 ^ v)
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(29);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+}
+
 /// SplitMix64: a tiny, fast, seeded generator, good enough for synthetic workloads and tests.
 #[derive(Clone, Debug)]
 pub struct SplitMix64(u64);

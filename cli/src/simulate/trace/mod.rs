@@ -17,7 +17,7 @@ pub mod synth;
 
 use std::path::Path;
 
-use muster_operator::core::{JobRequest, Partition};
+use muster_operator::core::{DependencySpec, JobRequest, Partition};
 
 /// A trace format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -101,6 +101,10 @@ pub struct TraceJob {
     pub nice: i32,
     /// `--priority`.
     pub priority: Option<u32>,
+    /// `--hold`: never released in a replay, so the job never starts.
+    pub hold: bool,
+    /// `--dependency` (native traces).
+    pub dependency: Option<DependencySpec>,
 }
 
 impl TraceJob {
@@ -118,6 +122,8 @@ impl TraceJob {
             name: None,
             nice: 0,
             priority: None,
+            hold: false,
+            dependency: None,
         }
     }
 }
@@ -248,14 +254,19 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// Reads a trace file in `format` (`Auto`: detected from the content).
-pub fn read_file(path: &Path, format: Format, skip_bad: bool) -> Result<Trace, TraceError> {
-    let name = path.display().to_string();
+/// Reads the trace file at `path`, named `name` in messages, in `format` (`Auto`: detected
+/// from the content).
+pub fn read_file(
+    path: &Path,
+    name: &str,
+    format: Format,
+    skip_bad: bool,
+) -> Result<Trace, TraceError> {
     let text = std::fs::read_to_string(path).map_err(|err| TraceError::Io {
-        file: name.clone(),
+        file: name.to_string(),
         err,
     })?;
-    parse(&name, &text, format, skip_bad)
+    parse(name, &text, format, skip_bad)
 }
 
 /// Parses trace text named `name` in `format` (`Auto`: detected from the content).

@@ -29,15 +29,20 @@
 //! Spec fields are read with the Slurm syntax library, as the operator reads them; the
 //! fields that shape scheduling are used (`nodes`, `ntasks`, `ntasksPerNode`, `cpusPerTask`,
 //! `mem`/`memPerCpu`/`memPerGpu`, `gpus`, `gpusPerNode`, `gpusPerTask`, `gres`, `gpuType`,
-//! `exclusive`, `time`, `partition`, `jobName`, `nice`, `priority`); the others
-//! (dependencies, arrays, scripts, pod templates) are accepted and not replayed.
+//! `constraint`, `switches`, `gpuBind`, `exclusive`, `time`, `partition`, `jobName`, `nice`,
+//! `priority`, `hold`, `dependency`). Dependencies name other jobs of the trace by `name`
+//! (`afterok:train-7b`); a job whose dependency names a job not submitted yet waits for it,
+//! as the operator does. Arrays, scripts and pod templates are accepted and not replayed.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use muster_crds::slurm::{GpuCount, MemSize, NodeRange, TimeLimit, gpus_from_gres, parse_gres};
+use muster_crds::slurm::{
+    Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches, TimeLimit,
+    gpus_from_gres, parse_gres,
+};
 use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec, PartitionState};
-use muster_operator::core::{JobRequest, LabelSelector, MemoryRequest, Partition, UNLIMITED};
+use muster_operator::core::{JobRequest, LabelSelector, MemoryRequest, Partition};
 use serde::Deserialize;
 
 use super::{Ask, Format, Rows, Trace, TraceError, TraceJob, TraceLimit, TracePartition};
@@ -167,6 +172,10 @@ fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
         Runtime::Text(t) => duration_secs(t).map_err(|m| format!("runtime: {m}"))?,
     };
     let (request, limit) = request(&nj.spec)?;
+    let dependency = match &nj.spec.dependency {
+        Some(d) => Some(DependencySpec::parse(d).map_err(|e| format!("spec.dependency: {e}"))?),
+        None => None,
+    };
     Ok(TraceJob {
         id: nj.name.clone().unwrap_or_else(|| format!("job-{}", i + 1)),
         line: i + 1,
@@ -179,6 +188,8 @@ fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
         name: nj.name.clone(),
         nice: nj.spec.nice.unwrap_or(0),
         priority: nj.spec.priority,
+        hold: nj.spec.hold.unwrap_or(false),
+        dependency,
     })
 }
 
@@ -294,6 +305,28 @@ fn request(s: &BatchJobSpec) -> Result<(JobRequest, TraceLimit), String> {
         r.gpu_type = Some(t.clone());
     }
     r.exclusive = s.exclusive.unwrap_or(false);
+    if let Some(c) = &s.constraint {
+        match Constraint::parse(c) {
+            Ok(c) => r.constraint = Some(c),
+            Err(e) => errs.push(format!("spec.constraint: {e}")),
+        }
+    }
+    if let Some(sw) = &s.switches {
+        let parsed = match sw {
+            IntOrString::Int(i) => Switches::from_int(i64::from(*i)),
+            IntOrString::String(x) => Switches::parse(x),
+        };
+        match parsed {
+            Ok(sw) => r.switches = Some(sw),
+            Err(e) => errs.push(format!("spec.switches: {e}")),
+        }
+    }
+    if let Some(b) = &s.gpu_bind {
+        match GpuBind::parse(b) {
+            Ok(b) => r.gpu_bind = Some(b),
+            Err(e) => errs.push(format!("spec.gpuBind: {e}")),
+        }
+    }
     let mut limit = TraceLimit::Missing;
     if let Some(t) = &s.time {
         let parsed = match t {
@@ -302,7 +335,7 @@ fn request(s: &BatchJobSpec) -> Result<(JobRequest, TraceLimit), String> {
         };
         match parsed {
             Ok(TimeLimit::Unlimited) => limit = TraceLimit::Unlimited,
-            Ok(t) => limit = TraceLimit::Secs(t.seconds().unwrap_or(UNLIMITED)),
+            Ok(t) => limit = TraceLimit::Secs(t.seconds().unwrap_or(u64::MAX)),
             Err(e) => errs.push(format!("spec.time: {e}")),
         }
     }
@@ -315,14 +348,14 @@ fn request(s: &BatchJobSpec) -> Result<(JobRequest, TraceLimit), String> {
 
 fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
     let s = &p.spec;
-    let time = |field: &str, v: &Option<IntOrString>| -> Result<Option<u64>, String> {
+    let time = |field: &str, v: &Option<IntOrString>| -> Result<Option<TimeLimit>, String> {
         let Some(v) = v else { return Ok(None) };
-        let t = match v {
+        match v {
             IntOrString::Int(i) => TimeLimit::from_int(i64::from(*i)),
             IntOrString::String(x) => TimeLimit::parse(x),
         }
-        .map_err(|e| format!("spec.{field}: {e}"))?;
-        Ok(t.seconds())
+        .map(Some)
+        .map_err(|e| format!("spec.{field}: {e}"))
     };
     let mut selector = LabelSelector::default();
     if let Some(sel) = &s.node_selector {
@@ -404,7 +437,10 @@ jobs:
         assert!(t.partitions[0].default);
         assert_eq!(t.partitions[0].partition.grace_time_secs, 30);
         assert_eq!(t.partitions[1].partition.priority_tier, 1);
-        assert_eq!(t.partitions[1].partition.max_time, Some(86_400));
+        assert_eq!(
+            t.partitions[1].partition.max_time,
+            Some(TimeLimit::Minutes(1_440))
+        );
         let j = &t.jobs[0];
         assert_eq!(j.id, "train");
         assert_eq!(j.namespace.as_deref(), Some("team-a"));

@@ -215,6 +215,8 @@ fn row(
         name: None,
         nice: 0,
         priority: None,
+        hold: false,
+        dependency: None,
     }))
 }
 

@@ -1,0 +1,70 @@
+//! Reading the objects the commands format, and finding jobs by Slurm id.
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::ListParams;
+use muster_crds::v1alpha1::{BatchJob, GpuNode, Partition};
+
+use crate::cluster::Cluster;
+
+/// BatchJobs of the current namespace, or of every namespace.
+pub async fn batchjobs(cluster: &Cluster, all_namespaces: bool) -> anyhow::Result<Vec<BatchJob>> {
+    let api: Api<BatchJob> = if all_namespaces {
+        Api::all(cluster.client.clone())
+    } else {
+        Api::namespaced(cluster.client.clone(), &cluster.namespace)
+    };
+    let list = api.list(&ListParams::default()).await.with_context(|| {
+        if all_namespaces {
+            "cannot list BatchJobs in all namespaces".to_string()
+        } else {
+            format!("cannot list BatchJobs in namespace {}", cluster.namespace)
+        }
+    })?;
+    Ok(list.items)
+}
+
+/// Every Partition.
+pub async fn partitions(cluster: &Cluster) -> anyhow::Result<Vec<Partition>> {
+    let api: Api<Partition> = Api::all(cluster.client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .context("cannot list Partitions (is the Muster CRD installed?)")?
+        .items)
+}
+
+/// Every Node.
+pub async fn nodes(cluster: &Cluster) -> anyhow::Result<Vec<Node>> {
+    let api: Api<Node> = Api::all(cluster.client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .context("cannot list Nodes")?
+        .items)
+}
+
+/// Every GpuNode; none when they cannot be read (no node agent installed).
+pub async fn gpunodes(cluster: &Cluster) -> Vec<GpuNode> {
+    let api: Api<GpuNode> = Api::all(cluster.client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot list GpuNodes");
+            Vec::new()
+        }
+    }
+}
+
+/// BatchJobs of every namespace when allowed (node states need every allocation), else of
+/// the current namespace.
+pub async fn batchjobs_all_or_own(cluster: &Cluster) -> anyhow::Result<Vec<BatchJob>> {
+    match batchjobs(cluster, true).await {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            tracing::debug!(error = %e, "falling back to the current namespace");
+            batchjobs(cluster, false).await
+        }
+    }
+}

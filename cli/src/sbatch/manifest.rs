@@ -1,0 +1,349 @@
+//! From parsed options to the BatchJob a Slurm user expects: each option to the spec field of
+//! the same name, the script to `spec.script`, script arguments to the `task` container.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use muster_crds::labels;
+use muster_crds::slurm::{GpuCount, gpus_from_gres, parse_gres};
+use muster_crds::v1alpha1::{BatchJob, BatchJobSpec};
+
+use super::parse::{Merged, SbatchError};
+use super::values;
+
+/// The name of the task container in the pod template.
+pub const TASK_CONTAINER: &str = "task";
+
+/// What is being submitted besides the options.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobSource {
+    /// The batch script text.
+    pub script: String,
+    /// Slurm's default job name: the script's file name, `wrap` for `--wrap`, `sbatch` for a
+    /// script read from standard input.
+    pub default_name: String,
+    /// Arguments after the script name.
+    pub args: Vec<String>,
+}
+
+/// Who submits, and where.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Submitter {
+    /// Namespace to put in the manifest (omitted: the one kubectl/muster is pointed at).
+    pub namespace: Option<String>,
+    /// The user recorded in the `muster.dev/user` annotation.
+    pub user: Option<String>,
+}
+
+/// The script `sbatch --wrap` submits (Slurm's own wording).
+pub fn wrap_script(command: &str) -> String {
+    format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{command}\n")
+}
+
+/// Longest name prefix kept for `metadata.generateName`, leaving room for the random suffix
+/// and for the names of the pods derived from it.
+const NAME_PREFIX_MAX: usize = 40;
+
+/// A DNS-1123 label form of a job name (`gpus_per_task_test` → `gpus-per-task-test`).
+pub fn dns_safe_name(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars().flat_map(char::to_lowercase) {
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (out.is_empty() || out.ends_with('-')) {
+            continue;
+        }
+        out.push(c);
+    }
+    out.truncate(NAME_PREFIX_MAX);
+    while out.ends_with('-') {
+        out.pop();
+    }
+    if out.is_empty() {
+        out.push_str("job");
+    }
+    out
+}
+
+/// The Kubernetes name of a Slurm partition: lower case, `_` as `-` (`gpu_partition` →
+/// `gpu-partition`), since Partition objects cannot have upper case or `_` in their names.
+pub fn partition_object_name(partition: &str) -> String {
+    partition.to_ascii_lowercase().replace('_', "-")
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// An int-or-string field: a plain number stays a number, anything else is Slurm syntax.
+fn int_or_string(s: &str) -> IntOrString {
+    match s.parse::<i32>() {
+        Ok(n) if !s.starts_with('+') && !s.starts_with('-') => IntOrString::Int(n),
+        _ => IntOrString::String(s.to_string()),
+    }
+}
+
+/// Check what no single option can check alone, naming the line of the option at fault.
+pub fn check(merged: &Merged) -> Result<(), SbatchError> {
+    let o = &merged.options;
+
+    // Values sbatch checks once all options are read (the rest are checked as given).
+    type Check = fn(&str) -> Result<String, String>;
+    let lazy: [(&str, &Option<String>, Check); 8] = [
+        ("gres", &o.gres, values::gres),
+        ("gpus", &o.gpus, values::gpus),
+        ("gpus-per-node", &o.gpus_per_node, values::gpus),
+        ("gpus-per-task", &o.gpus_per_task, values::gpus),
+        ("constraint", &o.constraint, values::constraint),
+        ("dependency", &o.dependency, values::dependency),
+        ("array", &o.array, values::array),
+        ("gpu-bind", &o.gpu_bind, values::gpu_bind),
+    ];
+    for (opt, value, check) in lazy {
+        if let Some(v) = value
+            && let Err(why) = check(v)
+        {
+            let message = if opt == "gres" {
+                // Slurm's own wording, so the error reads as sbatch users know it.
+                format!("invalid generic resource (gres) specification '{v}': {why}")
+            } else {
+                format!("invalid value '{v}' for --{opt}: {why}")
+            };
+            return Err(SbatchError::at(merged.origin(opt), message));
+        }
+    }
+
+    let mems: Vec<&str> = [
+        ("mem", o.mem.is_some()),
+        ("mem-per-cpu", o.mem_per_cpu.is_some()),
+        ("mem-per-gpu", o.mem_per_gpu.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, given)| given.then_some(k))
+    .collect();
+    if mems.len() > 1 {
+        return Err(SbatchError::at(
+            merged.origin(mems[1]),
+            format!(
+                "--{} and --{} are mutually exclusive: give one of --mem, --mem-per-cpu and --mem-per-gpu",
+                mems[0], mems[1]
+            ),
+        ));
+    }
+
+    if o.gpus_per_task.is_some() && o.ntasks.is_none() && o.ntasks_per_node.is_none() {
+        return Err(SbatchError::at(
+            merged.origin("gpus-per-task"),
+            "--gpus-per-task needs a task count: add --ntasks (-n) or --ntasks-per-node",
+        ));
+    }
+
+    if o.gres.is_some() && o.gpus_per_node.is_some() {
+        return Err(SbatchError::at(
+            merged.origin("gpus-per-node"),
+            "--gres=gpu:… and --gpus-per-node both set GPUs per node: give one of them",
+        ));
+    }
+
+    if o.mem_per_gpu.is_some()
+        && o.gpus.is_none()
+        && o.gpus_per_node.is_none()
+        && o.gpus_per_task.is_none()
+        && o.gres.is_none()
+    {
+        return Err(SbatchError::at(
+            merged.origin("mem-per-gpu"),
+            "--mem-per-gpu needs a GPU request: add --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu:N",
+        ));
+    }
+
+    // One GPU type per job: every typed GPU request must name the same type.
+    let typed: Vec<(&str, String)> = [
+        (
+            "gpus",
+            o.gpus
+                .as_deref()
+                .and_then(|g| GpuCount::parse(g).ok()?.gpu_type),
+        ),
+        (
+            "gpus-per-node",
+            o.gpus_per_node
+                .as_deref()
+                .and_then(|g| GpuCount::parse(g).ok()?.gpu_type),
+        ),
+        (
+            "gpus-per-task",
+            o.gpus_per_task
+                .as_deref()
+                .and_then(|g| GpuCount::parse(g).ok()?.gpu_type),
+        ),
+        (
+            "gres",
+            o.gres
+                .as_deref()
+                .and_then(|g| gpus_from_gres(&parse_gres(g).ok()?).ok()??.gpu_type),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, t)| t.map(|t| (k, t)))
+    .collect();
+    if let [(k1, t1), .., (k2, t2)] = typed.as_slice()
+        && !t1.eq_ignore_ascii_case(t2)
+    {
+        return Err(SbatchError::at(
+            merged.origin(k2),
+            format!(
+                "--{k2} asks for {t2} GPUs but --{k1} ({}) asks for {t1}: a job runs on one GPU type",
+                merged.origin(k1)
+            ),
+        ));
+    }
+
+    if let Some(p) = &o.partition {
+        let name = partition_object_name(p);
+        if !is_dns_subdomain(&name) {
+            return Err(SbatchError::at(
+                merged.origin("partition"),
+                format!(
+                    "partition '{p}' cannot name a Partition object: use lower-case letters, \
+                     digits, '-', '_' and '.'"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Build the BatchJob for a submission. [`check`] must have passed.
+pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
+    let o = &merged.options;
+    let job_name = o
+        .job_name
+        .clone()
+        .unwrap_or_else(|| source.default_name.clone());
+
+    let mut annotations = BTreeMap::new();
+    if let Some(user) = &who.user {
+        annotations.insert(labels::USER.to_string(), user.clone());
+    }
+    if let Some(out) = &o.output {
+        annotations.insert(labels::OUTPUT.to_string(), out.clone());
+    }
+    if let Some(err) = &o.error {
+        annotations.insert(labels::ERROR.to_string(), err.clone());
+    }
+
+    let template = (o.image.is_some() || !source.args.is_empty()).then(|| PodTemplateSpec {
+        metadata: None,
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: TASK_CONTAINER.to_string(),
+                image: o.image.clone(),
+                args: (!source.args.is_empty()).then(|| source.args.clone()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+    });
+
+    let spec = BatchJobSpec {
+        partition: o.partition.as_deref().map(partition_object_name),
+        job_name: Some(job_name.clone()),
+        nodes: o.nodes.as_deref().map(int_or_string),
+        ntasks: o.ntasks,
+        ntasks_per_node: o.ntasks_per_node,
+        cpus_per_task: o.cpus_per_task,
+        mem: o.mem.clone(),
+        mem_per_cpu: o.mem_per_cpu.clone(),
+        mem_per_gpu: o.mem_per_gpu.clone(),
+        gpus: o.gpus.as_deref().map(int_or_string),
+        gpus_per_node: o.gpus_per_node.as_deref().map(int_or_string),
+        gpus_per_task: o.gpus_per_task.as_deref().map(int_or_string),
+        gres: o.gres.clone(),
+        gpu_type: None,
+        constraint: o.constraint.clone(),
+        exclusive: o.exclusive.as_ref().map(|_| true),
+        time: o.time.as_deref().map(int_or_string),
+        array: o.array.as_deref().map(int_or_string),
+        dependency: o.dependency.clone(),
+        switches: o.switches.as_deref().map(int_or_string),
+        gpu_bind: o.gpu_bind.clone(),
+        nice: o.nice,
+        priority: o.priority,
+        requeue: if o.requeue {
+            Some(true)
+        } else if o.no_requeue {
+            Some(false)
+        } else {
+            None
+        },
+        hold: o.hold.then_some(true),
+        cancel: None,
+        script: Some(source.script.clone()),
+        template,
+    };
+
+    BatchJob {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", dns_safe_name(&job_name))),
+            namespace: who.namespace.clone(),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_dns_labels() {
+        assert_eq!(dns_safe_name("gpus_per_task_test"), "gpus-per-task-test");
+        assert_eq!(dns_safe_name("train.sh"), "train-sh");
+        assert_eq!(dns_safe_name("My Job #1"), "my-job-1");
+        assert_eq!(dns_safe_name("__x__"), "x");
+        assert_eq!(dns_safe_name("日本"), "job");
+        assert_eq!(dns_safe_name(&"a".repeat(100)).len(), NAME_PREFIX_MAX);
+        assert_eq!(
+            dns_safe_name(&format!("{}_b", "a".repeat(39))),
+            "a".repeat(39)
+        );
+    }
+
+    #[test]
+    fn partitions_get_kubernetes_names() {
+        assert_eq!(partition_object_name("gpu_partition"), "gpu-partition");
+        assert_eq!(partition_object_name("Blackwell"), "blackwell");
+        assert!(is_dns_subdomain("gpu-partition"));
+        assert!(!is_dns_subdomain("gpu partition"));
+        assert!(!is_dns_subdomain("-gpu"));
+    }
+
+    #[test]
+    fn numbers_stay_numbers() {
+        assert_eq!(int_or_string("2"), IntOrString::Int(2));
+        assert_eq!(int_or_string("2-4"), IntOrString::String("2-4".into()));
+        assert_eq!(
+            int_or_string("00:10:00"),
+            IntOrString::String("00:10:00".into())
+        );
+        assert_eq!(int_or_string("+5"), IntOrString::String("+5".into()));
+    }
+}

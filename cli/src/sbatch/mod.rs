@@ -1,0 +1,468 @@
+//! `sbatch`: read a batch script's `#SBATCH` lines and the command line the way Slurm does,
+//! and submit the BatchJob they describe.
+//!
+//! The pure part ([`prepare`]) turns arguments, script text and environment into the
+//! BatchJob; [`run`] reads the script, then prints the manifest (`--dry-run`) or creates the
+//! object and waits for the operator to give it a job id.
+
+pub mod manifest;
+pub mod options;
+pub mod parse;
+pub mod script;
+pub mod values;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use kube::Api;
+use kube::api::PostParams;
+use muster_crds::v1alpha1::{BatchJob, Partition};
+
+use crate::Io;
+use crate::cluster::{Target, user_name};
+use manifest::{JobSource, Submitter};
+use options::SbatchOptions;
+use parse::{Merged, SbatchError};
+use script::Script;
+
+/// `muster sbatch [OPTIONS] [SCRIPT [ARGS...]]`
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+#[command(
+    infer_long_args = true,
+    args_override_self = true,
+    about = "Submit a batch script (Slurm's sbatch)",
+    long_about = "Submit a batch script as a BatchJob. #SBATCH lines are read as real sbatch \
+                  reads them (up to the first command); options on the command line override \
+                  SBATCH_* environment variables, which override the script. Without SCRIPT the \
+                  script is read from standard input."
+)]
+pub struct SbatchArgs {
+    /// Options shared with #SBATCH lines.
+    #[command(flatten)]
+    pub options: SbatchOptions,
+
+    /// Print the BatchJob instead of creating it: yaml (default) or json. As with kubectl,
+    /// `--dry-run -o yaml` / `-o json` also selects the format.
+    #[arg(long = "dry-run", value_name = "FORMAT", num_args = 0..=1, require_equals = true,
+          default_missing_value = "yaml", value_parser = ["yaml", "json", "client"])]
+    pub dry_run: Option<String>,
+
+    /// Seconds to wait for the operator to assign the job id after creating the BatchJob.
+    #[arg(
+        long = "submit-timeout",
+        value_name = "SECONDS",
+        default_value_t = 30,
+        env = "MUSTER_SUBMIT_TIMEOUT"
+    )]
+    pub submit_timeout: u64,
+
+    /// The batch script and its arguments (the arguments go to the task container).
+    #[arg(value_name = "SCRIPT [ARGS]", trailing_var_arg = true, num_args = 0..)]
+    pub command: Vec<String>,
+}
+
+/// Manifest formats for `--dry-run`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManifestFormat {
+    /// YAML, as `kubectl create --dry-run=client -o yaml` prints.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// A submission ready to print or create.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    /// The BatchJob to create.
+    pub job: BatchJob,
+    /// The options as merged from every source.
+    pub merged: Merged,
+    /// Notes for standard error.
+    pub warnings: Vec<String>,
+    /// `Some` for a dry run.
+    pub dry_run: Option<ManifestFormat>,
+}
+
+/// Where the script text comes from, already read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptInput {
+    /// The name used in messages (the path as given, or `(stdin)`).
+    pub name: String,
+    /// Slurm's default job name for it.
+    pub default_job_name: String,
+    /// The text.
+    pub text: String,
+}
+
+impl SbatchArgs {
+    /// The dry-run format, and the command-line options with kubectl's `-o yaml|json` taken
+    /// out of `--output` when it means the manifest format.
+    fn dry_run_format(&self) -> (Option<ManifestFormat>, SbatchOptions) {
+        let mut options = self.options.clone();
+        let Some(dry) = &self.dry_run else {
+            return (None, options);
+        };
+        let mut format = match dry.as_str() {
+            "json" => ManifestFormat::Json,
+            _ => ManifestFormat::Yaml,
+        };
+        match options.output.as_deref() {
+            Some("yaml") => {
+                format = ManifestFormat::Yaml;
+                options.output = None;
+            }
+            Some("json") => {
+                format = ManifestFormat::Json;
+                options.output = None;
+            }
+            _ => {}
+        }
+        (Some(format), options)
+    }
+}
+
+/// The file name part of a path (Slurm's default job name for a script).
+fn base_name(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.to_string())
+}
+
+/// Turn arguments, the script and the environment into the BatchJob, or say precisely why not.
+/// `script` is `None` with `--wrap`.
+pub fn prepare(
+    args: &SbatchArgs,
+    script: Option<ScriptInput>,
+    env: &dyn Fn(&str) -> Option<String>,
+    who: &Submitter,
+) -> Result<Prepared, SbatchError> {
+    let (dry_run, cli_options) = args.dry_run_format();
+    let script_args: Vec<String> = args.command.iter().skip(1).cloned().collect();
+    let cli = parse::command_line_layer(cli_options)?;
+
+    let mut warnings = Vec::new();
+    let (source, directives) = match (&cli.options.wrap, script) {
+        (Some(_), _) if !args.command.is_empty() => {
+            return Err(SbatchError::general(
+                "a script argument is not permitted with --wrap: give one or the other",
+            ));
+        }
+        (Some(wrap), _) => {
+            let text = manifest::wrap_script(wrap);
+            (
+                JobSource {
+                    script: text,
+                    default_name: "wrap".into(),
+                    args: Vec::new(),
+                },
+                parse::Layer::default(),
+            )
+        }
+        (None, None) => {
+            return Err(SbatchError::general(
+                "no batch script: give SCRIPT, --wrap=COMMAND, or a script on standard input",
+            ));
+        }
+        (None, Some(input)) => {
+            let parsed = Script::parse(&input.text)
+                .map_err(|e| SbatchError::general(format!("{}: {e}", input.name)))?;
+            warnings.extend(
+                parsed
+                    .warnings
+                    .iter()
+                    .map(|w| format!("{}: {w}", input.name)),
+            );
+            let layer = parse::parse_directives(&input.name, &parsed.directives)?;
+            (
+                JobSource {
+                    script: input.text,
+                    default_name: input.default_job_name,
+                    args: script_args,
+                },
+                layer,
+            )
+        }
+    };
+
+    let env_layer = parse::parse_env(env, &mut warnings)?;
+    let mut merged = parse::merge(cli, env_layer, directives);
+    manifest::check(&merged)?;
+    // Slurm lowers the node count to the task count when fewer tasks than nodes are asked for.
+    let o = &mut merged.options;
+    if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone())
+        && let Ok(range) = muster_crds::slurm::NodeRange::parse(&nodes)
+        && n < range.min
+    {
+        warnings.push(format!(
+            "can't run {n} processes on {} nodes, setting nnodes to {n}",
+            range.min
+        ));
+        o.nodes = Some(n.to_string());
+    }
+    if let Some(p) = &merged.options.partition {
+        let object = manifest::partition_object_name(p);
+        if &object != p {
+            warnings.push(format!(
+                "partition '{p}' is the Partition object '{object}' (Kubernetes names have no \
+                 upper case or '_')"
+            ));
+        }
+    }
+    let job = manifest::build(&merged, &source, who);
+    Ok(Prepared {
+        job,
+        merged,
+        warnings,
+        dry_run,
+    })
+}
+
+/// `sbatch -v`: the parsed options as real sbatch prints them (paths against `cwd`).
+pub fn defined_options_text(merged: &Merged, cwd: &std::path::Path) -> String {
+    let mut out = String::from(
+        "sbatch: defined options\nsbatch: -------------------- --------------------\n",
+    );
+    let mut opts = parse::slurm_defined_options(&merged.options, cwd);
+    if merged.options.verbose > 0 {
+        opts.insert("verbose".into(), merged.options.verbose.to_string());
+    }
+    for (k, v) in opts {
+        out.push_str(&format!("sbatch: {k:<20}: {v}\n"));
+    }
+    out.push_str(
+        "sbatch: -------------------- --------------------\nsbatch: end of defined options\n",
+    );
+    out
+}
+
+/// Render a BatchJob manifest.
+pub fn render_manifest(job: &BatchJob, format: ManifestFormat) -> anyhow::Result<String> {
+    Ok(match format {
+        ManifestFormat::Yaml => serde_yaml::to_string(job)?,
+        ManifestFormat::Json => serde_json::to_string_pretty(job)? + "\n",
+    })
+}
+
+fn read_script(args: &SbatchArgs, io: &mut Io<'_>) -> anyhow::Result<Option<ScriptInput>> {
+    if args.options.wrap.is_some() {
+        return Ok(None);
+    }
+    match args.command.first() {
+        Some(path) => {
+            let full = io.cwd.join(path);
+            let bytes = std::fs::read(&full)
+                .with_context(|| format!("unable to open batch script {path}"))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| anyhow::anyhow!("batch script {path} is not UTF-8 text"))?;
+            Ok(Some(ScriptInput {
+                name: path.clone(),
+                default_job_name: base_name(path),
+                text,
+            }))
+        }
+        None => {
+            let mut text = String::new();
+            io.stdin
+                .read_to_string(&mut text)
+                .context("cannot read the batch script from standard input")?;
+            Ok(Some(ScriptInput {
+                name: "(stdin)".into(),
+                default_job_name: "sbatch".into(),
+                text,
+            }))
+        }
+    }
+}
+
+/// Run `muster sbatch`.
+pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let script = read_script(args, io)?;
+    let identity = target.identity();
+    let env = io.env;
+    let who = Submitter {
+        namespace: identity.explicit_namespace.clone(),
+        user: Some(user_name(env, &identity)),
+    };
+    let prepared = prepare(args, script, env, &who).map_err(anyhow::Error::new)?;
+    for w in &prepared.warnings {
+        writeln!(io.err, "sbatch: warning: {w}")?;
+    }
+    if prepared.merged.options.verbose > 0 {
+        write!(
+            io.err,
+            "{}",
+            defined_options_text(&prepared.merged, &io.cwd)
+        )?;
+    }
+    if let Some(format) = prepared.dry_run {
+        write!(io.out, "{}", render_manifest(&prepared.job, format)?)?;
+        return Ok(());
+    }
+
+    let cluster = target.cluster(env).await?;
+    let mut job = prepared.job;
+    job.metadata.namespace = Some(cluster.namespace.clone());
+    if let Some(a) = job.metadata.annotations.as_mut() {
+        a.insert(muster_crds::labels::USER.to_string(), cluster.user.clone());
+    }
+    check_partition(&cluster.client, &prepared.merged).await?;
+    check_dependencies(&cluster, &prepared.merged).await?;
+    let (name, id) = submit(
+        &cluster.client,
+        &cluster.namespace,
+        &job,
+        Duration::from_secs(args.submit_timeout),
+    )
+    .await?;
+    tracing::debug!(name, id, "submitted");
+    let o = &prepared.merged.options;
+    if o.parsable {
+        writeln!(io.out, "{id}")?;
+    } else if !o.quiet {
+        writeln!(io.out, "Submitted batch job {id}")?;
+    }
+    Ok(())
+}
+
+/// Refuse an unknown partition before creating anything, as sbatch does.
+async fn check_partition(client: &kube::Client, merged: &Merged) -> anyhow::Result<()> {
+    let Some(p) = &merged.options.partition else {
+        return Ok(());
+    };
+    let name = manifest::partition_object_name(p);
+    let api: Api<Partition> = Api::all(client.clone());
+    match api.get_opt(&name).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => {
+            let known: Vec<String> = api
+                .list(&Default::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .filter_map(|p| p.metadata.name)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut err = SbatchError::at(
+                merged.origin("partition"),
+                format!("invalid partition specified: {p}"),
+            );
+            if !known.is_empty() {
+                err = err.hint(format!("partitions in this cluster: {}", known.join(", ")));
+            }
+            Err(err.into())
+        }
+        // Not allowed to read partitions (or the API is missing): let the operator judge.
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot check the partition");
+            Ok(())
+        }
+    }
+}
+
+/// The jobs a dependency names that do not exist: `(reference, why)`. Ids are looked up in
+/// `jobs` of this namespace and `elsewhere` (other namespaces, when readable); names in this
+/// namespace only, as the API defines them.
+pub fn missing_dependencies(spec: &str, jobs: &[BatchJob], elsewhere: &[BatchJob]) -> Vec<String> {
+    use muster_crds::slurm::{DependencySpec, JobTarget};
+    let Ok(dep) = DependencySpec::parse(spec) else {
+        return Vec::new();
+    };
+    let has_id = |list: &[BatchJob], id: u64| {
+        list.iter().any(|j| {
+            j.status
+                .as_ref()
+                .is_some_and(|s| s.job_id == Some(id) || s.array_job_id == Some(id))
+        })
+    };
+    let mut missing = Vec::new();
+    for r in dep.jobs() {
+        match &r.target {
+            JobTarget::Id(id) if !has_id(jobs, *id) && !has_id(elsewhere, *id) => {
+                missing.push(format!("job {id} does not exist"));
+            }
+            JobTarget::Name(n)
+                if !jobs
+                    .iter()
+                    .any(|j| j.metadata.name.as_deref() == Some(n.as_str())) =>
+            {
+                missing.push(format!("no BatchJob named {n} in this namespace"));
+            }
+            _ => {}
+        }
+    }
+    missing
+}
+
+/// Refuse a dependency on a job that does not exist, as sbatch does ("Job dependency
+/// problem"), before creating anything.
+async fn check_dependencies(
+    cluster: &crate::cluster::Cluster,
+    merged: &Merged,
+) -> anyhow::Result<()> {
+    let Some(spec) = &merged.options.dependency else {
+        return Ok(());
+    };
+    let here = crate::fetch::batchjobs(cluster, false).await?;
+    let mut missing = missing_dependencies(spec, &here, &[]);
+    if missing.iter().any(|m| m.starts_with("job ")) {
+        // Ids are cluster-wide: look in every namespace we may read.
+        if let Ok(all) = crate::fetch::batchjobs(cluster, true).await {
+            missing = missing_dependencies(spec, &here, &all);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(SbatchError::at(
+        merged.origin("dependency"),
+        format!("Job dependency problem: {}", missing.join("; ")),
+    )
+    .hint("name a job by its id (sbatch --parsable prints it) or its BatchJob name")
+    .into())
+}
+
+/// Create the BatchJob and wait (bounded) for the operator to assign its job id.
+pub async fn submit(
+    client: &kube::Client,
+    namespace: &str,
+    job: &BatchJob,
+    timeout: Duration,
+) -> anyhow::Result<(String, u64)> {
+    let api: Api<BatchJob> = Api::namespaced(client.clone(), namespace);
+    let created = api
+        .create(&PostParams::default(), job)
+        .await
+        .context("Batch job submission failed")?;
+    let name = created
+        .metadata
+        .name
+        .clone()
+        .context("the API server returned the BatchJob without a name")?;
+    if let Some(id) = created.status.as_ref().and_then(|s| s.job_id) {
+        return Ok((name, id));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        tokio::time::sleep(delay).await;
+        if let Some(job) = api.get_opt(&name).await? {
+            if let Some(id) = job.status.as_ref().and_then(|s| s.job_id) {
+                return Ok((name, id));
+            }
+        } else {
+            anyhow::bail!("BatchJob {namespace}/{name} was deleted before it got a job id");
+        }
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "BatchJob {namespace}/{name} was created but no job id was assigned within {}s: \
+                 is the Muster operator running? (kubectl get batchjob {name} -n {namespace})",
+                timeout.as_secs()
+            );
+        }
+        delay = (delay * 2).min(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,142 @@
+//! Value checks for sbatch options, run by clap on every occurrence (as Slurm checks each
+//! option when it is set). Each returns the value as written: the BatchJob takes Slurm syntax.
+//! Every Slurm value grammar is the Slurm syntax library's ([`muster_crds::slurm`]).
+
+use muster_crds::slurm::{
+    ArraySpec, Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches,
+    SyntaxError, TimeLimit, gpus_from_gres, parse_gres,
+};
+
+fn non_empty(s: &str, what: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err(format!("{what} must not be empty"))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// `--partition`: any non-empty name here; the Kubernetes form is checked when the job is built.
+pub fn partition(s: &str) -> Result<String, String> {
+    non_empty(s, "the partition name")
+}
+
+/// `--job-name`.
+pub fn job_name(s: &str) -> Result<String, String> {
+    non_empty(s, "the job name")?;
+    if s.chars().count() > 256 {
+        return Err("the job name must be at most 256 characters".into());
+    }
+    Ok(s.to_string())
+}
+
+/// Task, CPU and node counts: an integer of at least 1.
+pub fn count(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("expected a whole number of at least 1".into()),
+    }
+}
+
+/// `--nice[=ADJ]`.
+pub fn nice(s: &str) -> Result<i32, String> {
+    const LIMIT: i64 = 2_147_483_645;
+    match s.parse::<i64>() {
+        Ok(n) if (-LIMIT..=LIMIT).contains(&n) => Ok(n as i32),
+        Ok(_) => Err(format!(
+            "the nice value must be between -{LIMIT} and {LIMIT}"
+        )),
+        Err(_) => Err("expected an integer adjustment such as 100 or -10".into()),
+    }
+}
+
+/// `--priority`.
+pub fn priority(s: &str) -> Result<u32, String> {
+    if s.eq_ignore_ascii_case("top") {
+        return Err("--priority=TOP is not supported; give a number".into());
+    }
+    s.parse::<u32>()
+        .map_err(|_| "expected a whole number such as 1000".into())
+}
+
+/// `--exclusive[=MODE]`: only the plain form (whole nodes).
+pub fn exclusive(s: &str) -> Result<String, String> {
+    match s {
+        "" => Ok(String::new()),
+        "user" | "mcs" | "topo" => Err(format!(
+            "--exclusive={s} is not supported by Muster; plain --exclusive gives the job whole nodes"
+        )),
+        _ => Err("expected no value (--exclusive), or user, mcs or topo".into()),
+    }
+}
+
+/// `--output` / `--error`.
+pub fn path(s: &str) -> Result<String, String> {
+    non_empty(s, "the file name")
+}
+
+/// `--image`: a container image reference.
+pub fn image(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.chars().any(char::is_whitespace) {
+        return Err("expected a container image such as nvcr.io/nvidia/pytorch:24.05-py3".into());
+    }
+    Ok(s.to_string())
+}
+
+/// The reason a value does not parse, without the library's "invalid X \"value\":" lead
+/// (the caller names the option and the value).
+fn why(e: SyntaxError) -> String {
+    e.message
+}
+
+/// `--nodes`: `N` or `MIN-MAX`.
+pub fn nodes(s: &str) -> Result<String, String> {
+    NodeRange::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--mem`, `--mem-per-cpu`, `--mem-per-gpu`.
+pub fn mem(s: &str) -> Result<String, String> {
+    MemSize::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--gpus`, `--gpus-per-node`, `--gpus-per-task`: `[TYPE:]COUNT`.
+pub fn gpus(s: &str) -> Result<String, String> {
+    GpuCount::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--gres`: Slurm's grammar, and only GPUs (the resource Muster schedules).
+pub fn gres(s: &str) -> Result<String, String> {
+    let items = parse_gres(s).map_err(why)?;
+    gpus_from_gres(&items).map_err(why)?;
+    Ok(s.to_string())
+}
+
+/// `--constraint`.
+pub fn constraint(s: &str) -> Result<String, String> {
+    Constraint::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--time`.
+pub fn time(s: &str) -> Result<String, String> {
+    TimeLimit::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--array`.
+pub fn array(s: &str) -> Result<String, String> {
+    ArraySpec::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--dependency`.
+pub fn dependency(s: &str) -> Result<String, String> {
+    DependencySpec::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--switches`.
+pub fn switches(s: &str) -> Result<String, String> {
+    Switches::parse(s).map(|_| s.to_string()).map_err(why)
+}
+
+/// `--gpu-bind`.
+pub fn gpu_bind(s: &str) -> Result<String, String> {
+    GpuBind::parse(s).map(|_| s.to_string()).map_err(why)
+}

@@ -1,0 +1,191 @@
+//! `scancel`: cancel jobs by id, name, user, partition or state. Sets `spec.cancel` (a merge
+//! patch); the operator stops the tasks and keeps the record as CANCELLED.
+
+use clap::Args;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use muster_crds::v1alpha1::BatchJob;
+
+use crate::Io;
+use crate::cluster::Target;
+use crate::rows::JobRow;
+use crate::squeue::{Filter, parse_states};
+
+/// `muster scancel`
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+#[command(
+    infer_long_args = true,
+    args_override_self = true,
+    about = "Cancel jobs (Slurm's scancel)"
+)]
+pub struct ScancelArgs {
+    /// Jobs to cancel: `123` (an array id cancels every element), `123_4`.
+    #[arg(value_name = "JOB_ID", value_delimiter = ',')]
+    pub job_ids: Vec<String>,
+
+    /// Look in every namespace (default: the current namespace).
+    #[arg(long = "all-namespaces")]
+    pub all_namespaces: bool,
+
+    /// Only my jobs.
+    #[arg(long = "me")]
+    pub me: bool,
+
+    /// Only jobs with this name.
+    #[arg(
+        short = 'n',
+        long = "name",
+        visible_alias = "jobname",
+        value_name = "NAME"
+    )]
+    pub name: Option<String>,
+
+    /// Only jobs in this partition.
+    #[arg(short = 'p', long = "partition", value_name = "PARTITION")]
+    pub partition: Option<String>,
+
+    /// Say nothing about jobs that cannot be cancelled.
+    #[arg(short = 'Q', long = "quiet")]
+    pub quiet: bool,
+
+    /// Only jobs in this state (PENDING, RUNNING).
+    #[arg(
+        short = 't',
+        long = "state",
+        value_name = "STATE",
+        value_delimiter = ','
+    )]
+    pub state: Vec<String>,
+
+    /// Only this user's jobs.
+    #[arg(short = 'u', long = "user", value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Report each job cancelled.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+}
+
+/// What scancel would do: the jobs to patch, and the messages for ids it cannot act on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// `(namespace, BatchJob name, Slurm id)` to cancel.
+    pub cancel: Vec<(String, String, String)>,
+    /// Errors, as scancel prints them.
+    pub errors: Vec<String>,
+}
+
+/// Decide which jobs to cancel (pure).
+pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, String> {
+    let has_filter = args.name.is_some()
+        || args.partition.is_some()
+        || !args.state.is_empty()
+        || args.user.is_some()
+        || args.me;
+    if args.job_ids.is_empty() && !has_filter {
+        return Err("No job identification provided".into());
+    }
+    let states = parse_states(&args.state)?;
+    let filter = Filter {
+        jobs: Vec::new(),
+        names: args.name.iter().cloned().collect(),
+        partitions: args.partition.iter().cloned().collect(),
+        states: if args.state.is_empty() { None } else { states },
+        users: args
+            .user
+            .iter()
+            .cloned()
+            .chain(args.me.then(|| me.to_string()))
+            .collect(),
+    };
+    let mut plan = Plan::default();
+    let add = |r: &JobRow, plan: &mut Plan| {
+        let key = (r.namespace.clone(), r.name.clone(), r.id_string());
+        if !plan
+            .cancel
+            .iter()
+            .any(|(n, m, _)| *n == key.0 && *m == key.1)
+        {
+            plan.cancel.push(key);
+        }
+    };
+    if args.job_ids.is_empty() {
+        for r in rows
+            .iter()
+            .filter(|r| !r.state.is_terminal() && filter.keep(r))
+        {
+            add(r, &mut plan);
+        }
+        return Ok(plan);
+    }
+    for id in &args.job_ids {
+        let matched: Vec<&JobRow> = rows.iter().filter(|r| r.matches_id(id)).collect();
+        if matched.is_empty() {
+            plan.errors.push(format!(
+                "Kill job error on job id {id}: Invalid job id specified"
+            ));
+            continue;
+        }
+        if id.contains('_') && matched.iter().all(|r| r.array_record) {
+            plan.errors.push(format!(
+                "Kill job error on job id {id}: an array index cannot be cancelled before it \
+                 starts; cancel the whole array ({}) or wait for the index to start",
+                id.split('_').next().unwrap_or(id)
+            ));
+            continue;
+        }
+        let active: Vec<&&JobRow> = matched
+            .iter()
+            .filter(|r| !r.state.is_terminal() && filter.keep(r))
+            .collect();
+        if active.is_empty() {
+            if matched.iter().all(|r| r.state.is_terminal()) {
+                plan.errors.push(format!(
+                    "Kill job error on job id {id}: Job/step already completing or completed"
+                ));
+            }
+            continue;
+        }
+        for r in active {
+            add(r, &mut plan);
+        }
+    }
+    Ok(plan)
+}
+
+/// Run `muster scancel`.
+pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let cluster = target.cluster(io.env).await?;
+    let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
+    let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
+    let plan = plan(args, &rows, &cluster.user).map_err(|e| anyhow::anyhow!(e))?;
+    let patch = serde_json::json!({ "spec": { "cancel": true } });
+    let mut failed = false;
+    for (ns, name, id) in &plan.cancel {
+        let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), ns);
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                if args.verbose {
+                    writeln!(io.err, "scancel: Terminating job {id}")?;
+                }
+            }
+            Err(e) => {
+                failed = true;
+                writeln!(io.err, "scancel: error: Kill job error on job id {id}: {e}")?;
+            }
+        }
+    }
+    if !args.quiet {
+        for e in &plan.errors {
+            writeln!(io.err, "scancel: error: {e}")?;
+        }
+    }
+    if failed || !plan.errors.is_empty() {
+        // scancel exits non-zero when any job could not be signalled; the reasons are out.
+        return Err(crate::Failed.into());
+    }
+    Ok(())
+}

@@ -1,0 +1,440 @@
+//! `sinfo`: partitions and nodes, with GPUs shown as GRES.
+
+use clap::Args;
+
+use crate::Io;
+use crate::cluster::Target;
+use crate::format::{self, Format, pad};
+use crate::rows::{NodeRow, PartRow};
+use muster_crds::slurm::{TimeLimit, hostlist};
+
+/// sinfo's default (partition) format.
+pub const DEFAULT_FORMAT: &str = "%#P %.5a %.10l %.6D %.6t %N";
+/// `sinfo -N`.
+pub const NODE_FORMAT: &str = "%#N %.6D %.#P %6t";
+/// `sinfo -l`.
+pub const LONG_FORMAT: &str = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
+/// `sinfo -N -l`.
+pub const NODE_LONG_FORMAT: &str = "%#N %.6D %.#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
+/// `sinfo -s`.
+pub const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F  %N";
+
+/// `muster sinfo`
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+#[command(
+    infer_long_args = true,
+    args_override_self = true,
+    about = "Show partitions and nodes (Slurm's sinfo)",
+    disable_help_flag = true
+)]
+pub struct SinfoArgs {
+    /// Accepted for compatibility (every partition is always shown).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+
+    /// Only nodes that do not respond.
+    #[arg(short = 'd', long = "dead")]
+    pub dead: bool,
+
+    /// No header line.
+    #[arg(short = 'h', long = "noheader")]
+    pub noheader: bool,
+
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+
+    /// Long format.
+    #[arg(short = 'l', long = "long")]
+    pub long: bool,
+
+    /// One line per node (and partition).
+    #[arg(short = 'N', long = "Node")]
+    pub node: bool,
+
+    /// Only these nodes (a hostlist).
+    #[arg(short = 'n', long = "nodes", value_name = "HOSTLIST")]
+    pub nodes: Option<String>,
+
+    /// Output format, Slurm's `%[.][size]type[suffix]` fields.
+    #[arg(
+        short = 'o',
+        long = "format",
+        value_name = "FORMAT",
+        env = "SINFO_FORMAT"
+    )]
+    pub format: Option<String>,
+
+    /// Only these partitions.
+    #[arg(
+        short = 'p',
+        long = "partition",
+        value_name = "PARTITIONS",
+        value_delimiter = ','
+    )]
+    pub partitions: Vec<String>,
+
+    /// Only nodes that respond.
+    #[arg(short = 'r', long = "responding")]
+    pub responding: bool,
+
+    /// A summary per partition (NODES(A/I/O/T)).
+    #[arg(short = 's', long = "summarize")]
+    pub summarize: bool,
+
+    /// Only nodes in these states (idle, mix, alloc, down, drain, …).
+    #[arg(
+        short = 't',
+        long = "states",
+        value_name = "STATES",
+        value_delimiter = ','
+    )]
+    pub states: Vec<String>,
+}
+
+/// One output line: a partition (or none) and the nodes it groups.
+#[derive(Clone, Debug)]
+pub struct Record<'a> {
+    /// The partition, `None` for a node in no partition.
+    pub part: Option<&'a PartRow>,
+    /// The nodes of the line.
+    pub nodes: Vec<&'a NodeRow>,
+}
+
+/// The letters sinfo prints here.
+pub fn valid_code(c: char) -> bool {
+    "aACcdDEfFGghlLmMNpPRstTwz".contains(c)
+}
+
+fn limit(l: Option<TimeLimit>, unset: &str) -> String {
+    match l {
+        None => unset.to_string(),
+        Some(TimeLimit::Unlimited) => "infinite".to_string(),
+        Some(l) => l.to_string(),
+    }
+}
+
+fn min_max(values: impl Iterator<Item = u64>) -> String {
+    let v: Vec<u64> = values.collect();
+    match (v.iter().min(), v.iter().max()) {
+        (Some(a), Some(b)) if a == b => a.to_string(),
+        (Some(a), Some(_)) => format!("{a}+"),
+        _ => "0".to_string(),
+    }
+}
+
+fn counts(nodes: &[&NodeRow]) -> (usize, usize, usize) {
+    use crate::rows::NodeState::*;
+    let alloc = nodes
+        .iter()
+        .filter(|n| matches!(n.state, Allocated | Mixed | Draining))
+        .count();
+    let idle = nodes.iter().filter(|n| n.state == Idle).count();
+    (alloc, idle, nodes.len() - alloc - idle)
+}
+
+/// `(value, cut)` of one field for a record, or the header when `rec` is `None`.
+fn field(code: char, rec: Option<&Record<'_>>) -> String {
+    let Some(r) = rec else {
+        return match code {
+            'a' => "AVAIL",
+            'A' => "NODES(A/I)",
+            'c' => "CPUS",
+            'd' => "TMP_DISK",
+            'C' => "CPUS(A/I/O/T)",
+            'D' => "NODES",
+            'E' => "REASON",
+            'f' => "AVAIL_FEATURES",
+            'F' => "NODES(A/I/O/T)",
+            'G' => "GRES",
+            'g' => "GROUPS",
+            'h' => "OVERSUBSCRIBE",
+            'l' => "TIMELIMIT",
+            'L' => "DEFAULTTIME",
+            'm' => "MEMORY",
+            'M' => "PREEMPT_MODE",
+            'N' => "NODELIST",
+            'p' => "PRIO_TIER",
+            'P' | 'R' => "PARTITION",
+            's' => "JOB_SIZE",
+            't' | 'T' => "STATE",
+            'w' => "WEIGHT",
+            'z' => "S:C:T",
+            _ => "",
+        }
+        .to_string();
+    };
+    let na = || "n/a".to_string();
+    let first = r.nodes.first();
+    match code {
+        'a' => r.part.map(|p| p.avail.clone()).unwrap_or_else(na),
+        'A' => {
+            let (a, i, _) = counts(&r.nodes);
+            format!("{a}/{i}")
+        }
+        'c' => min_max(r.nodes.iter().map(|n| n.cpus as u64)),
+        'C' => {
+            let total: u32 = r.nodes.iter().map(|n| n.cpus).sum();
+            let alloc: u32 = r.nodes.iter().map(|n| n.cpus_alloc.min(n.cpus)).sum();
+            let other: u32 = r
+                .nodes
+                .iter()
+                .filter(|n| {
+                    use crate::rows::NodeState::*;
+                    matches!(n.state, Down | Drained)
+                })
+                .map(|n| n.cpus - n.cpus_alloc.min(n.cpus))
+                .sum();
+            format!("{alloc}/{}/{other}/{total}", total - alloc - other)
+        }
+        'd' => min_max(r.nodes.iter().map(|n| n.tmp_disk_mb)),
+        'D' => r.nodes.len().to_string(),
+        'E' => first
+            .and_then(|n| n.reason.clone())
+            .unwrap_or_else(|| "none".to_string()),
+        'f' => first
+            .map(|n| {
+                if n.features.is_empty() {
+                    "(null)".to_string()
+                } else {
+                    n.features.join(",")
+                }
+            })
+            .unwrap_or_else(|| "(null)".to_string()),
+        'F' => {
+            let (a, i, o) = counts(&r.nodes);
+            format!("{a}/{i}/{o}/{}", r.nodes.len())
+        }
+        'G' => first
+            .map(|n| n.gres())
+            .unwrap_or_else(|| "(null)".to_string()),
+        'g' => r.part.map(|_| "all".to_string()).unwrap_or_else(na),
+        'h' => r.part.map(|_| "NO".to_string()).unwrap_or_else(na),
+        'l' => r
+            .part
+            .map(|p| limit(p.max_time, "infinite"))
+            .unwrap_or_else(na),
+        'L' => r
+            .part
+            .map(|p| limit(p.default_time, "n/a"))
+            .unwrap_or_else(na),
+        'm' => min_max(r.nodes.iter().map(|n| n.memory_mb)),
+        'M' => r.part.map(|p| p.preempt_mode.clone()).unwrap_or_else(na),
+        'N' => {
+            let names: Vec<String> = r.nodes.iter().map(|n| n.name.clone()).collect();
+            hostlist::compress_sorted(&names)
+        }
+        'p' => r
+            .part
+            .map(|p| p.priority_tier.to_string())
+            .unwrap_or_else(na),
+        'P' => r
+            .part
+            .map(|p| format!("{}{}", p.name, if p.default { "*" } else { "" }))
+            .unwrap_or_else(na),
+        'R' => r.part.map(|p| p.name.clone()).unwrap_or_else(na),
+        's' => r
+            .part
+            .map(|p| {
+                let min = p.min_nodes.unwrap_or(1).max(1);
+                match p.max_nodes {
+                    None => format!("{min}-infinite"),
+                    Some(max) if max == min => max.to_string(),
+                    Some(max) => format!("{min}-{max}"),
+                }
+            })
+            .unwrap_or_else(na),
+        't' => first.map(|n| n.compact_state()).unwrap_or_else(na),
+        'T' => first.map(|n| n.long_state()).unwrap_or_else(na),
+        // Kubernetes has no node weights; every node weighs Slurm's default.
+        'w' => "1".to_string(),
+        // Sockets, cores and threads are not published by the kubelet.
+        'z' => "*:*:*".to_string(),
+        _ => String::new(),
+    }
+}
+
+/// Format records; `%#` fields get the width of their widest value (at least 9).
+pub fn render(records: &[Record<'_>], format: &Format, header: bool) -> String {
+    let mut fmt = format.clone();
+    for f in fmt.fields.iter_mut().filter(|f| f.auto) {
+        let widest = records
+            .iter()
+            .map(|r| field(f.code, Some(r)).chars().count())
+            .max()
+            .unwrap_or(0);
+        f.width = widest.max(9);
+    }
+    let line = |rec: Option<&Record<'_>>| {
+        let mut s = fmt.prefix.clone();
+        for f in &fmt.fields {
+            // sinfo cuts every field except a header NODELIST.
+            let cut = !(rec.is_none() && f.code == 'N');
+            s.push_str(&pad(&field(f.code, rec), f.width, f.right, cut));
+            s.push_str(&f.suffix);
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = String::new();
+    if header {
+        out.push_str(&line(None));
+    }
+    for r in records {
+        out.push_str(&line(Some(r)));
+    }
+    out
+}
+
+/// The node attributes a format prints, which split a partition's nodes into lines.
+fn group_key(n: &NodeRow, format: &Format) -> Vec<String> {
+    let mut key = vec![n.compact_state()];
+    for f in &format.fields {
+        match f.code {
+            'c' => key.push(n.cpus.to_string()),
+            'm' => key.push(n.memory_mb.to_string()),
+            'G' => key.push(n.gres()),
+            'f' => key.push(n.features.join(",")),
+            'E' => key.push(n.reason.clone().unwrap_or_default()),
+            _ => {}
+        }
+    }
+    key
+}
+
+/// The lines sinfo prints for these partitions and (already filtered) nodes.
+pub fn records<'a>(
+    parts: &'a [PartRow],
+    nodes: &'a [NodeRow],
+    format: &Format,
+    node_view: bool,
+    summarize: bool,
+) -> Vec<Record<'a>> {
+    let mut out = Vec::new();
+    if node_view {
+        for n in nodes {
+            let mut in_any = false;
+            for p in parts.iter().filter(|p| n.partitions.contains(&p.name)) {
+                in_any = true;
+                out.push(Record {
+                    part: Some(p),
+                    nodes: vec![n],
+                });
+            }
+            if !in_any && parts.is_empty() {
+                out.push(Record {
+                    part: None,
+                    nodes: vec![n],
+                });
+            }
+        }
+        return out;
+    }
+    for p in parts {
+        let members: Vec<&NodeRow> = nodes
+            .iter()
+            .filter(|n| n.partitions.contains(&p.name))
+            .collect();
+        if summarize {
+            out.push(Record {
+                part: Some(p),
+                nodes: members,
+            });
+            continue;
+        }
+        let mut groups: Vec<(Vec<String>, u32, Vec<&NodeRow>)> = Vec::new();
+        for n in members {
+            let key = group_key(n, format);
+            match groups.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, _, v)) => v.push(n),
+                None => groups.push((key, n.slurm_value(), vec![n])),
+            }
+        }
+        // Decreasing Slurm state value, as sinfo's default sort "#P,-t".
+        groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        if groups.is_empty() {
+            out.push(Record {
+                part: Some(p),
+                nodes: Vec::new(),
+            });
+        }
+        for (_, _, v) in groups {
+            out.push(Record {
+                part: Some(p),
+                nodes: v,
+            });
+        }
+    }
+    out
+}
+
+/// Pick the format, filter, group and format.
+pub fn report(
+    args: &SinfoArgs,
+    parts: &[PartRow],
+    nodes: &[NodeRow],
+) -> Result<(String, Vec<String>), String> {
+    let wanted_nodes: Option<Vec<String>> = match &args.nodes {
+        Some(list) => Some(hostlist::expand(list).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let parts: Vec<PartRow> = parts
+        .iter()
+        .filter(|p| {
+            args.partitions.is_empty()
+                || args
+                    .partitions
+                    .iter()
+                    .any(|q| crate::sbatch::manifest::partition_object_name(q) == p.name)
+        })
+        .cloned()
+        .collect();
+    let nodes: Vec<NodeRow> = nodes
+        .iter()
+        .filter(|n| wanted_nodes.as_ref().is_none_or(|w| w.contains(&n.name)))
+        .filter(|n| args.states.is_empty() || args.states.iter().any(|s| n.state.matches(s)))
+        .filter(|n| !args.dead || n.not_responding)
+        .filter(|n| !args.responding || !n.not_responding)
+        .cloned()
+        .collect();
+    let fmt = args.format.clone().unwrap_or_else(|| {
+        match (args.node, args.long, args.summarize) {
+            (_, _, true) => SUMMARIZE_FORMAT,
+            (true, true, _) => NODE_LONG_FORMAT,
+            (true, false, _) => NODE_FORMAT,
+            (false, true, _) => LONG_FORMAT,
+            (false, false, _) => DEFAULT_FORMAT,
+        }
+        .to_string()
+    });
+    let (format, warnings) = format::parse_format(&fmt, valid_code);
+    let filtering =
+        wanted_nodes.is_some() || !args.states.is_empty() || args.dead || args.responding;
+    let mut recs = records(
+        &parts,
+        &nodes,
+        &format,
+        args.node,
+        args.summarize && args.format.is_none(),
+    );
+    if filtering {
+        recs.retain(|r| !r.nodes.is_empty());
+    }
+    Ok((render(&recs, &format, !args.noheader), warnings))
+}
+
+/// Run `muster sinfo`.
+pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let cluster = target.cluster(io.env).await?;
+    let partitions = crate::fetch::partitions(&cluster).await?;
+    let nodes = crate::fetch::nodes(&cluster).await?;
+    let gpunodes = crate::fetch::gpunodes(&cluster).await;
+    let jobs = crate::fetch::batchjobs_all_or_own(&cluster).await?;
+    let (parts, node_rows) = crate::rows::cluster_rows(&partitions, &nodes, &gpunodes, &jobs);
+    let (text, warnings) = report(args, &parts, &node_rows).map_err(|e| anyhow::anyhow!(e))?;
+    for w in warnings {
+        writeln!(io.err, "sinfo: error: {w}")?;
+    }
+    write!(io.out, "{text}")?;
+    Ok(())
+}

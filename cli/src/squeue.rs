@@ -1,0 +1,416 @@
+//! `squeue`: the job queue, in Slurm's columns, widths and truncation.
+
+use std::cmp::Ordering;
+
+use clap::Args;
+use jiff::tz::TimeZone;
+use muster_crds::v1alpha1::JobState;
+
+use crate::Io;
+use crate::cluster::Target;
+use crate::format::{self, Format, pad};
+use crate::rows::JobRow;
+use muster_crds::slurm::TimeLimit;
+
+/// squeue's default format.
+pub const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+/// `squeue -l`.
+pub const LONG_FORMAT: &str = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R";
+/// `squeue --start`.
+pub const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R";
+
+/// `muster squeue`
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+#[command(
+    infer_long_args = true,
+    args_override_self = true,
+    about = "Show the job queue (Slurm's squeue)",
+    disable_help_flag = true
+)]
+pub struct SqueueArgs {
+    /// Jobs in every namespace (default: the current namespace only).
+    #[arg(short = 'a', long = "all", visible_alias = "all-namespaces")]
+    pub all_namespaces: bool,
+
+    /// Show one line per array element, pending ones included.
+    #[arg(short = 'r', long = "array")]
+    pub array: bool,
+
+    /// Output format, Slurm's `%[.][size]type[suffix]` fields.
+    #[arg(
+        short = 'o',
+        long = "format",
+        value_name = "FORMAT",
+        env = "SQUEUE_FORMAT"
+    )]
+    pub format: Option<String>,
+
+    /// No header line.
+    #[arg(short = 'h', long = "noheader")]
+    pub noheader: bool,
+
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+
+    /// Only these job ids (comma separated; `123` or `123_4`).
+    #[arg(
+        short = 'j',
+        long = "jobs",
+        value_name = "JOB_ID_LIST",
+        value_delimiter = ','
+    )]
+    pub jobs: Vec<String>,
+
+    /// The long format (STATE and TIME_LIMIT columns).
+    #[arg(short = 'l', long = "long")]
+    pub long: bool,
+
+    /// Only my jobs.
+    #[arg(long = "me")]
+    pub me: bool,
+
+    /// Only these job names.
+    #[arg(
+        short = 'n',
+        long = "name",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pub names: Vec<String>,
+
+    /// Only these partitions.
+    #[arg(
+        short = 'p',
+        long = "partition",
+        value_name = "PARTITIONS",
+        value_delimiter = ','
+    )]
+    pub partitions: Vec<String>,
+
+    /// Pending jobs with their expected start times, soonest first.
+    #[arg(long = "start")]
+    pub start: bool,
+
+    /// Only these states (names or compact codes, or `all`; default PD,R,CG).
+    #[arg(
+        short = 't',
+        long = "states",
+        value_name = "STATES",
+        value_delimiter = ','
+    )]
+    pub states: Vec<String>,
+
+    /// Only these users.
+    #[arg(
+        short = 'u',
+        long = "user",
+        visible_alias = "users",
+        value_name = "USERS",
+        value_delimiter = ','
+    )]
+    pub users: Vec<String>,
+}
+
+/// Which jobs to show.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Job ids (`123`, `123_4`); empty: all.
+    pub jobs: Vec<String>,
+    /// Job names; empty: all.
+    pub names: Vec<String>,
+    /// Partitions; empty: all.
+    pub partitions: Vec<String>,
+    /// States; `None`: every state.
+    pub states: Option<Vec<JobState>>,
+    /// Users; empty: all.
+    pub users: Vec<String>,
+}
+
+/// squeue's default states: pending, running, completing.
+pub const DEFAULT_STATES: [JobState; 3] =
+    [JobState::Pending, JobState::Running, JobState::Completing];
+
+/// Parse a `-t` list: names or compact codes, any case, or `all`.
+pub fn parse_states(list: &[String]) -> Result<Option<Vec<JobState>>, String> {
+    if list.iter().any(|s| s.eq_ignore_ascii_case("all")) {
+        return Ok(None);
+    }
+    list.iter()
+        .map(|s| s.parse::<JobState>())
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// Whether `s` is a job id as squeue takes it: `123` or `123_4`.
+pub fn valid_job_id(s: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
+    match s.split_once('_') {
+        Some((a, t)) => digits(a) && digits(t),
+        None => digits(s),
+    }
+}
+
+/// Compare partition names as users type them (`gpu_partition` matches `gpu-partition`).
+fn same_partition(a: &str, b: &str) -> bool {
+    crate::sbatch::manifest::partition_object_name(a)
+        == crate::sbatch::manifest::partition_object_name(b)
+}
+
+impl Filter {
+    /// Whether `row` passes.
+    pub fn keep(&self, row: &JobRow) -> bool {
+        (self.jobs.is_empty() || self.jobs.iter().any(|j| row.matches_id(j)))
+            && (self.names.is_empty() || self.names.iter().any(|n| n == &row.job_name))
+            && (self.partitions.is_empty()
+                || self
+                    .partitions
+                    .iter()
+                    .any(|p| same_partition(p, &row.partition)))
+            && self.states.as_ref().is_none_or(|s| s.contains(&row.state))
+            && (self.users.is_empty() || self.users.iter().any(|u| u == &row.user))
+    }
+}
+
+fn state_rank(s: JobState) -> u8 {
+    // Slurm's job state enum order (PENDING first).
+    match s {
+        JobState::Pending => 0,
+        JobState::Running => 1,
+        JobState::Completed => 3,
+        JobState::Cancelled => 4,
+        JobState::Failed => 5,
+        JobState::Timeout => 6,
+        JobState::NodeFail => 7,
+        JobState::Preempted => 8,
+        JobState::Completing => 9,
+    }
+}
+
+/// squeue's default order: partition, then state, then job id (Slurm's last key is priority,
+/// which a pending queue's ids follow).
+pub fn sort_default(rows: &mut [JobRow]) {
+    rows.sort_by(|a, b| {
+        a.partition
+            .cmp(&b.partition)
+            .then(state_rank(a.state).cmp(&state_rank(b.state)))
+            .then(
+                a.array_job_id
+                    .or(a.job_id)
+                    .cmp(&b.array_job_id.or(b.job_id)),
+            )
+            .then(a.array_task_id.cmp(&b.array_task_id))
+    });
+}
+
+/// `--start`'s order: expected start time, unknown last.
+pub fn sort_by_start(rows: &mut [JobRow]) {
+    rows.sort_by(|a, b| match (a.start_time, b.start_time) {
+        (Some(x), Some(y)) => x.cmp(&y).then(a.job_id.cmp(&b.job_id)),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.job_id.cmp(&b.job_id),
+    });
+}
+
+/// The format letters this squeue prints.
+pub fn valid_code(c: char) -> bool {
+    "aAbCDeEfFhijKlLMNPrRStTuVyY".contains(c)
+}
+
+fn limit_text(l: Option<TimeLimit>) -> String {
+    match l {
+        None => "NOT_SET".to_string(),
+        Some(l) => l.to_string(),
+    }
+}
+
+/// Header, value and whether the value is cut to the width, for one field.
+fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
+    let Some(r) = row else {
+        let h = match code {
+            'a' => "ACCOUNT",
+            'A' => "JOBID",
+            'b' => "TRES_PER_NODE",
+            'C' => "CPUS",
+            'D' => "NODES",
+            'e' => "END_TIME",
+            'E' => "DEPENDENCY",
+            'f' => "FEATURES",
+            'F' => "ARRAY_JOB_ID",
+            'h' => "OVER_SUBSCRIBE",
+            'i' => "JOBID",
+            'j' => "NAME",
+            'K' => "ARRAY_TASK_ID",
+            'l' => "TIME_LIMIT",
+            'L' => "TIME_LEFT",
+            'M' => "TIME",
+            'N' => "NODELIST",
+            'P' => "PARTITION",
+            'r' => "REASON",
+            'R' => "NODELIST(REASON)",
+            'S' => "START_TIME",
+            't' => "ST",
+            'T' => "STATE",
+            'u' => "USER",
+            'V' => "SUBMIT_TIME",
+            'y' => "NICE",
+            'Y' => "SCHEDNODES",
+            _ => "",
+        };
+        // NODELIST headers are never cut.
+        return (h.to_string(), !matches!(code, 'N' | 'R' | 'Y'));
+    };
+    match code {
+        'a' => (r.namespace.clone(), true),
+        'A' => (
+            r.job_id.map(|i| i.to_string()).unwrap_or("N/A".into()),
+            true,
+        ),
+        'b' => (r.tres_per_node.clone().unwrap_or("N/A".into()), true),
+        'C' => (r.num_cpus.to_string(), true),
+        'D' => (r.num_nodes.to_string(), true),
+        'e' => (format::timestamp(r.end_time, tz), true),
+        'E' => (r.dependency.clone().unwrap_or("(null)".into()), true),
+        'f' => (r.features.clone().unwrap_or("(null)".into()), true),
+        'F' => (
+            r.array_job_id
+                .or(r.job_id)
+                .map(|i| i.to_string())
+                .unwrap_or("N/A".into()),
+            true,
+        ),
+        'h' => ((if r.exclusive { "NO" } else { "OK" }).into(), true),
+        'i' => (r.id_string(), true),
+        'j' => (r.job_name.clone(), true),
+        'K' => (
+            r.array_task_str
+                .clone()
+                .or(r.array_task_id.map(|t| t.to_string()))
+                .unwrap_or("N/A".into()),
+            true,
+        ),
+        'l' => (limit_text(r.time_limit), false),
+        'L' => (
+            match r.time_limit {
+                None => "NOT_SET".into(),
+                Some(TimeLimit::Unlimited) => "UNLIMITED".into(),
+                Some(l) => format::secs_short(l.seconds().unwrap_or(0) as i64 - r.elapsed_secs),
+            },
+            false,
+        ),
+        'M' => (format::secs_short(r.elapsed_secs), false),
+        'N' => (r.node_list.clone(), false),
+        'P' => (r.partition.clone(), true),
+        'r' => (r.reason.clone(), true),
+        'R' => {
+            if matches!(
+                r.state,
+                JobState::Pending | JobState::Timeout | JobState::Failed
+            ) {
+                (format!("({})", r.reason), true)
+            } else {
+                (r.node_list.clone(), false)
+            }
+        }
+        'S' => (format::timestamp(r.start_time, tz), true),
+        't' => (r.state.short().into(), true),
+        'T' => (r.state.as_str().into(), true),
+        'u' => (r.user.clone(), true),
+        'V' => (format::timestamp(r.submit_time, tz), true),
+        'y' => (r.nice.to_string(), true),
+        // Nodes a pending job is expected to get: not reported by the operator.
+        'Y' => ("(null)".into(), false),
+        _ => (String::new(), true),
+    }
+}
+
+fn line(f: &Format, row: Option<&JobRow>, tz: &TimeZone) -> String {
+    let mut s = f.prefix.clone();
+    for fl in &f.fields {
+        let (v, cut) = field(fl.code, row, tz);
+        s.push_str(&pad(&v, fl.width, fl.right, cut));
+        s.push_str(&fl.suffix);
+    }
+    s.push('\n');
+    s
+}
+
+/// Format rows as squeue prints them.
+pub fn render(rows: &[JobRow], format: &Format, header: bool, tz: &TimeZone) -> String {
+    let mut out = String::new();
+    if header {
+        out.push_str(&line(format, None, tz));
+    }
+    for r in rows {
+        out.push_str(&line(format, Some(r), tz));
+    }
+    out
+}
+
+/// Choose rows and format for the arguments: returns the text, and format warnings.
+pub fn report(
+    args: &SqueueArgs,
+    mut rows: Vec<JobRow>,
+    me: &str,
+    tz: &TimeZone,
+) -> Result<(String, Vec<String>), String> {
+    if let Some(bad) = args.jobs.iter().find(|j| !valid_job_id(j)) {
+        return Err(format!("Invalid job id: {bad}"));
+    }
+    let mut states = parse_states(&args.states)?;
+    if args.states.is_empty() {
+        states = Some(if args.start {
+            vec![JobState::Pending]
+        } else {
+            DEFAULT_STATES.to_vec()
+        });
+    }
+    let mut users = args.users.clone();
+    if args.me {
+        users.push(me.to_string());
+    }
+    // A job named with -j is shown whatever its state, as Slurm does.
+    if !args.jobs.is_empty() && args.states.is_empty() {
+        states = None;
+    }
+    let filter = Filter {
+        jobs: args.jobs.clone(),
+        names: args.names.clone(),
+        partitions: args.partitions.clone(),
+        states,
+        users,
+    };
+    rows.retain(|r| filter.keep(r));
+    if args.start {
+        sort_by_start(&mut rows);
+    } else {
+        sort_default(&mut rows);
+    }
+    let fmt = args.format.clone().unwrap_or_else(|| {
+        if args.start {
+            START_FORMAT
+        } else if args.long {
+            LONG_FORMAT
+        } else {
+            DEFAULT_FORMAT
+        }
+        .to_string()
+    });
+    let (format, warnings) = format::parse_format(&fmt, valid_code);
+    Ok((render(&rows, &format, !args.noheader, tz), warnings))
+}
+
+/// Run `muster squeue`.
+pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let cluster = target.cluster(io.env).await?;
+    let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
+    let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), args.array);
+    let (text, warnings) =
+        report(args, rows, &cluster.user, &TimeZone::system()).map_err(|e| anyhow::anyhow!(e))?;
+    for w in warnings {
+        writeln!(io.err, "squeue: error: {w}")?;
+    }
+    write!(io.out, "{text}")?;
+    Ok(())
+}

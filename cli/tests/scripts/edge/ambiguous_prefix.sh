@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gp=1
+echo

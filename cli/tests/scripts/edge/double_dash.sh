@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH -N 2 -- -N 3
+echo

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCHfoo
+echo

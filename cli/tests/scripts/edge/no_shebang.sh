@@ -1,0 +1,2 @@
+#SBATCH -N 2
+echo

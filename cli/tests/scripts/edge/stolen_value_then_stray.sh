@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -J
+#SBATCH -N 2
+echo

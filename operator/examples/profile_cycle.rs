@@ -1,0 +1,39 @@
+//! Runs one benchmark scenario in a loop, for profilers:
+//! `cargo run --release -p muster-operator --example profile_cycle -- [cycle|gang|many] [N]`.
+
+use muster_operator::bench::{NOW, cycle_scenario, gang_scenario, many_scenario};
+use muster_operator::core::{Config, Decisions, Snapshot, schedule};
+
+/// The measured call (a separate symbol so profilers can select it).
+#[inline(never)]
+fn measured(s: &Snapshot, cfg: &Config) -> Decisions {
+    schedule(s, NOW, cfg)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let which = args.get(1).map(String::as_str).unwrap_or("cycle");
+    let n: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10);
+    let s = match which {
+        "gang" => gang_scenario(4096, 512),
+        "many" => many_scenario(16_384, 100_000),
+        _ => cycle_scenario(4096, 10_000, 42),
+    };
+    let mut cfg = Config::default();
+    if let Some(r) = args.get(3).and_then(|a| a.parse().ok()) {
+        cfg.max_reservations = r;
+    }
+    let mut started = 0;
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        let d = measured(&s, &cfg);
+        started = d.starts.len();
+        eprintln!(
+            "{which}: {:.2} ms, {} started, {} reserved",
+            t.elapsed().as_secs_f64() * 1e3,
+            started,
+            d.reservations.len()
+        );
+    }
+    println!("{started}");
+}

@@ -1,0 +1,524 @@
+//! Speed, memory and placement-quality figures for the scheduling core, with a naive
+//! topology-unaware first-fit baseline run on the same inputs (`muster bench`,
+//! `cargo run --release -p muster-operator --example bench`, and the criterion benches use
+//! these scenarios). Lives outside [`crate::core`] because it reads the clock.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::core::baseline::first_fit;
+use crate::core::synth;
+use crate::core::util::SplitMix64;
+use crate::core::{Config, Decisions, JobId, PendingJob, RunningJob, Snapshot, schedule};
+
+/// A global allocator that counts live and peak bytes, for memory figures. Install it in a
+/// binary with `#[global_allocator] static A: CountingAllocator = CountingAllocator::new();`
+/// and pass [`CountingAllocator::probe`]-style functions in [`BenchOptions`].
+pub struct CountingAllocator {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl CountingAllocator {
+    /// A counter starting at zero.
+    pub const fn new() -> Self {
+        CountingAllocator {
+            live: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes allocated and not yet freed.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// Most bytes live at once since the last [`CountingAllocator::reset_peak`].
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak measurement from the current live bytes.
+    pub fn reset_peak(&self) {
+        self.peak.store(self.live(), Ordering::Relaxed);
+    }
+}
+
+impl Default for CountingAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// SAFETY: delegates every call to `System` and only adds counters.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let now = self.live.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) };
+        self.live.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let now = self
+                    .live
+                    .fetch_add(new_size - layout.size(), Ordering::Relaxed)
+                    + new_size
+                    - layout.size();
+                self.peak.fetch_max(now, Ordering::Relaxed);
+            } else {
+                self.live
+                    .fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Nodes of the main cluster (8 GPUs each, 32 per leaf).
+    pub nodes: u32,
+    /// Pending jobs in the main cycle.
+    pub jobs: usize,
+    /// Seed of every synthetic input.
+    pub seed: u64,
+    /// Timed repetitions per case (the median is reported).
+    pub runs: u32,
+    /// Cluster sizes for the scaling series (queue scaled with the cluster).
+    pub scales: Vec<u32>,
+    /// Nodes of the big gang placed on a half-fragmented cluster.
+    pub gang_nodes: u32,
+    /// One-GPU jobs placed in one cycle on an empty cluster.
+    pub many_jobs: usize,
+    /// Nodes of the cluster for `many_jobs`.
+    pub many_nodes: u32,
+    /// Nodes and jobs of the placement-quality simulation.
+    pub quality_nodes: u32,
+    /// Jobs of the placement-quality simulation.
+    pub quality_jobs: usize,
+    /// Live heap bytes right now (from a [`CountingAllocator`]), for the memory figure.
+    pub memory_probe: Option<fn() -> usize>,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            nodes: 4096,
+            jobs: 10_000,
+            seed: 42,
+            runs: 5,
+            scales: vec![512, 4096, 16_384],
+            gang_nodes: 512,
+            many_jobs: 100_000,
+            many_nodes: 16_384,
+            quality_nodes: 256,
+            quality_jobs: 1_500,
+            memory_probe: None,
+        }
+    }
+}
+
+/// Timing of one case, for Muster and the baseline.
+#[derive(Clone, Debug, Default)]
+pub struct CaseTiming {
+    /// What was measured.
+    pub name: String,
+    /// Median milliseconds of Muster's cycle.
+    pub muster_ms: f64,
+    /// Median milliseconds of the first-fit baseline.
+    pub baseline_ms: f64,
+    /// Jobs Muster started / reserved.
+    pub started: usize,
+    /// Reservations made.
+    pub reserved: usize,
+    /// Jobs the baseline started.
+    pub baseline_started: usize,
+    /// Target, if the case has one.
+    pub target_ms: Option<f64>,
+}
+
+/// Placement quality over a small simulated workload.
+#[derive(Clone, Debug, Default)]
+pub struct Quality {
+    /// Multi-node jobs started (Muster, baseline).
+    pub multi_node_jobs: (usize, usize),
+    /// Mean leaf switches per multi-node job (Muster, baseline).
+    pub mean_leaves: (f64, f64),
+    /// Mean of each job's lower bound, ceil(nodes / nodes per leaf) (Muster, baseline).
+    pub mean_lower_bound: (f64, f64),
+    /// Mean wait in seconds (Muster, baseline).
+    pub mean_wait: (f64, f64),
+    /// Largest wait of a gang of 8+ nodes (Muster, baseline).
+    pub max_big_wait: (f64, f64),
+    /// Simulated seconds until the last job ended (Muster, baseline).
+    pub makespan: (f64, f64),
+}
+
+/// Everything [`run`] measured.
+#[derive(Clone, Debug, Default)]
+pub struct BenchReport {
+    /// Main cycle, big gang, many small jobs.
+    pub cases: Vec<CaseTiming>,
+    /// Cycle time by cluster size: (nodes, jobs, Muster ms, baseline ms).
+    pub scaling: Vec<(u32, usize, f64, f64)>,
+    /// Heap bytes of the main snapshot and queue, if a probe was given.
+    pub snapshot_bytes: Option<usize>,
+    /// Nodes and jobs of that snapshot.
+    pub snapshot_size: (u32, usize),
+    /// Placement quality.
+    pub quality: Quality,
+}
+
+fn median_ms(runs: u32, mut f: impl FnMut() -> Decisions) -> (f64, Decisions) {
+    let mut times = Vec::new();
+    let mut last = Decisions::default();
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        last = f();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], last)
+}
+
+/// The time every scenario runs at.
+pub const NOW: i64 = 1_700_000_000;
+
+/// The main scenario: `nodes` nodes (32 per leaf) about 85% busy and fragmented by churn, and
+/// `jobs` pending jobs from 1 GPU to 256 nodes.
+pub fn cycle_scenario(nodes: u32, jobs: usize, seed: u64) -> Snapshot {
+    let mut rng = SplitMix64::new(seed);
+    let mut s = synth::cluster((nodes / 32).max(1), 32.min(nodes));
+    synth::fill(&mut s, &mut rng, 0.95, 0.10, NOW, 10_000_000);
+    s.pending = synth::queue(&mut rng, jobs, 1, NOW, 256);
+    s
+}
+
+/// A `gang`-node exclusive job on a `nodes`-node cluster where every other node has 4 GPUs
+/// taken.
+pub fn gang_scenario(nodes: u32, gang: u32) -> Snapshot {
+    let mut s = synth::half_fragmented((nodes / 32).max(1), 32.min(nodes), 4, NOW);
+    s.pending.push(PendingJob::new(
+        1,
+        NOW,
+        crate::core::JobRequest::nodes(gang, 8)
+            .exclusive()
+            .time(3600),
+    ));
+    s
+}
+
+/// `jobs` one-GPU jobs on an empty `nodes`-node cluster.
+pub fn many_scenario(nodes: u32, jobs: usize) -> Snapshot {
+    let mut s = synth::cluster((nodes / 32).max(1), 32.min(nodes));
+    s.pending = (0..jobs)
+        .map(|i| {
+            PendingJob::new(
+                i as JobId + 1,
+                NOW - 10,
+                crate::core::JobRequest::gpus(1).time(3600),
+            )
+        })
+        .collect();
+    s
+}
+
+/// Runs every case and returns the figures.
+pub fn run(opts: &BenchOptions) -> BenchReport {
+    let cfg = Config::default();
+    let mut report = BenchReport::default();
+
+    let probe_before = opts.memory_probe.map(|p| p());
+    let main = cycle_scenario(opts.nodes, opts.jobs, opts.seed);
+    if let (Some(p), Some(b)) = (opts.memory_probe, probe_before) {
+        report.snapshot_bytes = Some(p().saturating_sub(b));
+    }
+    report.snapshot_size = (opts.nodes, opts.jobs);
+    let (m, d) = median_ms(opts.runs, || schedule(&main, NOW, &cfg));
+    let (b, bd) = median_ms(opts.runs, || first_fit(&main, NOW));
+    report.cases.push(CaseTiming {
+        name: format!(
+            "full cycle with backfill: {} nodes, {} running, {} pending",
+            opts.nodes,
+            main.running.len(),
+            opts.jobs
+        ),
+        muster_ms: m,
+        baseline_ms: b,
+        started: d.starts.len(),
+        reserved: d.reservations.len(),
+        baseline_started: bd.starts.len(),
+        target_ms: Some(50.0),
+    });
+    drop(main);
+
+    let gang = gang_scenario(opts.nodes, opts.gang_nodes);
+    let (m, d) = median_ms(opts.runs, || schedule(&gang, NOW, &cfg));
+    let (b, bd) = median_ms(opts.runs, || first_fit(&gang, NOW));
+    report.cases.push(CaseTiming {
+        name: format!(
+            "{}-node gang, {} nodes half fragmented",
+            opts.gang_nodes, opts.nodes
+        ),
+        muster_ms: m,
+        baseline_ms: b,
+        started: d.starts.len(),
+        reserved: d.reservations.len(),
+        baseline_started: bd.starts.len(),
+        target_ms: Some(2.0),
+    });
+    drop(gang);
+
+    let many = many_scenario(opts.many_nodes, opts.many_jobs);
+    let runs = opts.runs.min(3);
+    let (m, d) = median_ms(runs, || schedule(&many, NOW, &cfg));
+    let (b, bd) = median_ms(runs, || first_fit(&many, NOW));
+    report.cases.push(CaseTiming {
+        name: format!(
+            "{} one-GPU jobs, {} empty nodes",
+            opts.many_jobs, opts.many_nodes
+        ),
+        muster_ms: m,
+        baseline_ms: b,
+        started: d.starts.len(),
+        reserved: d.reservations.len(),
+        baseline_started: bd.starts.len(),
+        target_ms: Some(1000.0),
+    });
+    drop(many);
+
+    for &n in &opts.scales {
+        let jobs = (opts.jobs as u64 * u64::from(n) / u64::from(opts.nodes.max(1))) as usize;
+        let s = cycle_scenario(n, jobs, opts.seed);
+        let (m, _) = median_ms(runs, || schedule(&s, NOW, &cfg));
+        let (b, _) = median_ms(runs, || first_fit(&s, NOW));
+        report.scaling.push((n, jobs, m, b));
+    }
+
+    report.quality = quality(opts.quality_nodes, opts.quality_jobs, opts.seed);
+    report
+}
+
+/// A small event simulation run twice on the same arrivals, once with Muster and once with
+/// first fit, scheduling every 60 simulated seconds. Jobs run 20–100% of their limit.
+pub fn quality(nodes: u32, jobs: usize, seed: u64) -> Quality {
+    let per_leaf = 32.min(nodes.max(1));
+    let mut rng = SplitMix64::new(seed ^ 0x5eed);
+    let max_nodes = (nodes / 4).max(1);
+    let start = NOW;
+    // Arrivals over a span that keeps the cluster busy.
+    let arrivals: Vec<(i64, PendingJob, i64)> = (0..jobs)
+        .map(|i| {
+            let t = start + (i as i64) * 40 + rng.below(40) as i64;
+            let mut j = PendingJob::new(i as JobId + 1, t, synth::request(&mut rng, max_nodes));
+            j.namespace = format!("team-{}", rng.below(4));
+            let lim = j
+                .request
+                .time_limit
+                .and_then(|t| t.seconds())
+                .unwrap_or(3600) as f64;
+            let run = (lim * (0.2 + 0.8 * rng.unit())).max(1.0) as i64;
+            (t, j, run)
+        })
+        .collect();
+    let sim = |muster: bool| -> (usize, f64, f64, f64, f64, f64) {
+        let mut s = synth::cluster((nodes / per_leaf).max(1), per_leaf);
+        let mut next = 0;
+        let mut runtime: std::collections::BTreeMap<JobId, i64> = Default::default();
+        let mut submit: std::collections::BTreeMap<JobId, i64> = Default::default();
+        let (mut multi, mut leaves, mut lower) = (0usize, 0u64, 0u64);
+        let (mut waits, mut nwait, mut big_wait) = (0f64, 0usize, 0f64);
+        let mut t = start;
+        let mut last_end = start;
+        let cfg = Config::default();
+        loop {
+            // Ends.
+            s.running.retain(|r: &RunningJob| {
+                let end = r.start_time + runtime[&r.id];
+                if end <= t {
+                    last_end = last_end.max(end);
+                    false
+                } else {
+                    true
+                }
+            });
+            while next < arrivals.len() && arrivals[next].0 <= t {
+                let (at, j, run) = &arrivals[next];
+                runtime.insert(j.id, *run);
+                submit.insert(j.id, *at);
+                s.pending.push(j.clone());
+                next += 1;
+            }
+            if next >= arrivals.len() && s.pending.is_empty() && s.running.is_empty() {
+                break;
+            }
+            let d = if muster {
+                schedule(&s, t, &cfg)
+            } else {
+                first_fit(&s, t)
+            };
+            for st in &d.starts {
+                let w = (t - submit[&st.job]) as f64;
+                waits += w;
+                nwait += 1;
+                if st.nodes.len() >= 8 {
+                    big_wait = big_wait.max(w);
+                }
+                if st.nodes.len() > 1 {
+                    multi += 1;
+                    leaves += u64::from(st.leaves);
+                    lower += (st.nodes.len() as u64).div_ceil(u64::from(per_leaf));
+                }
+            }
+            s.apply(&d, t);
+            // Stopped jobs (time limits) end now in this model.
+            s.running.retain(|r| r.stopping_since.is_none());
+            // Next cycle: 60 s on, or later if nothing happens before then.
+            let next_end = s
+                .running
+                .iter()
+                .map(|r| r.start_time + runtime[&r.id])
+                .min();
+            let next_arrival = arrivals.get(next).map(|a| a.0);
+            match next_end.into_iter().chain(next_arrival).min() {
+                Some(e) => t = (t + 60).max(e),
+                None => break,
+            }
+        }
+        let mean = |a: u64| {
+            if multi > 0 {
+                a as f64 / multi as f64
+            } else {
+                0.0
+            }
+        };
+        (
+            multi,
+            mean(leaves),
+            mean(lower),
+            if nwait > 0 { waits / nwait as f64 } else { 0.0 },
+            big_wait,
+            (last_end - start) as f64,
+        )
+    };
+    let a = sim(true);
+    let b = sim(false);
+    Quality {
+        multi_node_jobs: (a.0, b.0),
+        mean_leaves: (a.1, b.1),
+        mean_lower_bound: (a.2, b.2),
+        mean_wait: (a.3, b.3),
+        max_big_wait: (a.4, b.4),
+        makespan: (a.5, b.5),
+    }
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Muster scheduling core benchmark (one core; baseline = topology-unaware first fit)"
+        )?;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "{:<62} {:>10} {:>8} {:>10} {:>8} {:>9}",
+            "case", "muster ms", "target", "first-fit", "ratio", "started"
+        )?;
+        for c in &self.cases {
+            let target = c
+                .target_ms
+                .map(|t| format!("{}{t}", if c.muster_ms <= t { "<=" } else { "> " }))
+                .unwrap_or_default();
+            writeln!(
+                f,
+                "{:<62} {:>10.2} {:>8} {:>10.2} {:>7.2}x {:>4}/{:<4}",
+                c.name,
+                c.muster_ms,
+                target,
+                c.baseline_ms,
+                c.muster_ms / c.baseline_ms.max(1e-9),
+                c.started,
+                c.baseline_started
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(f, "cycle time by cluster size (queue scaled with it):")?;
+        for (n, j, m, b) in &self.scaling {
+            writeln!(
+                f,
+                "  {n:>6} nodes {j:>6} jobs: muster {m:>9.2} ms ({:>6.2} us/node), first-fit {b:>8.2} ms",
+                m * 1000.0 / f64::from(*n)
+            )?;
+        }
+        if let Some(b) = self.snapshot_bytes {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "snapshot + queue at {} nodes / {} jobs: {:.1} MiB (target <= 64 MiB)",
+                self.snapshot_size.0,
+                self.snapshot_size.1,
+                b as f64 / (1024.0 * 1024.0)
+            )?;
+        }
+        let q = &self.quality;
+        writeln!(f)?;
+        writeln!(
+            f,
+            "placement quality (simulated workload):          muster    first-fit"
+        )?;
+        writeln!(
+            f,
+            "  multi-node jobs                               {:>8} {:>12}",
+            q.multi_node_jobs.0, q.multi_node_jobs.1
+        )?;
+        writeln!(
+            f,
+            "  mean leaf switches per multi-node job         {:>8.3} {:>12.3}",
+            q.mean_leaves.0, q.mean_leaves.1
+        )?;
+        writeln!(
+            f,
+            "  lower bound (mean ceil(nodes/leaf size))      {:>8.3} {:>12.3}",
+            q.mean_lower_bound.0, q.mean_lower_bound.1
+        )?;
+        writeln!(
+            f,
+            "  ratio to lower bound                          {:>8.3} {:>12.3}",
+            q.mean_leaves.0 / q.mean_lower_bound.0.max(1e-9),
+            q.mean_leaves.1 / q.mean_lower_bound.1.max(1e-9)
+        )?;
+        writeln!(
+            f,
+            "  mean wait (s)                                 {:>8.0} {:>12.0}",
+            q.mean_wait.0, q.mean_wait.1
+        )?;
+        writeln!(
+            f,
+            "  longest wait of an 8+ node gang (s)           {:>8.0} {:>12.0}",
+            q.max_big_wait.0, q.max_big_wait.1
+        )?;
+        writeln!(
+            f,
+            "  makespan (s)                                  {:>8.0} {:>12.0}",
+            q.makespan.0, q.makespan.1
+        )
+    }
+}
