@@ -44,7 +44,7 @@ fn every_format_replays() {
     for (trace, jobs) in [
         ("examples/traces/itp-small.csv", "8 / 8"),
         ("examples/traces/sacct-small.txt", "7 / 7"),
-        ("examples/traces/native-small.yaml", "5 / 5"),
+        ("examples/traces/native-small.yaml", "6 / 6"),
         ("examples/traces/native-small.json", "3 / 3"),
     ] {
         let o = muster(&["--trace", trace, "--cluster", "sandbox"]);
@@ -149,7 +149,7 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 4, "{csv}");
     assert!(lines[0].starts_with("policy,jobs,started,"), "{}", lines[0]);
-    assert!(lines[1].starts_with("muster,5,5,"));
+    assert!(lines[1].starts_with("muster,6,6,"));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("summary.json")).unwrap())
             .unwrap();
@@ -164,6 +164,13 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
             .any(|l| l.starts_with("pretrain-") && l.contains(",COMPLETED,1,")),
         "{jobs}"
     );
+    // finetune waits for pretrain-a to complete (afterok), whenever that is.
+    let field = |name: &str, col: usize| -> i64 {
+        let l = jobs.lines().find(|l| l.starts_with(&format!("{name},"))).unwrap();
+        l.split(',').nth(col).unwrap().parse().unwrap()
+    };
+    let (start, end) = (2, 3);
+    assert!(field("finetune", start) >= field("pretrain-a", end), "{jobs}");
 }
 
 /// Summary CSV without the timing columns (wall and scheduler seconds vary).
