@@ -22,6 +22,7 @@ pub mod sandbox;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
+pub mod simulate;
 pub mod sinfo;
 pub mod squeue;
 
@@ -74,6 +75,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Run a simulated GPU cluster to try Muster with no cluster.
     Sandbox(sandbox::SandboxArgs),
+    /// Replay a job trace through the scheduler on a modelled cluster.
+    Simulate(simulate::SimulateArgs),
 }
 
 /// A command failed and has already said why on standard error: exit 1 without more text.
@@ -149,6 +152,7 @@ pub async fn execute(cli: &Cli, cluster: Option<Cluster>, io: &mut Io<'_>) -> an
         Command::Logs(args) => logs::run(args, &target, io).await,
         Command::Bench(args) => bench::run(args, io),
         Command::Sandbox(args) => sandbox::run(args, io).await,
+        Command::Simulate(args) => simulate::run(args, &io.cwd, io.out),
     }
 }
 
@@ -164,6 +168,7 @@ fn command_name(cli: &Cli) -> &'static str {
         Command::Logs(_) => "logs",
         Command::Bench(_) => "bench",
         Command::Sandbox(_) => "sandbox",
+        Command::Simulate(_) => "simulate",
     }
 }
 

@@ -1,0 +1,513 @@
+//! Muster's own trace format: BatchJob specs with submit and run times, in YAML or JSON
+//! (JSON is read as YAML, its superset).
+//!
+//! ```yaml
+//! partitions:                 # optional; default: one partition over every node
+//!   - name: batch
+//!     spec: {default: true, preemptMode: Requeue, graceTimeSeconds: 30}
+//!   - name: urgent
+//!     spec: {priorityTier: 1}
+//! jobs:
+//!   - name: train-7b          # optional: the BatchJob name (default job-N)
+//!     namespace: team-a       # optional: fair share is per namespace (default "default")
+//!     submit: 0               # seconds on the trace's clock
+//!     runtime: 5400           # seconds it runs
+//!     spec:                   # a BatchJob spec, as `kubectl apply` would take it
+//!       partition: batch
+//!       nodes: 4
+//!       gpusPerNode: 8
+//!       time: "2:00:00"
+//! ```
+//!
+//! The document may also be just the list of jobs. `runtime` also takes a Slurm duration
+//! string (`"1:30:00"`). Partitions are Partition objects' `name` and `spec` (the fields the
+//! scheduler uses: `nodeSelector.matchLabels`, `topology` (default: the cluster's), `default`,
+//! `state`, `defaultTime`, `maxTime`, `minNodes`, `maxNodes`, `priorityTier`, `preemptMode`,
+//! `allowedNamespaces`, `defCpuPerGpu`, `defMemPerGpu`, `graceTimeSeconds`). A bad job entry
+//! is reported as `jobs[INDEX]` with its name and the field; `--skip-bad-rows` skips it.
+//!
+//! Spec fields are read with the Slurm syntax library, as the operator reads them; the
+//! fields that shape scheduling are used (`nodes`, `ntasks`, `ntasksPerNode`, `cpusPerTask`,
+//! `mem`/`memPerCpu`/`memPerGpu`, `gpus`, `gpusPerNode`, `gpusPerTask`, `gres`, `gpuType`,
+//! `constraint`, `switches`, `gpuBind`, `exclusive`, `time`, `partition`, `jobName`, `nice`,
+//! `priority`, `hold`, `dependency`). Dependencies name other jobs of the trace by `name`
+//! (`afterok:train-7b`); a job whose dependency names a job not submitted yet waits for it,
+//! as the operator does. Arrays, scripts and pod templates are accepted and not replayed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use muster_crds::slurm::{
+    Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches, TimeLimit,
+    gpus_from_gres, parse_gres,
+};
+use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec, PartitionState};
+use muster_operator::core::{JobRequest, LabelSelector, MemoryRequest, Partition};
+use serde::Deserialize;
+
+use super::{Ask, Format, Rows, Trace, TraceError, TraceJob, TraceLimit, TracePartition};
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Doc {
+    Full {
+        #[serde(default)]
+        partitions: Vec<serde_yaml::Value>,
+        jobs: Vec<serde_yaml::Value>,
+    },
+    List(Vec<serde_yaml::Value>),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NativeJob {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    submit: i64,
+    runtime: Runtime,
+    #[serde(default)]
+    spec: BatchJobSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Runtime {
+    Secs(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NativePartition {
+    name: String,
+    #[serde(default)]
+    spec: PartitionSpec,
+}
+
+/// Parses a native trace named `name`.
+pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError> {
+    let mut rows = Rows::new(name, skip_bad);
+    let doc: Doc = serde_yaml::from_str(text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
+            .unwrap_or_default();
+        rows.file_error(format!(
+            "not a native trace{at}: {e}; expected YAML or JSON with `jobs: [{{submit, runtime, spec}}]` (and optional `partitions`), or a list of jobs"
+        ))
+    })?;
+    let (parts_v, jobs_v) = match doc {
+        Doc::Full { partitions, jobs } => (partitions, jobs),
+        Doc::List(jobs) => (Vec::new(), jobs),
+    };
+    let mut partitions = Vec::new();
+    for (i, v) in parts_v.into_iter().enumerate() {
+        let p: NativePartition = serde_yaml::from_value(v)
+            .map_err(|e| rows.file_error(format!("partitions[{i}]: {e}")))?;
+        let (part, default) = partition(&p)
+            .map_err(|m| rows.file_error(format!("partitions[{i}] ({}): {m}", p.name)))?;
+        if partitions
+            .iter()
+            .any(|q: &TracePartition| q.partition.name == part.name)
+        {
+            return Err(rows.file_error(format!(
+                "partitions[{i}]: partition {:?} is defined twice",
+                part.name
+            )));
+        }
+        partitions.push(TracePartition {
+            partition: part,
+            default,
+        });
+    }
+    let mut jobs = Vec::new();
+    for (i, v) in jobs_v.into_iter().enumerate() {
+        let label = |n: Option<&str>| match n {
+            Some(n) => format!("jobs[{i}] ({n})"),
+            None => format!("jobs[{i}]"),
+        };
+        let hint = v.get("name").and_then(|n| n.as_str()).map(str::to_string);
+        let nj: NativeJob = match serde_yaml::from_value(v) {
+            Ok(j) => j,
+            Err(e) => {
+                bad(&mut rows, i, format!("{}: {e}", label(hint.as_deref())))?;
+                continue;
+            }
+        };
+        match job(&nj, i) {
+            Ok(tj) => jobs.push(tj),
+            Err(m) => bad(&mut rows, i, format!("{}: {m}", label(nj.name.as_deref())))?,
+        }
+    }
+    Ok(Trace {
+        source: name.to_string(),
+        format: Format::Native,
+        jobs,
+        skipped: rows.skipped,
+        partitions,
+    })
+}
+
+/// A bad job entry: an error naming it (entries are numbered from 0 as `jobs[i]`; the
+/// "line" of the message is the entry's index + 1).
+fn bad(rows: &mut Rows<'_>, i: usize, message: String) -> Result<(), TraceError> {
+    if !rows.skip_bad {
+        return Err(rows.file_error(message));
+    }
+    rows.skipped.bad_rows += 1;
+    if rows.skipped.first_errors.len() < super::Skipped::KEEP_ERRORS {
+        rows.skipped
+            .first_errors
+            .push(format!("{}: {message}", rows.file));
+    }
+    let _ = i;
+    Ok(())
+}
+
+fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
+    let runtime = match &nj.runtime {
+        Runtime::Secs(s) => *s,
+        Runtime::Text(t) => duration_secs(t).map_err(|m| format!("runtime: {m}"))?,
+    };
+    let (request, limit) = request(&nj.spec)?;
+    let dependency = match &nj.spec.dependency {
+        Some(d) => Some(DependencySpec::parse(d).map_err(|e| format!("spec.dependency: {e}"))?),
+        None => None,
+    };
+    Ok(TraceJob {
+        id: nj.name.clone().unwrap_or_else(|| format!("job-{}", i + 1)),
+        line: i + 1,
+        submit: nj.submit,
+        runtime,
+        ask: Ask::Request(Box::new(request)),
+        limit,
+        partition: nj.spec.partition.clone(),
+        namespace: nj.namespace.clone(),
+        name: nj.name.clone(),
+        nice: nj.spec.nice.unwrap_or(0),
+        priority: nj.spec.priority,
+        hold: nj.spec.hold.unwrap_or(false),
+        dependency,
+    })
+}
+
+/// A run time as a Slurm duration (`90` minutes, `1:30:00`, `2-00:00:00`) in seconds,
+/// without the minute rounding limits get.
+fn duration_secs(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (days, clock) = match t.split_once('-') {
+        Some((d, c)) => (
+            d.parse::<u64>()
+                .map_err(|_| format!("{s:?}: days must be a whole number"))?,
+            c,
+        ),
+        None => (0, t),
+    };
+    let f: Vec<u64> = clock
+        .split(':')
+        .map(|x| x.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            format!("{s:?} is not seconds or a Slurm duration (M, M:S, H:M:S, D-H:M:S)")
+        })?;
+    let secs = match (days > 0 || t.contains('-'), f.as_slice()) {
+        (false, [m]) => m * 60,
+        (false, [m, s]) => m * 60 + s,
+        (_, [h, m, s]) => h * 3600 + m * 60 + s,
+        (true, [h]) => h * 3600,
+        (true, [h, m]) => h * 3600 + m * 60,
+        _ => return Err(format!("{s:?}: too many ':'")),
+    };
+    Ok(days * 86_400 + secs)
+}
+
+fn ios(v: &IntOrString) -> String {
+    match v {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    }
+}
+
+/// The scheduling request of a spec and its recorded time limit.
+fn request(s: &BatchJobSpec) -> Result<(JobRequest, TraceLimit), String> {
+    let mut errs: Vec<String> = Vec::new();
+    let mut r = JobRequest::default();
+    if let Some(n) = &s.nodes {
+        match NodeRange::parse(&ios(n)) {
+            Ok(n) => {
+                r.min_nodes = Some(n.min);
+                r.max_nodes = Some(n.max);
+            }
+            Err(e) => errs.push(format!("spec.nodes: {e}")),
+        }
+    }
+    r.ntasks = s.ntasks;
+    r.ntasks_per_node = s.ntasks_per_node;
+    r.cpus_per_task = s.cpus_per_task;
+    let mems = [
+        ("spec.mem", &s.mem),
+        ("spec.memPerCpu", &s.mem_per_cpu),
+        ("spec.memPerGpu", &s.mem_per_gpu),
+    ];
+    if mems.iter().filter(|m| m.1.is_some()).count() > 1 {
+        errs.push("spec.mem, spec.memPerCpu and spec.memPerGpu are mutually exclusive".into());
+    }
+    for (field, v) in mems {
+        let Some(v) = v else { continue };
+        match MemSize::parse(v) {
+            Ok(m) => {
+                r.memory = Some(match field {
+                    "spec.mem" if m.is_zero() => MemoryRequest::WholeNode,
+                    "spec.mem" => MemoryRequest::PerNode(m.mib()),
+                    "spec.memPerCpu" => MemoryRequest::PerCpu(m.mib()),
+                    _ => MemoryRequest::PerGpu(m.mib()),
+                })
+            }
+            Err(e) => errs.push(format!("{field}: {e}")),
+        }
+    }
+    let mut types: Vec<String> = s.gpu_type.iter().cloned().collect();
+    let mut count = |field: &str, v: &Option<IntOrString>, errs: &mut Vec<String>| {
+        let v = v.as_ref()?;
+        match GpuCount::parse(&ios(v)) {
+            Ok(c) => {
+                types.extend(c.gpu_type.clone());
+                Some(c.count)
+            }
+            Err(e) => {
+                errs.push(format!("{field}: {e}"));
+                None
+            }
+        }
+    };
+    r.gpus = count("spec.gpus", &s.gpus, &mut errs);
+    r.gpus_per_node = count("spec.gpusPerNode", &s.gpus_per_node, &mut errs);
+    r.gpus_per_task = count("spec.gpusPerTask", &s.gpus_per_task, &mut errs);
+    if let Some(g) = &s.gres {
+        match parse_gres(g).and_then(|items| gpus_from_gres(&items)) {
+            Ok(Some(c)) => {
+                if r.gpus_per_node.is_some() {
+                    errs.push("spec.gres and spec.gpusPerNode both set GPUs per node".into());
+                }
+                r.gpus_per_node = Some(c.count);
+                types.extend(c.gpu_type);
+            }
+            Ok(None) => {}
+            Err(e) => errs.push(format!("spec.gres: {e}")),
+        }
+    }
+    if let Some(t) = types.first() {
+        if types.iter().any(|x| !x.eq_ignore_ascii_case(t)) {
+            errs.push(format!("GPU types {types:?} contradict each other"));
+        }
+        r.gpu_type = Some(t.clone());
+    }
+    r.exclusive = s.exclusive.unwrap_or(false);
+    if let Some(c) = &s.constraint {
+        match Constraint::parse(c) {
+            Ok(c) => r.constraint = Some(c),
+            Err(e) => errs.push(format!("spec.constraint: {e}")),
+        }
+    }
+    if let Some(sw) = &s.switches {
+        let parsed = match sw {
+            IntOrString::Int(i) => Switches::from_int(i64::from(*i)),
+            IntOrString::String(x) => Switches::parse(x),
+        };
+        match parsed {
+            Ok(sw) => r.switches = Some(sw),
+            Err(e) => errs.push(format!("spec.switches: {e}")),
+        }
+    }
+    if let Some(b) = &s.gpu_bind {
+        match GpuBind::parse(b) {
+            Ok(b) => r.gpu_bind = Some(b),
+            Err(e) => errs.push(format!("spec.gpuBind: {e}")),
+        }
+    }
+    let mut limit = TraceLimit::Missing;
+    if let Some(t) = &s.time {
+        let parsed = match t {
+            IntOrString::Int(i) => TimeLimit::from_int(i64::from(*i)),
+            IntOrString::String(x) => TimeLimit::parse(x),
+        };
+        match parsed {
+            Ok(TimeLimit::Unlimited) => limit = TraceLimit::Unlimited,
+            Ok(t) => limit = TraceLimit::Secs(t.seconds().unwrap_or(u64::MAX)),
+            Err(e) => errs.push(format!("spec.time: {e}")),
+        }
+    }
+    if errs.is_empty() {
+        Ok((r, limit))
+    } else {
+        Err(errs.join("; "))
+    }
+}
+
+fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
+    let s = &p.spec;
+    let time = |field: &str, v: &Option<IntOrString>| -> Result<Option<TimeLimit>, String> {
+        let Some(v) = v else { return Ok(None) };
+        match v {
+            IntOrString::Int(i) => TimeLimit::from_int(i64::from(*i)),
+            IntOrString::String(x) => TimeLimit::parse(x),
+        }
+        .map(Some)
+        .map_err(|e| format!("spec.{field}: {e}"))
+    };
+    let mut selector = LabelSelector::default();
+    if let Some(sel) = &s.node_selector {
+        if sel
+            .match_expressions
+            .as_ref()
+            .is_some_and(|m| !m.is_empty())
+        {
+            return Err(
+                "spec.nodeSelector.matchExpressions is not supported in traces; use matchLabels"
+                    .into(),
+            );
+        }
+        selector.match_labels = sel
+            .match_labels
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect::<BTreeMap<_, _>>();
+    }
+    let def_mem = match &s.def_mem_per_gpu {
+        Some(m) => Some(
+            MemSize::parse(m)
+                .map_err(|e| format!("spec.defMemPerGpu: {e}"))?
+                .mib(),
+        ),
+        None => None,
+    };
+    if !s.tolerations.is_empty() {
+        return Err("spec.tolerations are not supported in traces (simulated nodes carry the cluster spec's taints)".into());
+    }
+    Ok((
+        Partition {
+            name: p.name.clone(),
+            selector,
+            topology: s.topology.clone(),
+            state: s.state.unwrap_or(PartitionState::Up),
+            default_time: time("defaultTime", &s.default_time)?,
+            max_time: time("maxTime", &s.max_time)?,
+            min_nodes: s.min_nodes,
+            max_nodes: s.max_nodes,
+            priority_tier: s.priority_tier.unwrap_or(0),
+            preempt_mode: s.preempt_mode.unwrap_or_default(),
+            allowed_namespaces: s.allowed_namespaces.clone(),
+            tolerations: Vec::new(),
+            def_cpu_per_gpu: s.def_cpu_per_gpu,
+            def_mem_per_gpu_mib: def_mem,
+            grace_time_secs: u64::from(s.grace_time_seconds.unwrap_or(0)),
+        },
+        s.default == Some(true),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = r#"
+partitions:
+  - name: batch
+    spec: {default: true, preemptMode: Requeue, graceTimeSeconds: 30}
+  - name: urgent
+    spec: {priorityTier: 1, maxTime: "1-00:00:00"}
+jobs:
+  - name: train
+    namespace: team-a
+    submit: 10
+    runtime: 5400
+    spec: {nodes: 4, gpusPerNode: 8, time: "2:00:00"}
+  - submit: 20
+    runtime: "1:00:00"
+    spec: {partition: urgent, gpus: "h100:2", exclusive: true, nice: 5}
+"#;
+
+    #[test]
+    fn reads_partitions_and_jobs() {
+        let t = parse("n.yaml", DOC, false).unwrap();
+        assert_eq!(t.partitions.len(), 2);
+        assert!(t.partitions[0].default);
+        assert_eq!(t.partitions[0].partition.grace_time_secs, 30);
+        assert_eq!(t.partitions[1].partition.priority_tier, 1);
+        assert_eq!(
+            t.partitions[1].partition.max_time,
+            Some(TimeLimit::Minutes(1_440))
+        );
+        let j = &t.jobs[0];
+        assert_eq!(j.id, "train");
+        assert_eq!(j.namespace.as_deref(), Some("team-a"));
+        assert_eq!(j.runtime, 5400);
+        assert_eq!(j.limit, TraceLimit::Secs(7200));
+        let want = JobRequest {
+            max_nodes: Some(4),
+            ..JobRequest::nodes(4, 8)
+        };
+        assert_eq!(j.ask, Ask::Request(Box::new(want)));
+        let k = &t.jobs[1];
+        assert_eq!(k.runtime, 3600);
+        assert_eq!(k.partition.as_deref(), Some("urgent"));
+        assert_eq!(k.nice, 5);
+        let Ask::Request(r) = &k.ask else { panic!() };
+        assert_eq!(r.gpus, Some(2));
+        assert_eq!(r.gpu_type.as_deref(), Some("h100"));
+        assert!(r.exclusive);
+    }
+
+    #[test]
+    fn json_lists_parse_too() {
+        let t = parse(
+            "n.json",
+            r#"[{"submit": 0, "runtime": 60, "spec": {"gpus": 1}}]"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(t.jobs.len(), 1);
+        assert_eq!(t.jobs[0].id, "job-1");
+    }
+
+    #[test]
+    fn bad_entries_are_named_and_skippable() {
+        let text = r#"
+jobs:
+  - {name: ok, submit: 0, runtime: 60, spec: {gpus: 1}}
+  - {name: bad-time, submit: 0, runtime: 60, spec: {gpus: 1, time: "1h"}}
+  - {name: typo, submit: 0, runtime: 60, spce: {}}
+  - {submit: 0, runtime: "soon"}
+"#;
+        let err = parse("n.yaml", text, false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("n.yaml: jobs[1] (bad-time): spec.time: invalid time limit"),
+            "{err}"
+        );
+        let t = parse("n.yaml", text, true).unwrap();
+        assert_eq!(t.jobs.len(), 1);
+        assert_eq!(t.skipped.bad_rows, 3);
+        assert!(
+            t.skipped.first_errors[1].contains("jobs[2] (typo): unknown field `spce`"),
+            "{:?}",
+            t.skipped.first_errors
+        );
+        assert!(
+            t.skipped.first_errors[2].contains("jobs[3]: runtime"),
+            "{:?}",
+            t.skipped.first_errors
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_secs("90").unwrap(), 5400);
+        assert_eq!(duration_secs("1:30").unwrap(), 90);
+        assert_eq!(duration_secs("1:00:00").unwrap(), 3600);
+        assert_eq!(duration_secs("2-01").unwrap(), 2 * 86400 + 3600);
+        assert!(duration_secs("x").is_err());
+    }
+}
