@@ -550,8 +550,9 @@ fn expect(list: &[(&str, &str, &[&str], &str)]) -> BTreeSet<Perm> {
     out
 }
 
-/// The operator's documented API use (the contract in issue 6 / the operator's README): any
-/// change to the chart's RBAC must change this list too.
+/// The operator's API calls (operator/src/controller: reflectors on partitions, batchjobs,
+/// pods, nodes and gpunodes; kube_api.rs, leader.rs, jobids.rs, usage.rs): any change to the
+/// chart's RBAC must change this list too.
 fn operator_cluster_perms() -> BTreeSet<Perm> {
     expect(&[
         ("muster.dev", "partitions", &["list", "watch"], "*"),
@@ -564,15 +565,9 @@ fn operator_cluster_perms() -> BTreeSet<Perm> {
         ),
         ("muster.dev", "batchjobs/status", &["patch"], "*"),
         ("muster.dev", "partitions/status", &["patch"], "*"),
-        (
-            "",
-            "pods",
-            &["list", "watch", "create", "delete", "patch"],
-            "*",
-        ),
-        ("", "services", &["create", "delete", "patch"], "*"),
+        ("", "pods", &["list", "watch", "create", "delete"], "*"),
+        ("", "services", &["create"], "*"),
         ("", "nodes", &["list", "watch"], "*"),
-        ("", "events", &["create", "patch"], "*"),
         ("events.k8s.io", "events", &["create", "patch"], "*"),
     ])
 }
@@ -581,7 +576,19 @@ fn operator_namespace_perms(lease: &str) -> BTreeSet<Perm> {
     expect(&[
         ("coordination.k8s.io", "leases", &["get", "update"], lease),
         ("coordination.k8s.io", "leases", &["create"], "*"),
-        ("", "configmaps", &["get", "create", "update"], "*"),
+        (
+            "",
+            "configmaps",
+            &["get", "update", "patch"],
+            "muster-job-ids",
+        ),
+        (
+            "",
+            "configmaps",
+            &["get", "update", "patch"],
+            "muster-fairshare",
+        ),
+        ("", "configmaps", &["create"], "*"),
     ])
 }
 
