@@ -166,11 +166,17 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
     );
     // finetune waits for pretrain-a to complete (afterok), whenever that is.
     let field = |name: &str, col: usize| -> i64 {
-        let l = jobs.lines().find(|l| l.starts_with(&format!("{name},"))).unwrap();
+        let l = jobs
+            .lines()
+            .find(|l| l.starts_with(&format!("{name},")))
+            .unwrap();
         l.split(',').nth(col).unwrap().parse().unwrap()
     };
     let (start, end) = (2, 3);
-    assert!(field("finetune", start) >= field("pretrain-a", end), "{jobs}");
+    assert!(
+        field("finetune", start) >= field("pretrain-a", end),
+        "{jobs}"
+    );
 }
 
 /// Summary CSV without the timing columns (wall and scheduler seconds vary).

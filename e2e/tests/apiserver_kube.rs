@@ -1207,7 +1207,16 @@ async fn pods_bind_and_delete_gracefully() {
 
     // Logs come from what a (simulated) kubelet recorded.
     s.set_pod_log("default", "b", "main", "epoch 1\nepoch 2\nepoch 3\n");
-    let logs = pods.logs("b", &kube::api::LogParams { tail_lines: Some(2), ..Default::default() }).await.unwrap();
+    let logs = pods
+        .logs(
+            "b",
+            &kube::api::LogParams {
+                tail_lines: Some(2),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(logs, "epoch 2\nepoch 3\n");
 
     // A bound pod is deleted gracefully: it stays, terminating, until deleted with grace 0.
@@ -1456,12 +1465,35 @@ async fn fault_injection() {
 
     // A drop rate of 1 ends each stream after its first event.
     s.faults().watch_drop_rate(1.0);
-    let latest = cms.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
-    let mut w = cms.watch(&WatchParams::default().timeout(30), &latest).await.unwrap().boxed();
-    cms.create(&PostParams::default(), &cm("drop1", &[])).await.unwrap();
-    cms.create(&PostParams::default(), &cm("drop2", &[])).await.unwrap();
-    assert!(matches!(w.try_next().await.unwrap(), Some(WatchEvent::Added(_))));
-    assert!(tokio::time::timeout(Duration::from_secs(5), w.try_next()).await.unwrap().unwrap().is_none());
+    let latest = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut w = cms
+        .watch(&WatchParams::default().timeout(30), &latest)
+        .await
+        .unwrap()
+        .boxed();
+    cms.create(&PostParams::default(), &cm("drop1", &[]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("drop2", &[]))
+        .await
+        .unwrap();
+    assert!(matches!(
+        w.try_next().await.unwrap(),
+        Some(WatchEvent::Added(_))
+    ));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), w.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_none()
+    );
     s.faults().clear();
 
     // Same seed, same failures.

@@ -114,7 +114,7 @@ async fn the_rendered_chart_applies_to_the_control_plane() {
                 "nodeAgent": {"policy": "kill"},
                 "dashboards": {"enabled": true},
                 "partitions": {"gpu": null, "batch": {
-                    "default": true, "preemptMode": "Off", "priorityTier": 10,
+                    "default": true, "preemptMode": "None", "priorityTier": 10,
                     "topology": ["muster.dev/spine", "muster.dev/leaf", "kubernetes.io/hostname"]}}
             }),
         ),

@@ -13,7 +13,8 @@
 //!    pod created);
 //! 2. 100 gangs of 32 pods (4 nodes x 8 tasks x 1 GPU): gangs and pods started per second;
 //! 3. 1,432 more 32-pod CPU-only gangs, to 50,024 task pods: operator RSS;
-//! and API writes per job by kind (from the operator's own `muster_api_writes_total`).
+//!
+//! It also reports API writes per job by kind (from the operator's own `muster_api_writes_total`).
 
 mod operator_support;
 
@@ -95,7 +96,10 @@ struct Progress {
 
 fn progress(client: kube::Client) -> Progress {
     let (tx, rx) = tokio::sync::watch::channel((0usize, 0usize));
-    let jobs = watcher(Api::<BatchJob>::all(client.clone()), watcher::Config::default());
+    let jobs = watcher(
+        Api::<BatchJob>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let pods = watcher(
         Api::<Pod>::all(client),
         watcher::Config::default().labels(labels::BATCHJOB),
@@ -168,8 +172,10 @@ where
 fn job(name: &str, spec: serde_json::Value) -> BatchJob {
     let mut spec = spec;
     spec["script"] = json!("python train.py --epochs 10");
-    serde_json::from_value(json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
-        "metadata": {"name": name, "namespace": "default"}, "spec": spec}))
+    serde_json::from_value(
+        json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+        "metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+    )
     .unwrap()
 }
 
@@ -217,8 +223,10 @@ async fn operator_benchmark() {
     let gpu_objs: Vec<GpuNode> = names
         .iter()
         .map(|n| {
-            serde_json::from_value(json!({"apiVersion": "muster.dev/v1alpha1", "kind": "GpuNode",
-                "metadata": {"name": n}, "spec": {"nodeName": n}}))
+            serde_json::from_value(
+                json!({"apiVersion": "muster.dev/v1alpha1", "kind": "GpuNode",
+                "metadata": {"name": n}, "spec": {"nodeName": n}}),
+            )
             .unwrap()
         })
         .collect();
@@ -227,21 +235,31 @@ async fn operator_benchmark() {
         .for_each_concurrent(64, |n| {
             let (napi, gapi) = (napi.clone(), gapi.clone());
             async move {
-                napi.patch_status(&n, &PatchParams::default(), &Patch::Merge(json!({"status": {
+                napi.patch_status(
+                    &n,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {
                     "allocatable": {"cpu": "224", "memory": "2Ti", "pods": "1000"},
-                    "conditions": [{"type": "Ready", "status": "True"}]}})))
-                    .await
-                    .unwrap();
+                    "conditions": [{"type": "Ready", "status": "True"}]}})),
+                )
+                .await
+                .unwrap();
                 let gpus: Vec<_> = (0..8)
-                    .map(|i| json!({"index": i, "uuid": format!("GPU-{n}-{i}"),
+                    .map(|i| {
+                        json!({"index": i, "uuid": format!("GPU-{n}-{i}"),
                         "model": "NVIDIA H100 80GB HBM3", "memoryMib": 81559, "numaNode": i / 4,
                         "nvlinkPeers": (0..8).filter(|j| *j != i).collect::<Vec<_>>(),
-                        "health": {"state": "Healthy"}}))
+                        "health": {"state": "Healthy"}})
+                    })
                     .collect();
-                gapi.patch_status(&n, &PatchParams::default(), &Patch::Merge(json!({"status": {
-                    "gpuCount": 8, "healthyGpus": 8, "gpus": gpus}})))
-                    .await
-                    .unwrap();
+                gapi.patch_status(
+                    &n,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {
+                    "gpuCount": 8, "healthyGpus": 8, "gpus": gpus}})),
+                )
+                .await
+                .unwrap();
             }
         })
         .await;
@@ -254,14 +272,22 @@ async fn operator_benchmark() {
         .create(&PostParams::default(), &p)
         .await
         .unwrap();
-    println!("cluster: {nodes} nodes x 8 GPUs created in {:.1?}", t.elapsed());
+    println!(
+        "cluster: {nodes} nodes x 8 GPUs created in {:.1?}",
+        t.elapsed()
+    );
 
     let jobs: Api<BatchJob> = Api::namespaced(client.clone(), "default");
     let mut prog = progress(client.clone());
 
     // 1. 1,000 queued single-GPU jobs.
     let singles: Vec<BatchJob> = (0..1000)
-        .map(|i| job(&format!("single-{i}"), json!({"gpus": 1, "time": "1:00:00"})))
+        .map(|i| {
+            job(
+                &format!("single-{i}"),
+                json!({"gpus": 1, "time": "1:00:00"}),
+            )
+        })
         .collect();
     create_many(&jobs, singles, 64).await;
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
@@ -280,7 +306,10 @@ async fn operator_benchmark() {
             "bench",
         ])
         .env("KUBECONFIG", kubeconfig.path())
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -302,7 +331,9 @@ async fn operator_benchmark() {
     let w1 = writes(&scrape(port).await);
     let total1: f64 = w1
         .iter()
-        .filter(|(k, _)| *k != "event" && *k != "partition_status" && *k != "lease" && *k != "configmap")
+        .filter(|(k, _)| {
+            *k != "event" && *k != "partition_status" && *k != "lease" && *k != "configmap"
+        })
         .map(|(_, v)| v)
         .sum();
     println!(
@@ -323,7 +354,10 @@ async fn operator_benchmark() {
     let t = Instant::now();
     create_many(&jobs, gangs, 64).await;
     let submitted = t.elapsed();
-    let dt = prog.until(1100, 1000 + 3200, Duration::from_secs(300)).await + submitted;
+    let dt = prog
+        .until(1100, 1000 + 3200, Duration::from_secs(300))
+        .await
+        + submitted;
     println!(
         "100 gangs of 32 pods: started in {:.2?} from first submission: {:.0} gangs/s, {:.0} pods/s",
         dt,
@@ -337,7 +371,9 @@ async fn operator_benchmark() {
         .collect();
     let total2: f64 = delta
         .iter()
-        .filter(|(k, _)| *k != "event" && *k != "partition_status" && *k != "lease" && *k != "configmap")
+        .filter(|(k, _)| {
+            *k != "event" && *k != "partition_status" && *k != "lease" && *k != "configmap"
+        })
         .map(|(_, v)| v)
         .sum();
     println!(

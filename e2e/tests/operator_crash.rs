@@ -24,8 +24,18 @@ async fn killed_during_admission_100_times() {
     while crashes < 100 {
         it += 1;
         let names = [format!("g{it}a"), format!("g{it}b"), format!("s{it}")];
-        env.submit(batchjob(&names[0], json!({"nodes": 2, "ntasksPerNode": 2, "gpusPerTask": 1}), 0)).await;
-        env.submit(batchjob(&names[1], json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 2}), 0)).await;
+        env.submit(batchjob(
+            &names[0],
+            json!({"nodes": 2, "ntasksPerNode": 2, "gpusPerTask": 1}),
+            0,
+        ))
+        .await;
+        env.submit(batchjob(
+            &names[1],
+            json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 2}),
+            0,
+        ))
+        .await;
         env.submit(batchjob(&names[2], json!({"gpus": 1}), 0)).await;
         // Die after n writes: within the first cycle's admissions (finalizers, statuses,
         // Services, pods).
@@ -35,7 +45,9 @@ async fn killed_during_admission_100_times() {
         let mut s = env.settings();
         s.faults = Arc::new(CrashAfter::new(n));
         let mut dying = env.start_operator(s);
-        let crashed = tokio::time::timeout(Duration::from_secs(10), dying.wait()).await.is_ok();
+        let crashed = tokio::time::timeout(Duration::from_secs(10), dying.wait())
+            .await
+            .is_ok();
         if crashed {
             crashes += 1;
         } else {
@@ -43,21 +55,25 @@ async fn killed_during_admission_100_times() {
         }
         env.check_no_double_gpu().await.unwrap();
         // A fresh operator takes over; every third time only after the gang start timeout.
-        if it % 3 == 0 {
+        if it.is_multiple_of(3) {
             env.offset.fetch_add(400, Ordering::SeqCst);
         }
         let next = env.start_operator(env.settings());
         for name in &names {
-            env.until(30, &format!("{name} completes (iteration {it}, crash after {n})"), || async {
-                env.check_no_double_gpu().await.unwrap();
-                let j = env.job(name).await;
-                let st = j.status.unwrap_or_default();
-                if st.reason.as_deref() == Some("JobLaunchFailure") {
-                    // Rolled back: skip its backoff.
-                    env.offset.fetch_add(40, Ordering::SeqCst);
-                }
-                st.state == Some(JobState::Completed)
-            })
+            env.until(
+                30,
+                &format!("{name} completes (iteration {it}, crash after {n})"),
+                || async {
+                    env.check_no_double_gpu().await.unwrap();
+                    let j = env.job(name).await;
+                    let st = j.status.unwrap_or_default();
+                    if st.reason.as_deref() == Some("JobLaunchFailure") {
+                        // Rolled back: skip its backoff.
+                        env.offset.fetch_add(40, Ordering::SeqCst);
+                    }
+                    st.state == Some(JobState::Completed)
+                },
+            )
             .await;
         }
         env.check_settled_gangs().await.unwrap();
@@ -106,20 +122,36 @@ async fn ten_percent_api_errors_every_job_ends_right() {
         async move {
             let j: muster_crds::v1alpha1::BatchJob =
                 serde_json::from_value(batchjob(&name, spec, 1)).unwrap();
-            retry(|| async { env.jobs().create(&Default::default(), &j).await.is_ok() || env.jobs().get(&name).await.is_ok() }).await;
+            retry(|| async {
+                env.jobs().create(&Default::default(), &j).await.is_ok()
+                    || env.jobs().get(&name).await.is_ok()
+            })
+            .await;
         }
     };
     for i in 0..6 {
-        submit(format!("ok{i}"), json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 2})).await;
+        submit(
+            format!("ok{i}"),
+            json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 2}),
+        )
+        .await;
     }
     let mut fail = batchjob("fails", json!({"gpus": 1}), 1);
     fail["spec"]["template"]["metadata"]["annotations"]["sim/exit"] = json!("7");
     let fail: muster_crds::v1alpha1::BatchJob = serde_json::from_value(fail).unwrap();
-    retry(|| async { env.jobs().create(&Default::default(), &fail).await.is_ok() || env.jobs().get("fails").await.is_ok() }).await;
+    retry(|| async {
+        env.jobs().create(&Default::default(), &fail).await.is_ok()
+            || env.jobs().get("fails").await.is_ok()
+    })
+    .await;
     submit("cancelled".into(), json!({"gpus": 1})).await;
     retry(|| async {
         env.jobs()
-            .patch("cancelled", &PatchParams::default(), &Patch::Merge(json!({"spec": {"cancel": true}})))
+            .patch(
+                "cancelled",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
             .await
             .is_ok()
     })
@@ -136,7 +168,16 @@ async fn ten_percent_api_errors_every_job_ends_right() {
     env.until(90, "every job ended", || async {
         let _ = env.check_no_double_gpu().await;
         let mut done = true;
-        for n in ["ok0", "ok1", "ok2", "ok3", "ok4", "ok5", "fails", "cancelled"] {
+        for n in [
+            "ok0",
+            "ok1",
+            "ok2",
+            "ok3",
+            "ok4",
+            "ok5",
+            "fails",
+            "cancelled",
+        ] {
             done &= state(n).await.is_some_and(|s| s.is_terminal());
         }
         done
@@ -144,13 +185,19 @@ async fn ten_percent_api_errors_every_job_ends_right() {
     .await;
     env.server.faults().clear();
     for i in 0..6 {
-        assert_eq!(env.state(&format!("ok{i}")).await, Some(JobState::Completed));
+        assert_eq!(
+            env.state(&format!("ok{i}")).await,
+            Some(JobState::Completed)
+        );
     }
     assert_eq!(env.state("fails").await, Some(JobState::Failed));
     assert_eq!(env.job("fails").await.status.unwrap().exit_code, Some(7));
     assert_eq!(env.state("cancelled").await, Some(JobState::Cancelled));
     env.check_no_double_gpu().await.unwrap();
     let m = op.metrics.render();
-    assert!(m.contains("muster_errors_total{kind=\"server\"}"), "errors were injected and counted");
+    assert!(
+        m.contains("muster_errors_total{kind=\"server\"}"),
+        "errors were injected and counted"
+    );
     op.shutdown().await.unwrap();
 }

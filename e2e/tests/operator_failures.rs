@@ -21,15 +21,18 @@ async fn setup(nodes: usize) -> (Env, muster_operator::controller::Handle) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn time_limit_ends_in_timeout() {
     let (env, op) = setup(1).await;
-    env.submit(batchjob("slow", json!({"gpus": 2, "time": 1}), 3600)).await;
+    env.submit(batchjob("slow", json!({"gpus": 2, "time": 1}), 3600))
+        .await;
     env.until_state("slow", JobState::Running, 20).await;
     // A minute passes (the operator's clock jumps).
     env.offset.store(61, Ordering::SeqCst);
     env.until_state("slow", JobState::Timeout, 20).await;
     let st = env.job("slow").await.status.unwrap();
     assert_eq!(st.reason.as_deref(), Some("TimeLimit"));
-    env.until(20, "pods stopped", || async { env.pods_of("slow").await.is_empty() })
-        .await;
+    env.until(20, "pods stopped", || async {
+        env.pods_of("slow").await.is_empty()
+    })
+    .await;
     op.shutdown().await.unwrap();
 }
 
@@ -39,12 +42,18 @@ async fn scancel_stops_pods_and_keeps_the_record() {
     env.submit(batchjob("c", json!({"gpus": 1}), 3600)).await;
     env.until_state("c", JobState::Running, 20).await;
     env.jobs()
-        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"cancel": true}})))
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
         .await
         .unwrap();
     env.until_state("c", JobState::Cancelled, 20).await;
-    env.until(20, "pods stopped", || async { env.pods_of("c").await.is_empty() })
-        .await;
+    env.until(20, "pods stopped", || async {
+        env.pods_of("c").await.is_empty()
+    })
+    .await;
     let j = env.job("c").await;
     let st = j.status.unwrap();
     assert_eq!(st.tasks.len(), 1, "record kept");
@@ -55,7 +64,11 @@ async fn scancel_stops_pods_and_keeps_the_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_task_fails_the_gang_with_its_exit_code() {
     let (env, op) = setup(2).await;
-    let mut j = batchjob("f", json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 1}), 1);
+    let mut j = batchjob(
+        "f",
+        json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 1}),
+        1,
+    );
     j["spec"]["template"]["metadata"]["annotations"]["sim/fail-rank"] = json!("1");
     j["spec"]["template"]["metadata"]["annotations"]["sim/exit"] = json!("3");
     env.submit(j).await;
@@ -88,24 +101,41 @@ async fn node_failure_requeues_elsewhere() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn higher_tier_preempts_a_lower_gang() {
     let env = Env::start().await;
-    env.add_nodes(&[NodeDef::new("gpu001", 8, "leaf1"), NodeDef::new("gpu002", 8, "leaf1")])
-        .await;
-    for (name, tier, default, mode) in [("low", 0, true, "Requeue"), ("high", 10, false, "Off")] {
+    env.add_nodes(&[
+        NodeDef::new("gpu001", 8, "leaf1"),
+        NodeDef::new("gpu002", 8, "leaf1"),
+    ])
+    .await;
+    for (name, tier, default, mode) in [("low", 0, true, "Requeue"), ("high", 10, false, "None")] {
         env.add_partition(json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "Partition", "metadata": {"name": name},
             "spec": {"default": default, "priorityTier": tier, "preemptMode": mode,
                      "defaultImage": "busybox:1.36", "graceTimeSeconds": 0}}))
-        .await;
+            .await;
     }
     let op = env.start_operator(env.settings());
-    env.submit(batchjob("low1", json!({"nodes": 2, "gpusPerNode": 8}), 3600)).await;
+    env.submit(batchjob(
+        "low1",
+        json!({"nodes": 2, "gpusPerNode": 8}),
+        3600,
+    ))
+    .await;
     env.until_state("low1", JobState::Running, 20).await;
-    env.submit(batchjob("urgent", json!({"partition": "high", "gpus": 8}), 1)).await;
+    env.submit(batchjob(
+        "urgent",
+        json!({"partition": "high", "gpus": 8}),
+        1,
+    ))
+    .await;
     env.until_state("urgent", JobState::Running, 30).await;
     let low = env.job("low1").await.status.unwrap();
     assert_eq!(low.state, Some(JobState::Pending));
     assert_eq!(low.restarts, Some(1));
-    assert!(op.metrics.render().contains("muster_preemptions_total{partition=\"low\"} 1"));
+    assert!(
+        op.metrics
+            .render()
+            .contains("muster_preemptions_total{partition=\"low\"} 1")
+    );
     op.shutdown().await.unwrap();
 }
 
@@ -114,20 +144,36 @@ async fn higher_tier_preempts_a_lower_gang() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backfill_never_delays_the_reservation() {
     let (env, op) = setup(2).await;
-    env.submit(batchjob("running", json!({"gpus": 8, "time": 10}), 3600)).await;
+    env.submit(batchjob("running", json!({"gpus": 8, "time": 10}), 3600))
+        .await;
     env.until_state("running", JobState::Running, 20).await;
-    env.submit(batchjob("big", json!({"nodes": 2, "gpusPerNode": 8, "time": 30}), 3600)).await;
+    env.submit(batchjob(
+        "big",
+        json!({"nodes": 2, "gpusPerNode": 8, "time": 30}),
+        3600,
+    ))
+    .await;
     env.until(20, "big has a reservation", || async {
-        env.job("big").await.status.and_then(|s| s.start_time).is_some()
+        env.job("big")
+            .await
+            .status
+            .and_then(|s| s.start_time)
+            .is_some()
     })
     .await;
     let reserved = env.job("big").await.status.unwrap().start_time.unwrap();
-    env.submit(batchjob("short", json!({"gpus": 4, "time": 5}), 3600)).await;
-    env.submit(batchjob("long", json!({"gpus": 4, "time": 20}), 3600)).await;
+    env.submit(batchjob("short", json!({"gpus": 4, "time": 5}), 3600))
+        .await;
+    env.submit(batchjob("long", json!({"gpus": 4, "time": 20}), 3600))
+        .await;
     env.until_state("short", JobState::Running, 20).await;
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     let long = env.job("long").await.status.unwrap();
-    assert_eq!(long.state, Some(JobState::Pending), "would delay the reservation");
+    assert_eq!(
+        long.state,
+        Some(JobState::Pending),
+        "would delay the reservation"
+    );
     let big = env.job("big").await.status.unwrap();
     assert_eq!(big.state, Some(JobState::Pending));
     assert_eq!(big.start_time.unwrap(), reserved, "reservation unchanged");

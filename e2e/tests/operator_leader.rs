@@ -33,7 +33,8 @@ async fn one_leader_and_takeover() {
     env.default_partition().await;
     let a = replica(&env, "replica-a");
     let b = replica(&env, "replica-b");
-    env.until(20, "a leader", || async { leads(&a) || leads(&b) }).await;
+    env.until(20, "a leader", || async { leads(&a) || leads(&b) })
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(leads(&a) ^ leads(&b), "exactly one leader");
     let (leader, follower) = if leads(&a) { (a, b) } else { (b, a) };
@@ -43,20 +44,35 @@ async fn one_leader_and_takeover() {
     env.until_state("first", JobState::Completed, 30).await;
     // The follower's caches are warm: it saw the job too.
     assert!(follower.ready.load(std::sync::atomic::Ordering::SeqCst));
-    assert!(follower.stores.jobs.state().iter().any(|j| j.metadata.name.as_deref() == Some("first")));
+    assert!(
+        follower
+            .stores
+            .jobs
+            .state()
+            .iter()
+            .any(|j| j.metadata.name.as_deref() == Some("first"))
+    );
 
     // The leader dies without releasing its lease: the follower takes over once it expires.
     let t = std::time::Instant::now();
     leader.kill();
-    env.until(20, "takeover", || async { leads(&follower) }).await;
-    assert!(t.elapsed() >= Duration::from_secs(2), "waited out the lease: {:?}", t.elapsed());
+    env.until(20, "takeover", || async { leads(&follower) })
+        .await;
+    assert!(
+        t.elapsed() >= Duration::from_secs(2),
+        "waited out the lease: {:?}",
+        t.elapsed()
+    );
     env.submit(batchjob("second", json!({"gpus": 1}), 1)).await;
     env.until_state("second", JobState::Completed, 30).await;
     let ids: Vec<u64> = [env.job("first").await, env.job("second").await]
         .iter()
         .map(|j| j.status.as_ref().unwrap().job_id.unwrap())
         .collect();
-    assert!(ids[1] > ids[0], "ids keep increasing across leaders: {ids:?}");
+    assert!(
+        ids[1] > ids[0],
+        "ids keep increasing across leaders: {ids:?}"
+    );
 
     // A clean shutdown releases the lease: a new replica leads without waiting it out.
     let c = replica(&env, "replica-c");
@@ -65,6 +81,10 @@ async fn one_leader_and_takeover() {
     let t = std::time::Instant::now();
     follower.shutdown().await.unwrap();
     env.until(20, "c leads", || async { leads(&c) }).await;
-    assert!(t.elapsed() < Duration::from_secs(2), "released: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "released: {:?}",
+        t.elapsed()
+    );
     c.shutdown().await.unwrap();
 }

@@ -9,11 +9,19 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_gpu_job_runs_and_completes() {
     let env = Env::start().await;
-    env.add_nodes(&[NodeDef::new("gpu001", 8, "leaf1"), NodeDef::new("gpu002", 8, "leaf1")])
-        .await;
+    env.add_nodes(&[
+        NodeDef::new("gpu001", 8, "leaf1"),
+        NodeDef::new("gpu002", 8, "leaf1"),
+    ])
+    .await;
     env.default_partition().await;
     let op = env.start_operator(env.settings());
-    env.submit(batchjob("one", json!({"gres": "gpu:1", "nodes": 1, "ntasksPerNode": 1}), 1)).await;
+    env.submit(batchjob(
+        "one",
+        json!({"gres": "gpu:1", "nodes": 1, "ntasksPerNode": 1}),
+        1,
+    ))
+    .await;
     env.until_state("one", JobState::Running, 20).await;
     let j = env.job("one").await;
     let st = j.status.clone().unwrap();
@@ -30,7 +38,13 @@ async fn single_gpu_job_runs_and_completes() {
     })
     .await;
     let text = op.metrics.render();
-    assert!(text.contains("muster_api_writes_total{kind=\"pod_create\"} 1"), "{text}");
-    assert!(text.contains("muster_gpus{partition=\"gpu\",state=\"total\"} 16"), "{text}");
+    assert!(
+        text.contains("muster_api_writes_total{kind=\"pod_create\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("muster_gpus{partition=\"gpu\",state=\"total\"} 16"),
+        "{text}"
+    );
     op.shutdown().await.unwrap();
 }

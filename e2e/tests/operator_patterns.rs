@@ -11,7 +11,11 @@ use muster_crds::v1alpha1::JobState;
 use operator_support::{Env, NodeDef, batchjob, cluster};
 use serde_json::json;
 
-async fn env_with(nodes: usize, gpus: u32, per_leaf: usize) -> (Env, muster_operator::controller::Handle) {
+async fn env_with(
+    nodes: usize,
+    gpus: u32,
+    per_leaf: usize,
+) -> (Env, muster_operator::controller::Handle) {
     let env = Env::start().await;
     env.add_cluster(&cluster(nodes, per_leaf), gpus).await;
     env.default_partition().await;
@@ -29,7 +33,8 @@ async fn two_nodes_two_tasks_one_gpu_each() {
         2,
     ))
     .await;
-    env.until_state("gpus-per-task", JobState::Running, 20).await;
+    env.until_state("gpus-per-task", JobState::Running, 20)
+        .await;
     let st = env.job("gpus-per-task").await.status.unwrap();
     assert_eq!(st.num_nodes, Some(2));
     assert_eq!(st.num_tasks, Some(4));
@@ -40,7 +45,10 @@ async fn two_nodes_two_tasks_one_gpu_each() {
     let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
     for p in &pods {
         let e = Env::env(p);
-        assert!(gpus.insert(e["NVIDIA_VISIBLE_DEVICES"].clone()), "GPU shared: {e:?}");
+        assert!(
+            gpus.insert(e["NVIDIA_VISIBLE_DEVICES"].clone()),
+            "GPU shared: {e:?}"
+        );
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0");
         assert_eq!(e["SLURM_JOB_NAME"], "gpus_per_task_test");
         assert_eq!(e["SLURM_NTASKS"], "4");
@@ -50,12 +58,24 @@ async fn two_nodes_two_tasks_one_gpu_each() {
         assert_eq!(e["WORLD_SIZE"], "4");
         assert_eq!(e["LOCAL_WORLD_SIZE"], "2");
         *per_node.entry(Env::node_of(p)).or_default() += 1;
-        let res = p.spec.as_ref().unwrap().containers[0].resources.clone().unwrap_or_default();
-        assert!(res.limits.unwrap_or_default().keys().all(|k| !k.starts_with("nvidia.com")));
-        assert!(p.spec.as_ref().unwrap().node_name.is_none(), "placement by affinity, never nodeName");
+        let res = p.spec.as_ref().unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            res.limits
+                .unwrap_or_default()
+                .keys()
+                .all(|k| !k.starts_with("nvidia.com"))
+        );
+        assert!(
+            p.spec.as_ref().unwrap().node_name.is_none(),
+            "placement by affinity, never nodeName"
+        );
     }
     assert_eq!(per_node.values().copied().collect::<Vec<_>>(), vec![2, 2]);
-    env.until_state("gpus-per-task", JobState::Completed, 30).await;
+    env.until_state("gpus-per-task", JobState::Completed, 30)
+        .await;
     op.shutdown().await.unwrap();
 }
 
@@ -130,10 +150,11 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
         "metadata": {"name": "blackwell"},
         "spec": {"default": true, "defaultImage": "nvcr.io/nvidia/pytorch:24.01-py3",
                  "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]}}))
-    .await;
+        .await;
     let op = env.start_operator(env.settings());
     // Something small already runs on leaf1 and leaf3.
-    env.submit(batchjob("small-a", json!({"gpus": 1}), 60)).await;
+    env.submit(batchjob("small-a", json!({"gpus": 1}), 60))
+        .await;
     env.until_state("small-a", JobState::Running, 20).await;
     let script = "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\nsrun torchrun --nnodes=\"$SLURM_NNODES\" --nproc_per_node=8 train.py";
     env.submit(batchjob(
@@ -156,7 +177,9 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
         })
         .collect();
     assert_eq!(leaves.len(), 1, "one leaf: {leaves:?}");
-    let small = env.job("small-a").await.status.unwrap().tasks[0].node.clone();
+    let small = env.job("small-a").await.status.unwrap().tasks[0]
+        .node
+        .clone();
     assert!(st.tasks.iter().all(|t| t.node != small), "exclusive");
     let pods = env.pods_of("train").await;
     assert_eq!(pods.len(), 8);
@@ -168,22 +191,42 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
         assert_eq!(e["WORLD_SIZE"], "8");
         assert_eq!(e["SLURM_GPUS_ON_NODE"], "8");
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1,2,3,4,5,6,7");
-        let first = e["SLURM_JOB_NODELIST"].split(',').next().unwrap().to_string();
-        assert_eq!(first, "train-0.train", "the rendezvous idiom resolves rank 0");
+        let first = e["SLURM_JOB_NODELIST"]
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            first, "train-0.train",
+            "the rendezvous idiom resolves rank 0"
+        );
         assert_eq!(e["SLURM_JOB_PARTITION"], "blackwell");
         node_ranks.insert(e["NODE_RANK"].clone());
         let s = p.spec.as_ref().unwrap();
         assert_eq!(s.subdomain.as_deref(), Some("train"));
-        assert_eq!(s.hostname.as_deref(), Some(format!("train-{}", e["RANK"]).as_str()));
         assert_eq!(
-            s.containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()["cpu"].0,
+            s.hostname.as_deref(),
+            Some(format!("train-{}", e["RANK"]).as_str())
+        );
+        assert_eq!(
+            s.containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
             "96"
         );
         assert_eq!(p.labels()[labels::JOB_ID], st.job_id.unwrap().to_string());
     }
     assert_eq!(node_ranks.len(), 8);
     let svc: k8s_openapi::api::core::v1::Service =
-        kube::Api::namespaced(env.client.clone(), "default").get("train").await.unwrap();
+        kube::Api::namespaced(env.client.clone(), "default")
+            .get("train")
+            .await
+            .unwrap();
     assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
     env.until_state("train", JobState::Completed, 30).await;
     op.shutdown().await.unwrap();
@@ -193,7 +236,12 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn array_sweep_with_throttle() {
     let (env, op) = env_with(4, 8, 4).await;
-    env.submit(batchjob("sweep", json!({"array": "0-15%4", "gres": "gpu:1"}), 1)).await;
+    env.submit(batchjob(
+        "sweep",
+        json!({"array": "0-15%4", "gres": "gpu:1"}),
+        1,
+    ))
+    .await;
     let max_running = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     env.until(90, "sweep COMPLETED", || {
         let max_running = max_running.clone();
@@ -203,7 +251,9 @@ async fn array_sweep_with_throttle() {
             let running = list
                 .items
                 .iter()
-                .filter(|j| j.labels().get(labels::ARRAY_PARENT).map(String::as_str) == Some("sweep"))
+                .filter(|j| {
+                    j.labels().get(labels::ARRAY_PARENT).map(String::as_str) == Some("sweep")
+                })
                 .filter(|j| j.status.as_ref().and_then(|s| s.state) == Some(JobState::Running))
                 .count();
             max_running.fetch_max(running, std::sync::atomic::Ordering::SeqCst);
@@ -230,10 +280,19 @@ async fn train_then_eval_afterok() {
     env.submit(batchjob("train", json!({"gpus": 8}), 2)).await;
     env.until_state("train", JobState::Running, 20).await;
     let id = env.job("train").await.status.unwrap().job_id.unwrap();
-    env.submit(batchjob("eval", json!({"gpus": 1, "dependency": format!("afterok:{id}")}), 1))
-        .await;
+    env.submit(batchjob(
+        "eval",
+        json!({"gpus": 1, "dependency": format!("afterok:{id}")}),
+        1,
+    ))
+    .await;
     env.until(20, "eval waits on its dependency", || async {
-        env.job("eval").await.status.and_then(|s| s.reason).as_deref() == Some("Dependency")
+        env.job("eval")
+            .await
+            .status
+            .and_then(|s| s.reason)
+            .as_deref()
+            == Some("Dependency")
     })
     .await;
     env.until_state("train", JobState::Completed, 30).await;

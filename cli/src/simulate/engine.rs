@@ -35,14 +35,13 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
+use muster_operator::core::baseline::first_fit;
 use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Partition, PendingJob, PreemptMode, Reason,
     RunningJob, Snapshot, Start, TaskAlloc, schedule,
 };
-use muster_operator::core::baseline::first_fit;
 use serde::Serialize;
-
 
 /// A scheduling policy the simulator can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum, Serialize)]
@@ -1015,7 +1014,7 @@ fn never(r: Reason) -> bool {
 /// Whether partitions of different tiers let one preempt another.
 pub fn preemptive(parts: &[Partition]) -> bool {
     parts.iter().any(|low| {
-        low.preempt_mode != PreemptMode::Off
+        low.preempt_mode != PreemptMode::None
             && parts
                 .iter()
                 .any(|high| high.priority_tier > low.priority_tier)

@@ -1209,7 +1209,9 @@ impl WatchState {
             self.notify.borrow_and_update();
             let (ns, sel) = (&self.ctx.ns, &self.ctx.sel);
             let scope = |m: &Meta| ns.as_deref().is_none_or(|n| &*m.ns == n) && sel.matches(m);
-            let relevant = |e: &super::store::Event| scope(&e.obj.meta) || e.prev.as_ref().is_some_and(|p| scope(&p.meta));
+            let relevant = |e: &super::store::Event| {
+                scope(&e.obj.meta) || e.prev.as_ref().is_some_and(|p| scope(&p.meta))
+            };
             match self.coll.since_matching(self.last, 256, relevant) {
                 Since::Expired(oldest) => {
                     let e = ApiError::expired(format!(

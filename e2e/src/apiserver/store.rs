@@ -202,9 +202,12 @@ pub struct Collection {
     /// Notifiers of watches pinned by an indexed field (`spec.nodeName=n`, `metadata.name=x`):
     /// a write wakes only the watches its object can match, not every watch of the collection,
     /// as the watch cache's indexers do. Entries without receivers are dropped lazily.
-    keyed: Mutex<HashMap<(&'static str, Box<str>), watch::Sender<u64>>>,
+    keyed: Mutex<HashMap<IndexKey, watch::Sender<u64>>>,
     has_keyed: std::sync::atomic::AtomicBool,
 }
+
+/// An indexed field and the value a watch pins it to.
+type IndexKey = (&'static str, Box<str>);
 
 /// Fields whose equality selectors get their own watch notifier.
 pub const INDEXED_FIELDS: &[&str] = &["metadata.name", "spec.nodeName"];
@@ -392,7 +395,12 @@ impl Collection {
 
     /// Events after `rv` that `keep` accepts, looking at `max` events at most. Filtering under
     /// the lock spares watchers that select few objects a reference per event.
-    pub fn since_matching(&self, rv: u64, max: usize, mut keep: impl FnMut(&Event) -> bool) -> Since {
+    pub fn since_matching(
+        &self,
+        rv: u64,
+        max: usize,
+        mut keep: impl FnMut(&Event) -> bool,
+    ) -> Since {
         let w = self.window.read().expect("window lock");
         if rv < w.start {
             return Since::Expired(w.start);

@@ -55,7 +55,12 @@ impl<'a> NodeDef<'a> {
 /// `count` node names `gpu001…`, `per_leaf` to a leaf (`leaf1…`), with their leaf.
 pub fn cluster(count: usize, per_leaf: usize) -> Vec<(String, String)> {
     (1..=count)
-        .map(|i| (format!("gpu{i:03}"), format!("leaf{}", (i - 1) / per_leaf + 1)))
+        .map(|i| {
+            (
+                format!("gpu{i:03}"),
+                format!("leaf{}", (i - 1) / per_leaf + 1),
+            )
+        })
         .collect()
 }
 
@@ -71,9 +76,10 @@ impl Env {
             .await
             .expect("API server double starts");
         let client = server.client();
-        let ns: Namespace =
-            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}))
-                .unwrap();
+        let ns: Namespace = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+        )
+        .unwrap();
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await
@@ -143,7 +149,9 @@ impl Env {
             gapi.patch_status(
                 n.name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"gpuCount": n.gpus, "healthyGpus": n.gpus, "gpus": gpus}})),
+                &Patch::Merge(
+                    json!({"status": {"gpuCount": n.gpus, "healthyGpus": n.gpus, "gpus": gpus}}),
+                ),
             )
             .await
             .unwrap();
@@ -177,7 +185,7 @@ impl Env {
             "metadata": {"name": "gpu"},
             "spec": {"default": true, "defaultImage": "busybox:1.36",
                      "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]}}))
-        .await;
+            .await;
     }
 
     pub fn jobs(&self) -> Api<BatchJob> {
@@ -186,7 +194,10 @@ impl Env {
 
     pub async fn submit(&self, job: serde_json::Value) {
         let j: BatchJob = serde_json::from_value(job).unwrap();
-        self.jobs().create(&PostParams::default(), &j).await.unwrap();
+        self.jobs()
+            .create(&PostParams::default(), &j)
+            .await
+            .unwrap();
     }
 
     pub async fn job(&self, name: &str) -> BatchJob {
@@ -226,7 +237,10 @@ impl Env {
             .as_ref()
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .and_then(|r| r.node_selector_terms.first())
             .and_then(|t| t.match_expressions.as_ref())
             .and_then(|m| m.iter().find(|m| m.key == "kubernetes.io/hostname"))
@@ -271,7 +285,10 @@ impl Env {
     /// finish after `sim/runtime`; deleted ones terminate.
     pub async fn kubelet(&self) {
         let api: Api<Pod> = Api::all(self.client.clone());
-        let Ok(pods) = api.list(&ListParams::default().labels(labels::BATCHJOB)).await else {
+        let Ok(pods) = api
+            .list(&ListParams::default().labels(labels::BATCHJOB))
+            .await
+        else {
             return;
         };
         let ready: BTreeMap<String, bool> = Api::<Node>::all(self.client.clone())
@@ -285,7 +302,9 @@ impl Env {
                             .status
                             .as_ref()
                             .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            });
                         (n.name_any(), r)
                     })
                     .collect()
@@ -297,7 +316,9 @@ impl Env {
             let name = p.name_any();
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
             if p.metadata.deletion_timestamp.is_some() {
-                let _ = api.delete(&name, &DeleteParams::default().grace_period(0)).await;
+                let _ = api
+                    .delete(&name, &DeleteParams::default().grace_period(0))
+                    .await;
                 continue;
             }
             let node = Env::node_of(&p);
@@ -318,7 +339,10 @@ impl Env {
                         .await;
                 }
                 Some("Running") => {
-                    let runtime: i64 = ann.get("sim/runtime").and_then(|v| v.parse().ok()).unwrap_or(5);
+                    let runtime: i64 = ann
+                        .get("sim/runtime")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(5);
                     let started = p
                         .status
                         .as_ref()
@@ -329,11 +353,14 @@ impl Env {
                         continue;
                     }
                     let rank = p.labels().get(labels::RANK).cloned().unwrap_or_default();
-                    let code: i32 = if ann.get("sim/fail-rank").map(String::as_str).unwrap_or("0") == rank {
-                        ann.get("sim/exit").and_then(|v| v.parse().ok()).unwrap_or(0)
-                    } else {
-                        0
-                    };
+                    let code: i32 =
+                        if ann.get("sim/fail-rank").map(String::as_str).unwrap_or("0") == rank {
+                            ann.get("sim/exit")
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(0)
+                        } else {
+                            0
+                        };
                     let cname = p.spec.as_ref().unwrap().containers[0].name.clone();
                     let _ = api
                         .patch_status(
@@ -368,10 +395,20 @@ impl Env {
     /// Every BatchJob and task pod, as of one instant.
     pub async fn consistent_view(
         &self,
-    ) -> Result<(kube::core::ObjectList<BatchJob>, kube::core::ObjectList<Pod>), String> {
+    ) -> Result<
+        (
+            kube::core::ObjectList<BatchJob>,
+            kube::core::ObjectList<Pod>,
+        ),
+        String,
+    > {
         for _ in 0..100 {
             let before = self.server.resource_version();
-            let jobs = self.jobs().list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let jobs = self
+                .jobs()
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
             let pods = Api::<Pod>::all(self.client.clone())
                 .list(&ListParams::default().labels(labels::BATCHJOB))
                 .await
@@ -409,16 +446,18 @@ impl Env {
             }
         }
         for p in &pods.items {
-            let Some(o) = PodObs::from_pod(p) else { continue };
+            let Some(o) = PodObs::from_pod(p) else {
+                continue;
+            };
             if !o.live() {
                 continue;
             }
             if let Some(a) = &o.alloc {
                 for g in &a.gpus {
-                    holders
-                        .entry((a.node.clone(), *g))
-                        .or_default()
-                        .insert((o.owner_uid.clone().unwrap_or_default(), o.attempt.unwrap_or(0)));
+                    holders.entry((a.node.clone(), *g)).or_default().insert((
+                        o.owner_uid.clone().unwrap_or_default(),
+                        o.attempt.unwrap_or(0),
+                    ));
                 }
             }
         }
@@ -437,17 +476,32 @@ impl Env {
                             st.state,
                             st.attempt,
                             st.start_time,
-                            st.tasks.iter().map(|t| (&t.node, &t.gpus)).collect::<Vec<_>>()
+                            st.tasks
+                                .iter()
+                                .map(|t| (&t.node, &t.gpus))
+                                .collect::<Vec<_>>()
                         )
                     })
                     .collect();
                 let pods_on: Vec<String> = pods
                     .items
                     .iter()
-                    .filter(|p| h.iter().any(|(u, _)| p.owner_references().iter().any(|o| &o.uid == u)))
-                    .map(|p| format!("{} {:?} del={}", p.name_any(), p.status.as_ref().and_then(|s| s.phase.clone()), p.metadata.deletion_timestamp.is_some()))
+                    .filter(|p| {
+                        h.iter()
+                            .any(|(u, _)| p.owner_references().iter().any(|o| &o.uid == u))
+                    })
+                    .map(|p| {
+                        format!(
+                            "{} {:?} del={}",
+                            p.name_any(),
+                            p.status.as_ref().and_then(|s| s.phase.clone()),
+                            p.metadata.deletion_timestamp.is_some()
+                        )
+                    })
                     .collect();
-                return Err(format!("GPU {k:?} held by {h:?}: {who:#?} pods {pods_on:#?}"));
+                return Err(format!(
+                    "GPU {k:?} held by {h:?}: {who:#?} pods {pods_on:#?}"
+                ));
             }
         }
         Ok(())
@@ -468,7 +522,8 @@ impl Env {
             let Some(st) = &j.status else { continue };
             let mine: Vec<&PodObs> = pods.iter().filter(|p| p.owner_uid == j.uid()).collect();
             for p in &mine {
-                if Some(p.attempt.unwrap_or(0)) != st.attempt || st.state != Some(JobState::Running) {
+                if Some(p.attempt.unwrap_or(0)) != st.attempt || st.state != Some(JobState::Running)
+                {
                     return Err(format!(
                         "{}: live pod {} of attempt {:?}, job {:?} attempt {:?}",
                         j.name_any(),
@@ -479,8 +534,16 @@ impl Env {
                     ));
                 }
             }
-            if st.state == Some(JobState::Running) && !mine.is_empty() && mine.len() != st.tasks.len() {
-                return Err(format!("{}: {} of {} pods", j.name_any(), mine.len(), st.tasks.len()));
+            if st.state == Some(JobState::Running)
+                && !mine.is_empty()
+                && mine.len() != st.tasks.len()
+            {
+                return Err(format!(
+                    "{}: {} of {} pods",
+                    j.name_any(),
+                    mine.len(),
+                    st.tasks.len()
+                ));
             }
         }
         Ok(())

@@ -25,7 +25,7 @@ use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, GpuHealthState, GpuNode, Par
 use crate::core::{
     self, ArrayTask, JobId, JobRequest, LabelSelector, Link, MemoryRequest, NodeId, PartitionId,
     PendingJob, RunningJob, SelectorOperator, SelectorRequirement, Taint, TaintEffect, TaskAlloc,
-    Toleration, UNLIMITED,
+    Toleration,
 };
 
 use super::quantity;
@@ -258,7 +258,7 @@ pub fn parse_job(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
         TimeLimit::parse,
         &mut errs,
     );
-    req.time_limit = time.map(|t| t.seconds().unwrap_or(UNLIMITED));
+    req.time_limit = time;
 
     let array = parse_ios(
         "spec.array",
@@ -340,8 +340,12 @@ impl PartitionTable {
     }
 }
 
-fn time_secs(field: &str, v: &Option<IntOrString>, errs: &mut Vec<FieldError>) -> Option<u64> {
-    parse_ios(field, v, TimeLimit::from_int, TimeLimit::parse, errs).and_then(|t| t.seconds())
+fn time_limit(
+    field: &str,
+    v: &Option<IntOrString>,
+    errs: &mut Vec<FieldError>,
+) -> Option<TimeLimit> {
+    parse_ios(field, v, TimeLimit::from_int, TimeLimit::parse, errs)
 }
 
 /// A Kubernetes label selector as the core's.
@@ -424,8 +428,8 @@ pub fn partition(p: &Partition) -> Result<core::Partition, Vec<FieldError>> {
                 .ok()
         })
         .collect();
-    let default_time = time_secs("spec.defaultTime", &s.default_time, &mut errs);
-    let max_time = time_secs("spec.maxTime", &s.max_time, &mut errs);
+    let default_time = time_limit("spec.defaultTime", &s.default_time, &mut errs);
+    let max_time = time_limit("spec.maxTime", &s.max_time, &mut errs);
     let def_mem = parse_str(
         "spec.defMemPerGpu",
         &s.def_mem_per_gpu,
@@ -676,6 +680,7 @@ pub fn running_job(
         tasks,
         stopping_since,
         array_job_id: st.array_job_id,
+        array_task_id: st.array_task_id,
     }
 }
 
@@ -702,16 +707,18 @@ pub fn pending_job(
         nice: job.spec.nice.unwrap_or(0),
         priority: job.spec.priority,
         array,
+        // The controller evaluates dependencies itself (it sees finished jobs the snapshot
+        // does not keep) and queues a job only once its dependency is met.
+        dependency: None,
     }
 }
 
 /// The time limit a job runs with, in Slurm's format: the job's own, else the partition's
 /// default, else its maximum, else `UNLIMITED` (the rule the core applies).
 pub fn effective_time_limit(parsed: &ParsedJob, part: Option<&core::Partition>) -> Option<u64> {
-    match parsed.request.time_limit {
-        Some(UNLIMITED) => None,
-        Some(t) => Some(t),
-        None => part.and_then(|p| p.default_time.or(p.max_time)),
+    match part {
+        Some(p) => p.effective_limit(parsed.request.time_limit),
+        None => parsed.request.time_limit.and_then(|t| t.seconds()),
     }
 }
 
@@ -823,7 +830,7 @@ mod tests {
         assert_eq!(p.request.max_nodes, Some(2));
         assert_eq!(p.request.ntasks_per_node, Some(2));
         assert_eq!(p.request.gpus_per_node, Some(4));
-        assert_eq!(p.request.time_limit, Some(600));
+        assert_eq!(p.request.time_limit, Some(TimeLimit::from_minutes(10)));
         assert_eq!(p.gpus_per_node_echo.as_deref(), Some("4"));
 
         // typed_gpu_constraint.sh: --gres=gpu:tesla:v100:1 is refused by Slurm too; the typed
@@ -923,9 +930,9 @@ mod tests {
             .request
             .time_limit
         };
-        assert_eq!(t(i(30)), Some(1800));
-        assert_eq!(t(s("1-00:00:00")), Some(86400));
-        assert_eq!(t(s("UNLIMITED")), Some(UNLIMITED));
+        assert_eq!(t(i(30)), Some(TimeLimit::from_minutes(30)));
+        assert_eq!(t(s("1-00:00:00")), Some(TimeLimit::from_minutes(1440)));
+        assert_eq!(t(s("UNLIMITED")), Some(TimeLimit::Unlimited));
         assert_eq!(t(None), None);
     }
 
@@ -1098,8 +1105,8 @@ mod tests {
             SelectorOperator::In
         );
         assert_eq!(c.state, PartitionState::Drain);
-        assert_eq!(c.default_time, Some(3600));
-        assert_eq!(c.max_time, Some(86400));
+        assert_eq!(c.default_time, Some(TimeLimit::from_minutes(60)));
+        assert_eq!(c.max_time, Some(TimeLimit::from_minutes(1440)));
         assert_eq!(c.priority_tier, 5);
         assert_eq!(c.preempt_mode, PreemptMode::Requeue);
         assert!(c.tolerations[0].exists);
@@ -1235,9 +1242,9 @@ mod tests {
         let parsed = parse_job(&BatchJobSpec::default()).unwrap();
         let mut p = core::Partition::new("p", vec![]);
         assert_eq!(effective_time_limit(&parsed, Some(&p)), None);
-        p.max_time = Some(7200);
+        p.max_time = Some(TimeLimit::from_minutes(120));
         assert_eq!(effective_time_limit(&parsed, Some(&p)), Some(7200));
-        p.default_time = Some(600);
+        p.default_time = Some(TimeLimit::from_minutes(10));
         assert_eq!(effective_time_limit(&parsed, Some(&p)), Some(600));
         assert_eq!(format_limit(Some(3600)), "1:00:00");
         assert_eq!(format_limit(None), "UNLIMITED");
