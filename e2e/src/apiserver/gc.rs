@@ -180,6 +180,9 @@ fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
             let coll = sh.store.collection(&cgr);
             let page = coll.list(&sh.store, None, None, None, false, |_| true);
             if page.items.is_empty() {
+                // Stop serving the kind before the CRD disappears, so no client sees the CRD
+                // gone while its kind still answers.
+                sh.registry.remove_crd(&key.name);
                 sh.remove_finalizer(&rt, None, &key.name, CRD_FINALIZER);
                 return true;
             }
