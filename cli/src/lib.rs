@@ -25,6 +25,7 @@ pub mod scontrol;
 pub mod simulate;
 pub mod sinfo;
 pub mod squeue;
+pub mod yaml;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -83,6 +84,11 @@ pub enum Command {
 #[derive(Debug, thiserror::Error)]
 #[error("failed")]
 pub struct Failed;
+
+/// A command finished and wants this exit status (`sbatch --wait`: the job's exit code).
+#[derive(Debug, thiserror::Error)]
+#[error("exit status {0}")]
+pub struct ExitWith(pub u8);
 
 /// Slurm command names the binary answers to when installed under them.
 pub const SLURM_NAMES: &[&str] = &["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct"];
@@ -232,6 +238,9 @@ pub async fn run_on(argv: Vec<OsString>, cluster: Option<Cluster>, io: &mut Io<'
     match execute(&cli, cluster, io).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Failed>() => ExitCode::FAILURE,
+        Err(e) if e.is::<ExitWith>() => {
+            ExitCode::from(e.downcast_ref::<ExitWith>().map_or(1, |x| x.0))
+        }
         Err(e) => {
             let _ = writeln!(io.err, "{}: error: {e:#}", command_name(&cli));
             ExitCode::FAILURE

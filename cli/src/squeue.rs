@@ -101,6 +101,20 @@ pub struct SqueueArgs {
     )]
     pub states: Vec<String>,
 
+    /// Sort by these format letters, comma separated, each optionally preceded by `+`
+    /// (ascending, the default) or `-` (descending): `-S P,-i`. Default: `P,t,-p`.
+    #[arg(
+        short = 'S',
+        long = "sort",
+        value_name = "SORT_LIST",
+        allow_hyphen_values = true
+    )]
+    pub sort: Option<String>,
+
+    /// Print the queue again every SECONDS, each time after the current date.
+    #[arg(short = 'i', long = "iterate", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterate: Option<u64>,
+
     /// Only these users.
     #[arg(
         short = 'u',
@@ -210,6 +224,81 @@ pub fn sort_by_start(rows: &mut [JobRow]) {
         (Some(_), None) => Ordering::Less,
         (None, Some(_)) => Ordering::Greater,
         (None, None) => a.job_id.cmp(&b.job_id),
+    });
+}
+
+/// One `-S` key: a format letter and whether it sorts descending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SortKey {
+    /// The format letter (`i`, `P`, `t`, …).
+    pub code: char,
+    /// `-` given.
+    pub descending: bool,
+}
+
+/// Format letters `-S` sorts by (the letters squeue prints, plus `p`, priority, which a
+/// queue's job ids follow).
+const SORT_CODES: &str = "aAbCDeEfFhijKlLMNPprRStTuVyY";
+
+/// Parse a `-S` list (`P,t,-p`, `+i`, `-M,j`): an unknown letter is an error naming it.
+pub fn parse_sort(list: &str) -> Result<Vec<SortKey>, String> {
+    let mut keys = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (descending, rest) = match item.as_bytes()[0] {
+            b'-' => (true, &item[1..]),
+            b'+' => (false, &item[1..]),
+            _ => (false, item),
+        };
+        // Slurm's `#P` (configuration order) sorts as P: partitions have no order here.
+        let rest = rest.strip_prefix('#').unwrap_or(rest);
+        let mut chars = rest.chars();
+        match (chars.next(), chars.next()) {
+            (Some(code), None) if SORT_CODES.contains(code) => {
+                keys.push(SortKey { code, descending })
+            }
+            _ => {
+                return Err(format!(
+                    "Invalid sort specification: {item} (give format letters such as P,t,-p,i,j,u,M,S, each optionally after + or -)"
+                ));
+            }
+        }
+    }
+    Ok(keys)
+}
+
+fn cmp_key(a: &JobRow, b: &JobRow, code: char, tz: &TimeZone) -> Ordering {
+    let id = |r: &JobRow| (r.array_job_id.or(r.job_id), r.array_task_id);
+    match code {
+        'i' | 'A' | 'F' | 'K' => id(a).cmp(&id(b)),
+        // Priority: the queue's order is by id among equals; a lower id waits longer.
+        'p' => id(b).cmp(&id(a)),
+        'C' => a.num_cpus.cmp(&b.num_cpus),
+        'D' => a.num_nodes.cmp(&b.num_nodes),
+        'M' => a.elapsed_secs.cmp(&b.elapsed_secs),
+        'l' | 'L' => {
+            let secs = |r: &JobRow| r.time_limit.map(|l| l.seconds().unwrap_or(u64::MAX));
+            secs(a).cmp(&secs(b))
+        }
+        'S' => a.start_time.cmp(&b.start_time),
+        'V' => a.submit_time.cmp(&b.submit_time),
+        'e' => a.end_time.cmp(&b.end_time),
+        't' | 'T' => state_rank(a.state).cmp(&state_rank(b.state)),
+        'y' => a.nice.cmp(&b.nice),
+        c => field(c, Some(a), tz).0.cmp(&field(c, Some(b), tz).0),
+    }
+}
+
+/// Sort by `-S` keys; ties keep squeue's default order.
+pub fn sort_by_keys(rows: &mut [JobRow], keys: &[SortKey], tz: &TimeZone) {
+    sort_default(rows);
+    rows.sort_by(|a, b| {
+        keys.iter()
+            .map(|k| {
+                let o = cmp_key(a, b, k.code, tz);
+                if k.descending { o.reverse() } else { o }
+            })
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     });
 }
 
@@ -382,7 +471,9 @@ pub fn report(
         users,
     };
     rows.retain(|r| filter.keep(r));
-    if args.start {
+    if let Some(list) = &args.sort {
+        sort_by_keys(&mut rows, &parse_sort(list)?, tz);
+    } else if args.start {
         sort_by_start(&mut rows);
     } else {
         sort_default(&mut rows);
@@ -401,16 +492,40 @@ pub fn report(
     Ok((render(&rows, &format, !args.noheader, tz), warnings))
 }
 
+/// The date line `squeue -i` prints before each report (C's `ctime`: `Mon Jan  5 10:00:00
+/// 2026`).
+pub fn date_line(now: jiff::Timestamp, tz: &TimeZone) -> String {
+    now.to_zoned(tz.clone())
+        .strftime("%a %b %e %H:%M:%S %Y")
+        .to_string()
+}
+
 /// Run `muster squeue`.
 pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
     let cluster = target.cluster(io.env).await?;
-    let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
-    let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), args.array);
-    let (text, warnings) =
-        report(args, rows, &cluster.user, &TimeZone::system()).map_err(|e| anyhow::anyhow!(e))?;
-    for w in warnings {
-        writeln!(io.err, "squeue: error: {w}")?;
+    let tz = TimeZone::system();
+    // Bad -S lists fail before anything is printed, even with -i.
+    if let Some(list) = &args.sort {
+        parse_sort(list).map_err(|e| anyhow::anyhow!(e))?;
     }
-    write!(io.out, "{text}")?;
-    Ok(())
+    loop {
+        let now = jiff::Timestamp::now();
+        let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
+        let rows = crate::rows::job_rows(&jobs, now, args.array);
+        let (text, warnings) =
+            report(args, rows, &cluster.user, &tz).map_err(|e| anyhow::anyhow!(e))?;
+        for w in warnings {
+            writeln!(io.err, "squeue: error: {w}")?;
+        }
+        let Some(secs) = args.iterate else {
+            write!(io.out, "{text}")?;
+            return Ok(());
+        };
+        if !args.noheader {
+            writeln!(io.out, "{}", date_line(now, &tz))?;
+        }
+        write!(io.out, "{text}\n")?;
+        io.out.flush()?;
+        tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+    }
 }

@@ -386,3 +386,33 @@ fn squeue_refuses_malformed_job_ids() {
     let err = muster_cli::squeue::report(&args, Vec::new(), "alice", &TimeZone::UTC).unwrap_err();
     assert_eq!(err, "Invalid job id: abc");
 }
+
+#[test]
+fn squeue_sort_keys() {
+    // Longest running first; the pending ones (0:00) keep the default order among themselves.
+    assert_eq!(
+        squeue(&["-h", "-o", "%i %M", "-S", "-M"]),
+        "105 1:05:03\n101 5:03\n110_0 1:03\n110_1 1:03\n102 0:00\n103 0:00\n110_[2-15%4] 0:00\n"
+    );
+    // By user, then by id descending (an array's elements after their pending record).
+    assert_eq!(
+        squeue(&["-h", "-o", "%.8u %i", "-S", "+u,-i"]),
+        "   alice 110_1\n   alice 110_0\n   alice 110_[2-15%4]\n   alice 102\n   alice 101\n     bob 103\nchristop 105\n"
+    );
+    // Slurm's default spelled out gives the default order.
+    assert_eq!(squeue(&["-S", "P,t,-p"]), squeue(&[]));
+    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-S", "P,x"]) else {
+        panic!()
+    };
+    let err = muster_cli::squeue::report(&args, Vec::new(), "alice", &TimeZone::UTC).unwrap_err();
+    assert!(err.starts_with("Invalid sort specification: x "), "{err}");
+}
+
+#[test]
+fn squeue_iterate_date_line_is_ctime() {
+    let t: jiff::Timestamp = "2026-01-05T10:00:00Z".parse().unwrap();
+    assert_eq!(
+        muster_cli::squeue::date_line(t, &TimeZone::UTC),
+        "Mon Jan  5 10:00:00 2026"
+    );
+}

@@ -9,6 +9,7 @@ pub mod manifest;
 pub mod options;
 pub mod parse;
 pub mod script;
+pub mod test_only;
 pub mod values;
 
 use std::time::Duration;
@@ -237,10 +238,11 @@ pub fn defined_options_text(merged: &Merged, cwd: &std::path::Path) -> String {
     out
 }
 
-/// Render a BatchJob manifest.
+/// Render a BatchJob manifest. The YAML quotes every string a YAML 1.1 reader would take for
+/// something else (`time: "00:10:00"`), see [`crate::yaml`].
 pub fn render_manifest(job: &BatchJob, format: ManifestFormat) -> anyhow::Result<String> {
     Ok(match format {
-        ManifestFormat::Yaml => serde_yaml::to_string(job)?,
+        ManifestFormat::Yaml => crate::yaml::to_string(job)?,
         ManifestFormat::Json => serde_json::to_string_pretty(job)? + "\n",
     })
 }
@@ -308,6 +310,9 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         a.insert(muster_crds::labels::USER.to_string(), cluster.user.clone());
     }
     check_partition(&cluster.client, &prepared.merged).await?;
+    if prepared.merged.options.test_only {
+        return print_test_only(&cluster, &job, io).await;
+    }
     check_dependencies(&cluster, &prepared.merged).await?;
     let (name, id) = submit(
         &cluster.client,
@@ -323,7 +328,72 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
     } else if !o.quiet {
         writeln!(io.out, "Submitted batch job {id}")?;
     }
+    if o.wait {
+        io.out.flush()?;
+        let code = wait_for_end(&cluster.client, &cluster.namespace, &name).await?;
+        if code != 0 {
+            return Err(crate::ExitWith(code).into());
+        }
+    }
     Ok(())
+}
+
+/// `--test-only`: the scheduling core's estimate on the cluster as it is, on standard error
+/// as Slurm prints it; nothing is created.
+async fn print_test_only(
+    cluster: &crate::cluster::Cluster,
+    job: &BatchJob,
+    io: &mut Io<'_>,
+) -> anyhow::Result<()> {
+    let partitions = crate::fetch::partitions(cluster).await?;
+    let nodes = crate::fetch::nodes(cluster).await?;
+    let gpunodes = crate::fetch::gpunodes(cluster).await;
+    let jobs = crate::fetch::batchjobs_all_or_own(cluster).await?;
+    let world = test_only::World {
+        partitions: &partitions,
+        nodes: &nodes,
+        gpunodes: &gpunodes,
+        jobs: &jobs,
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let estimate = test_only::estimate(job, world, now)?;
+    writeln!(
+        io.err,
+        "sbatch: {}",
+        test_only::message(&estimate, &jiff::tz::TimeZone::system())
+    )?;
+    Ok(())
+}
+
+/// The exit status `sbatch --wait` ends with: the job's exit code when it has one, else 0 for
+/// COMPLETED and 1 for any other end (cancelled, timed out, node failure, …).
+pub fn wait_exit_code(status: &muster_crds::v1alpha1::BatchJobStatus) -> u8 {
+    use muster_crds::v1alpha1::JobState;
+    match status.exit_code {
+        Some(c) if c != 0 => u8::try_from(c).unwrap_or(1),
+        _ if status.state == Some(JobState::Completed) => 0,
+        _ => 1,
+    }
+}
+
+/// Poll the job until it ends (`--wait`); its [`wait_exit_code`].
+async fn wait_for_end(client: &kube::Client, namespace: &str, name: &str) -> anyhow::Result<u8> {
+    let api: Api<BatchJob> = Api::namespaced(client.clone(), namespace);
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let job = api
+            .get_opt(name)
+            .await
+            .with_context(|| format!("waiting for BatchJob {namespace}/{name}"))?
+            .with_context(|| format!("BatchJob {namespace}/{name} was deleted before it ended"))?;
+        if let Some(st) = &job.status
+            && st.state.is_some_and(|s| s.is_terminal())
+        {
+            return Ok(wait_exit_code(st));
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
 }
 
 /// Refuse an unknown partition before creating anything, as sbatch does.

@@ -147,6 +147,14 @@ pub struct SbatchOptions {
     #[arg(short = 'v', long, action = ArgAction::Count)]
     pub verbose: u8,
 
+    /// Create nothing: print when and where the job would start now (Slurm's --test-only).
+    #[arg(long = "test-only", action = ArgAction::SetTrue)]
+    pub test_only: bool,
+
+    /// Wait until the job ends; exit with its exit code.
+    #[arg(short = 'W', long, action = ArgAction::SetTrue)]
+    pub wait: bool,
+
     /// Container image for the tasks (Muster). Default: the partition's defaultImage.
     #[arg(long, value_name = "IMAGE", allow_hyphen_values = true, value_parser = values::image)]
     pub image: Option<String>,
@@ -200,6 +208,8 @@ impl SbatchOptions {
             parsable: self.parsable || lower.parsable,
             quiet: self.quiet || lower.quiet,
             verbose: self.verbose.max(lower.verbose),
+            test_only: self.test_only || lower.test_only,
+            wait: self.wait || lower.wait,
             image: self.image.or(lower.image),
             unsupported: Unsupported {
                 given: [self.unsupported.given, lower.unsupported.given].concat(),
@@ -317,7 +327,6 @@ unsupported! {
     "signal" None, Required, "tasks get SIGTERM at the time limit, then SIGKILL after the partition's grace time";
     "sockets-per-node" None, Required, "ask for CPUs with --cpus-per-task";
     "spread-job" None, No, NOT_IMPLEMENTED;
-    "test-only" None, No, "--test-only needs the scheduling core and is not available in this release";
     "thread-spec" None, Required, NOT_IMPLEMENTED;
     "threads-per-core" None, Required, "ask for CPUs with --cpus-per-task";
     "time-min" None, Required, "set --time";
@@ -325,7 +334,6 @@ unsupported! {
     "uid" None, Required, "tasks run as the pod template's security context";
     "usage" None, No, "see muster sbatch --help";
     "use-min-nodes" None, No, NOT_IMPLEMENTED;
-    "wait" Some('W'), No, "follow the job with `muster squeue -j JOBID` or `muster sacct -j JOBID`";
     "wait-all-nodes" None, Required, "all of a job's tasks always start together";
     "wckey" None, Required, NOT_IMPLEMENTED;
 }

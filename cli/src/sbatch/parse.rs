@@ -541,6 +541,8 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("error", o.error.clone());
     put("wrap", o.wrap.clone());
     put("parsable", o.parsable.then(|| "set".to_string()));
+    put("test-only", o.test_only.then(|| "set".to_string()));
+    put("wait", o.wait.then(|| "set".to_string()));
     put("image", o.image.clone());
     m
 }

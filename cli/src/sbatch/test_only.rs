@@ -1,0 +1,268 @@
+//! `sbatch --test-only`: when and where the job would start, computed by the operator's own
+//! scheduling core on the cluster as it is now, without creating anything.
+//!
+//! The objects are translated to a core snapshot with the operator's public translation
+//! functions (`muster_operator::controller::translate`), so the estimate follows the same
+//! rules as the real cycle: running jobs hold their recorded allocations until their time
+//! limits, waiting jobs keep their places in the queue, and the job under test joins the queue
+//! as a job submitted now. What the operator knows and the API does not — fair-share usage
+//! kept in its memory, pods of stopped jobs still terminating — is left out, so the estimate
+//! can be a little early.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use muster_crds::slurm::hostlist;
+use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
+use muster_operator::controller::translate::{self, NodeTable, join_errors, secs};
+use muster_operator::core::{self, JobId, Snapshot};
+
+/// Where and when the job would start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    /// Start time, seconds since the epoch (now when it could start at once).
+    pub start: i64,
+    /// Its nodes, as a Slurm hostlist (`gpu[001-002]`).
+    pub nodes: String,
+    /// CPUs it would hold (Slurm's "processors").
+    pub processors: u64,
+    /// Its partition.
+    pub partition: String,
+}
+
+/// Why no start can be given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TestOnlyError {
+    /// The spec does not parse.
+    #[error("invalid job: {0}")]
+    Invalid(String),
+    /// The partition does not exist (or there is no default).
+    #[error("{0}")]
+    Partition(String),
+    /// The job can never run as asked (Slurm's reason and the core's explanation).
+    #[error("Job would never start: {reason}{}", detail(.message))]
+    Never {
+        /// Slurm's reason.
+        reason: String,
+        /// Why.
+        message: String,
+    },
+    /// The job would wait with no start time to estimate (e.g. behind jobs without a time
+    /// limit).
+    #[error("no start time can be estimated ({reason}{})", detail(.message))]
+    Unknown {
+        /// Slurm's reason.
+        reason: String,
+        /// Why.
+        message: String,
+    },
+}
+
+fn detail(message: &str) -> String {
+    if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    }
+}
+
+/// What the cluster holds, as read from the API.
+#[derive(Clone, Copy, Debug)]
+pub struct World<'a> {
+    /// Every Partition.
+    pub partitions: &'a [Partition],
+    /// Every Node.
+    pub nodes: &'a [Node],
+    /// Every GpuNode.
+    pub gpunodes: &'a [GpuNode],
+    /// Every BatchJob (all namespaces when readable).
+    pub jobs: &'a [BatchJob],
+}
+
+/// Reasons that keep a waiting job out of the operator's queue (it never passes them to the
+/// core): they must not hold a place ahead of the job under test either.
+const NOT_QUEUED: &[&str] = &[
+    "Dependency",
+    "DependencyNeverSatisfied",
+    "InvalidSpec",
+    "JobHeldUser",
+];
+
+fn state(j: &BatchJob) -> Option<JobState> {
+    j.status.as_ref().and_then(|s| s.state)
+}
+
+/// Estimate `job`'s start at `now` on `world`.
+pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, TestOnlyError> {
+    let table = translate::partitions(world.partitions.iter());
+    let gpu_by: HashMap<String, &GpuNode> = world
+        .gpunodes
+        .iter()
+        .map(|g| (g.spec.node_name.clone(), g))
+        .collect();
+    let nodes = NodeTable::new(
+        world
+            .nodes
+            .iter()
+            .map(|n| translate::node(n, gpu_by.get(&n.name_any()).copied()))
+            .collect(),
+    );
+    let parsed =
+        translate::parse_job(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
+    let part = table
+        .resolve(job.spec.partition.as_deref())
+        .map_err(|name| {
+            TestOnlyError::Partition(if name.is_empty() {
+                "no partition given and no Partition is the default".to_string()
+            } else {
+                format!("invalid partition specified: {name}")
+            })
+        })?;
+
+    let mut snap = Snapshot {
+        nodes: nodes.nodes.clone(),
+        partitions: table.parts.clone(),
+        ..Snapshot::default()
+    };
+    let mut max_id: JobId = 0;
+    for j in world.jobs {
+        let Some(st) = &j.status else { continue };
+        let Some(id) = st.job_id else { continue };
+        max_id = max_id.max(id);
+        let jp = table
+            .resolve(st.partition.as_deref().or(j.spec.partition.as_deref()))
+            .ok();
+        match st.state {
+            Some(JobState::Running) if !st.tasks.is_empty() => {
+                snap.running
+                    .push(translate::running_job(j, id, jp, &nodes, None));
+            }
+            Some(JobState::Pending)
+                if !st
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| NOT_QUEUED.contains(&r))
+                    && j.metadata.deletion_timestamp.is_none()
+                    && j.spec.cancel != Some(true) =>
+            {
+                // An array parent waits through its elements, which are BatchJobs of their own.
+                let parent = j.spec.array.is_some()
+                    && !j.labels().contains_key(muster_crds::labels::ARRAY_PARENT);
+                if parent {
+                    continue;
+                }
+                if let Ok(p) = translate::parse_job(&j.spec) {
+                    let submit = st.submit_time.as_ref().map(secs).unwrap_or(now);
+                    let eligible = st.eligible_time.as_ref().map(secs);
+                    snap.pending.push(translate::pending_job(
+                        j, id, &p, jp, submit, eligible, None,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    // The job under test: submitted now, after every job there is.
+    let id = max_id + 1;
+    let mut probe = job.clone();
+    probe.metadata.name = Some(
+        job.metadata
+            .name
+            .clone()
+            .or_else(|| job.metadata.generate_name.clone())
+            .unwrap_or_else(|| "test-only".into()),
+    );
+    probe.spec.hold = None;
+    snap.pending.push(translate::pending_job(
+        &probe,
+        id,
+        &parsed,
+        Some(part),
+        now,
+        None,
+        None,
+    ));
+
+    // Every waiting job may get a reservation, so the one under test gets an estimate however
+    // long the queue.
+    let cfg = core::Config {
+        max_reservations: snap.pending.len(),
+        ..core::Config::default()
+    };
+    let decisions = core::schedule(&snap, now, &cfg);
+    let part_name = table.name(part).to_string();
+    let name_of = |n: &core::NodeId| {
+        nodes
+            .nodes
+            .get(*n as usize)
+            .map(|n| n.name.clone())
+            .unwrap_or_default()
+    };
+    if let Some(s) = decisions.starts.iter().find(|s| s.job == id) {
+        let processors = if s.exclusive {
+            s.nodes
+                .iter()
+                .filter_map(|n| nodes.nodes.get(*n as usize))
+                .map(|n| n.cpu_millis.div_ceil(1000))
+                .sum()
+        } else {
+            s.tasks.iter().map(|t| t.cpu_millis).sum::<u64>().div_ceil(1000)
+        };
+        return Ok(Estimate {
+            start: now,
+            nodes: hostlist::compress(s.nodes.iter().map(name_of)),
+            processors,
+            partition: part_name,
+        });
+    }
+    if let Some(r) = decisions.reservations.iter().find(|r| r.job == id) {
+        let planned: Vec<&core::Node> = r
+            .nodes
+            .iter()
+            .filter_map(|n| nodes.nodes.get(*n as usize))
+            .collect();
+        let p = &table.parts[part as usize];
+        let processors = match core::shape::normalize(&parsed.request, p) {
+            Ok(d) if !d.exclusive => (d.unit.cpu * u64::from(d.need())).div_ceil(1000),
+            _ => planned.iter().map(|n| n.cpu_millis.div_ceil(1000)).sum(),
+        };
+        return Ok(Estimate {
+            start: r.start_time,
+            nodes: hostlist::compress(r.nodes.iter().map(name_of)),
+            processors,
+            partition: part_name,
+        });
+    }
+    let info = decisions.pending.iter().find(|p| p.job == id);
+    let (reason, message) = info
+        .map(|i| (i.reason, i.message.clone()))
+        .unwrap_or((core::Reason::Resources, String::new()));
+    let never = matches!(
+        reason,
+        core::Reason::BadConstraints
+            | core::Reason::ReqNodeNotAvail
+            | core::Reason::PartitionDown
+            | core::Reason::PartitionInactive
+            | core::Reason::PartitionTimeLimit
+            | core::Reason::PartitionNodeLimit
+            | core::Reason::PartitionConfig
+            | core::Reason::AccountNotAllowed
+    );
+    let reason = reason.as_str().to_string();
+    Err(if never {
+        TestOnlyError::Never { reason, message }
+    } else {
+        TestOnlyError::Unknown { reason, message }
+    })
+}
+
+/// Slurm's line: `Job 0 to start at 2026-01-05T10:00:00 using 16 processors on nodes
+/// gpu[001-002] in partition batch` (job 0: none was created).
+pub fn message(e: &Estimate, tz: &jiff::tz::TimeZone) -> String {
+    let at = crate::format::timestamp(jiff::Timestamp::from_second(e.start).ok(), tz);
+    format!(
+        "Job 0 to start at {at} using {} processors on nodes {} in partition {}",
+        e.processors, e.nodes, e.partition
+    )
+}

@@ -1,0 +1,221 @@
+//! End to end: the commands against the test control plane of `muster-e2e` (API server double,
+//! simulated nodes, scheduler stand-in and kubelet) with the real operator running in-process,
+//! reached through a kubeconfig file as a user's shell would.
+//!
+//! The cluster: 2 leaves x 4 nodes x 8 GPUs (`gpu[001-008]`), one default partition
+//! `blackwell` (the partition the howto script `torchrun_multinode.sh` asks for).
+
+mod e2e_support;
+
+use e2e_support::Sim;
+
+/// sbatch -> squeue PENDING (reason Resources) -> RUNNING with a hostlist -> scancel -> sacct
+/// CANCELLED. PENDING is made certain by filling the cluster first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_running_cancelled() {
+    let sim = Sim::start().await;
+
+    // A whole-cluster job: 8 nodes x 8 GPUs.
+    let (ok, out, err) = sim
+        .run(&[
+            "sbatch",
+            "--parsable",
+            "-J",
+            "filler",
+            "-N",
+            "8",
+            "--gpus-per-node=8",
+            "--wrap",
+            "sleep 1000",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let filler: u64 = out.trim().parse().unwrap_or_else(|_| panic!("{out:?}"));
+    sim.until_state(filler, "RUNNING").await;
+
+    // The job under test cannot start while the filler holds every GPU.
+    let (ok, out, err) = sim
+        .run(&[
+            "sbatch", "-J", "train", "-N", "2", "--gpus-per-node=8", "--wrap", "hostname",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let id: u64 = out
+        .strip_prefix("Submitted batch job ")
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert!(id > filler, "ids increase: {filler} then {id}");
+    let reason = sim
+        .until_squeue(id, "%T %r", |line| {
+            line.starts_with("PENDING ") && !line.ends_with(" None")
+        })
+        .await;
+    assert_eq!(reason, "PENDING Resources");
+    // The default format shows the reason in parentheses in NODELIST(REASON).
+    let (ok, out, _) = sim.run(&["squeue", "-j", &id.to_string()]).await;
+    assert!(ok);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "{id:>18} blackwell    train     dana PD       0:00      2 (Resources)",
+            id = id
+        )
+    );
+
+    // Freeing the cluster lets it start, on two nodes of one leaf, shown as a hostlist.
+    let (ok, _, err) = sim.run(&["scancel", &filler.to_string()]).await;
+    assert!(ok, "{err}");
+    let running = sim
+        .until_squeue(id, "%T %D %N", |line| line.starts_with("RUNNING "))
+        .await;
+    let nodelist = running.strip_prefix("RUNNING 2 ").unwrap_or_else(|| {
+        panic!("{running:?}");
+    });
+    assert!(
+        nodelist == "gpu[001-002]"
+            || nodelist == "gpu[003-004]"
+            || nodelist == "gpu[005-006]"
+            || nodelist == "gpu[007-008]",
+        "two adjacent nodes of one leaf as a Slurm hostlist: {nodelist}"
+    );
+    // scontrol expands it back as Slurm does.
+    let (ok, out, _) = sim.run(&["scontrol", "show", "hostnames", nodelist]).await;
+    assert!(ok);
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    // The filler is recorded as cancelled; cancel the job under test too.
+    let (ok, _, err) = sim.run(&["scancel", &id.to_string()]).await;
+    assert!(ok, "{err}");
+    let ids = format!("{filler},{id}");
+    let acct = sim
+        .until_sacct(&ids, "JobID,JobName,State,NNodes,NodeList", |out| {
+            out.lines().skip(1).all(|l| l.contains("|CANCELLED|"))
+        })
+        .await;
+    assert_eq!(
+        acct,
+        format!(
+            "JobID|JobName|State|NNodes|NodeList\n\
+             {filler}|filler|CANCELLED|8|gpu[001-008]\n\
+             {id}|train|CANCELLED|2|{nodelist}\n"
+        )
+    );
+    // Cancelled jobs leave the queue.
+    let (ok, out, _) = sim.run(&["squeue", "-h", "-o", "%i"]).await;
+    assert!(ok);
+    assert_eq!(out, "");
+    // And a second scancel says what Slurm says.
+    let (ok, _, err) = sim.run(&["scancel", &id.to_string()]).await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!(
+            "scancel: error: Kill job error on job id {id}: Job/step already completing or completed\n"
+        )
+    );
+    sim.stop().await;
+}
+
+/// A real batch script (`torchrun_multinode.sh` from the howto set: 8 nodes x 8 GPUs,
+/// exclusive, partition blackwell) runs, and COMPLETED once every rank's pod exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn howto_script_runs_to_completion() {
+    let sim = Sim::start().await;
+    let script = e2e_support::howto("torchrun_multinode.sh");
+    let (ok, out, err) = sim
+        .run(&["sbatch", "--parsable", script.to_str().unwrap()])
+        .await;
+    assert!(ok, "{err}");
+    let id: u64 = out.trim().parse().unwrap_or_else(|_| panic!("{out:?}"));
+    let line = sim
+        .until_squeue(id, "%j %P %T %D %C %b %N", |l| l.contains(" RUNNING "))
+        .await;
+    // 8 nodes, exclusive: every CPU of them (224 each); 8 GPUs per node.
+    assert_eq!(
+        line,
+        "train blackwell RUNNING 8 1792 gres/gpu:8 gpu[001-008]"
+    );
+
+    // Every rank exits 0: one pod per node, each running the script.
+    let pods = sim.pods_of(id).await;
+    assert_eq!(pods.len(), 8, "{pods:?}");
+    for p in &pods {
+        sim.cluster.finish_pod("default", p, 0).await.unwrap();
+    }
+    let acct = sim
+        .until_sacct(&id.to_string(), "JobID,JobName,State,ExitCode,NNodes,NodeList", |out| {
+            out.contains("|COMPLETED|")
+        })
+        .await;
+    assert_eq!(
+        acct,
+        format!("JobID|JobName|State|ExitCode|NNodes|NodeList\n{id}|train|COMPLETED|0:0|8|gpu[001-008]\n")
+    );
+    sim.stop().await;
+}
+
+/// `sbatch --wait` returns when the job ends, with its exit code (as Slurm's does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sbatch_wait_exits_with_the_jobs_exit_code() {
+    let sim = Sim::start().await;
+    let submit = sim.run_code(
+        &["sbatch", "--wait", "-J", "waiter", "-N", "2", "--wrap", "exit 3"],
+        b"",
+    );
+    let finish = async {
+        let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
+        loop {
+            let pods = sim
+                .pods_where(|j| j.spec.job_name.as_deref() == Some("waiter"))
+                .await
+                .unwrap_or_default();
+            if pods.len() == 2 {
+                // Rank 1 fails with 3, rank 0 succeeds.
+                sim.cluster.finish_pod("default", &pods[0], 0).await.unwrap();
+                sim.cluster.finish_pod("default", &pods[1], 3).await.unwrap();
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the job never ran"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let ((code, out, err), ()) = tokio::join!(submit, finish);
+    assert_eq!(code, std::process::ExitCode::from(3), "{out}{err}");
+    let id = out
+        .strip_prefix("Submitted batch job ")
+        .unwrap_or_else(|| panic!("{out:?}"))
+        .trim()
+        .to_string();
+    let (ok, out, _) = sim
+        .run(&["sacct", "-P", "-n", "-j", &id, "-o", "State,ExitCode"])
+        .await;
+    assert!(ok);
+    assert_eq!(out, "FAILED|3:0\n");
+
+    // A job that completes: exit status 0.
+    let submit = sim.run_code(&["sbatch", "--wait", "-J", "ok", "--wrap", "true"], b"");
+    let finish = async {
+        loop {
+            let pods = sim
+                .pods_where(|j| j.spec.job_name.as_deref() == Some("ok"))
+                .await
+                .unwrap_or_default();
+            if let Some(p) = pods.first() {
+                sim.cluster.finish_pod("default", p, 0).await.unwrap();
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let ((code, _, err), ()) = tokio::join!(submit, finish);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    sim.stop().await;
+}

@@ -1,0 +1,226 @@
+//! The test control plane with the real operator, for the CLI's end-to-end suites.
+//!
+//! The operator is started in-process as the operator's own suites do
+//! (`e2e/tests/operator_support`): `muster_operator::controller::start` on a client of the
+//! test cluster, no leader election, short cycles. The commands reach the cluster through the
+//! kubeconfig file the test cluster writes, as `kubectl muster` would.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+use muster_crds::v1alpha1::{BatchJob, Partition};
+use muster_e2e::{TestCluster, TestClusterOptions};
+use muster_operator::controller::metrics::Metrics;
+use muster_operator::controller::{self, Handle, Settings};
+use muster_operator::core::cluster_spec::ClusterSpec;
+use serde_json::json;
+
+/// The operator's namespace.
+pub const OPERATOR_NS: &str = "muster-system";
+
+/// 2 leaves x 4 nodes x 8 H100 GPUs.
+pub const SPEC: &str = "name: e2e
+levels:
+  - key: muster.dev/leaf
+    count: 2
+nodesPerLeaf: 4
+nodeNamePrefix: gpu
+node:
+  cpus: 224
+  memory: 2Ti
+  gpus: 8
+  gpuModel: NVIDIA H100 80GB HBM3
+  gpuMemoryMib: 81559
+  layout: dgx
+";
+
+/// How long any wait in these suites may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A howto script kept in the repository (copies of `../shared/sbatch/`).
+pub fn howto(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/scripts/howto")
+        .join(name)
+}
+
+/// The test cluster, the operator, and a way to run commands.
+pub struct Sim {
+    /// The simulated cluster.
+    pub cluster: TestCluster,
+    operator: Option<Handle>,
+}
+
+impl Sim {
+    /// The cluster with the default partition `blackwell` and the operator running.
+    pub async fn start() -> Sim {
+        Sim::start_with(true).await
+    }
+
+    /// The cluster, without the operator when `operator` is false (for `--test-only`, which
+    /// must not need one).
+    pub async fn start_with(operator: bool) -> Sim {
+        if let Ok(f) = std::env::var("MUSTER_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(f))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+        let spec = ClusterSpec::from_yaml(SPEC).expect("spec");
+        let cluster = TestCluster::simulated(TestClusterOptions::new(spec))
+            .await
+            .expect("test cluster starts");
+        let client = cluster.client();
+        let ns: Namespace = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}}),
+        )
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        let p: Partition = serde_json::from_value(json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
+            "metadata": {"name": "blackwell"},
+            "spec": {"default": true, "defaultImage": "busybox:1.36",
+                     "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]}}))
+        .unwrap();
+        Api::<Partition>::all(client.clone())
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap();
+        let operator = operator.then(|| {
+            let mut s = Settings {
+                namespace: OPERATOR_NS.into(),
+                leader_election: false,
+                identity: "cli-e2e".into(),
+                cycle_interval: Duration::from_millis(300),
+                debounce: Duration::from_millis(5),
+                ..Settings::default()
+            };
+            s.plan.status_refresh_secs = 1;
+            controller::start(client, s, Metrics::new())
+        });
+        Sim { cluster, operator }
+    }
+
+    /// Run `muster ARGS...` with `--kubeconfig` of the test cluster, as user `dana`, in the
+    /// crate directory: (success, stdout, stderr).
+    pub async fn run(&self, args: &[&str]) -> (bool, String, String) {
+        self.run_stdin(args, b"").await
+    }
+
+    /// [`Sim::run`] with standard input.
+    pub async fn run_stdin(&self, args: &[&str], stdin: &[u8]) -> (bool, String, String) {
+        let (code, out, err) = self.run_code(args, stdin).await;
+        (code == std::process::ExitCode::SUCCESS, out, err)
+    }
+
+    /// [`Sim::run_stdin`] with the exit status.
+    pub async fn run_code(
+        &self,
+        args: &[&str],
+        stdin: &[u8],
+    ) -> (std::process::ExitCode, String, String) {
+        let mut argv: Vec<OsString> = vec![
+            "muster".into(),
+            "--kubeconfig".into(),
+            self.cluster.kubeconfig().into(),
+        ];
+        argv.extend(args.iter().map(OsString::from));
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut input = stdin;
+        let env = |k: &str| match k {
+            "USER" => Some("dana".to_string()),
+            "MUSTER_SUBMIT_TIMEOUT" => Some("15".to_string()),
+            _ => None,
+        };
+        let mut io = muster_cli::Io {
+            out: &mut out,
+            err: &mut err,
+            stdin: &mut input,
+            env: &env,
+            cwd: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+        };
+        let code = muster_cli::run_with(argv, &mut io).await;
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    /// Poll `squeue -h -j ID -o FORMAT` until its line satisfies `done`; returns that line.
+    pub async fn until_squeue(&self, id: u64, format: &str, done: impl Fn(&str) -> bool) -> String {
+        let id = id.to_string();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            let (ok, out, err) = self.run(&["squeue", "-h", "-j", &id, "-o", format]).await;
+            assert!(ok, "{err}");
+            last = out.trim_end().to_string();
+            if done(&last) {
+                return last;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("job {id}: squeue -o '{format}' still says {last:?} after {WAIT:?}");
+    }
+
+    /// Wait until the job's state is `state` (squeue's `%T`).
+    pub async fn until_state(&self, id: u64, state: &str) {
+        self.until_squeue(id, "%T", |l| l == state).await;
+    }
+
+    /// Poll `sacct -P -j IDS -o FIELDS` until `done`; returns the output.
+    pub async fn until_sacct(&self, ids: &str, fields: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut last = String::new();
+        while tokio::time::Instant::now() < deadline {
+            let (ok, out, err) = self.run(&["sacct", "-P", "-j", ids, "-o", fields]).await;
+            assert!(ok, "{err}");
+            if done(&out) {
+                return out;
+            }
+            last = out;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("sacct -j {ids} still says {last:?} after {WAIT:?}");
+    }
+
+    /// The task pods a job's status names, by rank.
+    pub async fn pods_of(&self, id: u64) -> Vec<String> {
+        self.pods_where(|j| j.status.as_ref().and_then(|s| s.job_id) == Some(id))
+            .await
+            .unwrap_or_else(|| panic!("no BatchJob with id {id}"))
+    }
+
+    /// The task pods of the first BatchJob `f` picks (empty until it runs), `None` if none.
+    pub async fn pods_where(&self, f: impl Fn(&BatchJob) -> bool) -> Option<Vec<String>> {
+        let jobs: Api<BatchJob> = Api::namespaced(self.cluster.client(), "default");
+        let list = jobs.list(&Default::default()).await.unwrap();
+        let job = list.items.into_iter().find(|j| f(j))?;
+        Some(
+            job.status
+                .unwrap_or_default()
+                .tasks
+                .into_iter()
+                .filter_map(|t| t.pod)
+                .collect(),
+        )
+    }
+
+    /// Stop the operator and the cluster.
+    pub async fn stop(mut self) {
+        if let Some(h) = self.operator.take() {
+            let _ = h.shutdown().await;
+        }
+        self.cluster.shutdown().await;
+    }
+}
