@@ -524,7 +524,7 @@ pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         if !args.noheader {
             writeln!(io.out, "{}", date_line(now, &tz))?;
         }
-        write!(io.out, "{text}\n")?;
+        writeln!(io.out, "{text}")?;
         io.out.flush()?;
         tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
     }

@@ -248,7 +248,7 @@ mod tests {
             "{y}"
         );
         assert!(
-            y.contains("    containers:\n    - name: task\n      args:\n      - a\n      - \"10\"\n    - name: side\n"),
+            y.contains("      containers:\n      - args:\n        - a\n        - \"10\"\n        name: task\n      - name: side\n"),
             "{y}"
         );
         assert!(y.contains("  labels: {}\n"), "{y}");

@@ -359,7 +359,7 @@ async fn squeue_iterates() {
     let mut out = Vec::new();
     let mut err = Vec::new();
     let mut stdin: &[u8] = b"";
-    let env = |_: &str| None;
+    let env = |_: &str| None::<String>;
     let mut io = muster_cli::Io {
         out: &mut out,
         err: &mut err,

@@ -62,8 +62,7 @@ async fn pending_running_cancelled() {
     assert_eq!(
         lines[1],
         format!(
-            "{id:>18} blackwell    train     dana PD       0:00      2 (Resources)",
-            id = id
+            "{id:>18} blackwell    train     dana PD       0:00      2 (Resources)"
         )
     );
 

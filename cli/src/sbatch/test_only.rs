@@ -89,10 +89,6 @@ const NOT_QUEUED: &[&str] = &[
     "JobHeldUser",
 ];
 
-fn state(j: &BatchJob) -> Option<JobState> {
-    j.status.as_ref().and_then(|s| s.state)
-}
-
 /// Estimate `job`'s start at `now` on `world`.
 pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, TestOnlyError> {
     let table = translate::partitions(world.partitions.iter());
