@@ -378,7 +378,7 @@ async fn squeue_iterates() {
         .collect();
     let run = muster_cli::run_on(argv, Some(cluster), &mut io);
     assert!(
-        tokio::time::timeout(Duration::from_millis(2500), run)
+        tokio::time::timeout(Duration::from_millis(3500), run)
             .await
             .is_err(),
         "squeue -i runs until interrupted"

@@ -33,10 +33,19 @@ async fn pending_running_cancelled() {
     let filler: u64 = out.trim().parse().unwrap_or_else(|_| panic!("{out:?}"));
     sim.until_state(filler, "RUNNING").await;
 
-    // The job under test cannot start while the filler holds every GPU.
+    // The job under test cannot start while the filler holds every GPU. It asks for one leaf
+    // switch, so it waits for two nodes under one leaf whatever order the filler's pods end in.
     let (ok, out, err) = sim
         .run(&[
-            "sbatch", "-J", "train", "-N", "2", "--gpus-per-node=8", "--wrap", "hostname",
+            "sbatch",
+            "-J",
+            "train",
+            "-N",
+            "2",
+            "--gpus-per-node=8",
+            "--switches=1",
+            "--wrap",
+            "hostname",
         ])
         .await;
     assert!(ok, "{err}");
@@ -61,31 +70,34 @@ async fn pending_running_cancelled() {
     );
     assert_eq!(
         lines[1],
-        format!(
-            "{id:>18} blackwell    train     dana PD       0:00      2 (Resources)"
-        )
+        format!("{id:>18} blackwell    train     dana PD       0:00      2 (Resources)")
     );
 
-    // Freeing the cluster lets it start, on two nodes of one leaf, shown as a hostlist.
+    // Freeing the cluster lets it start on two nodes of one leaf, shown as a Slurm hostlist.
     let (ok, _, err) = sim.run(&["scancel", &filler.to_string()]).await;
     assert!(ok, "{err}");
     let running = sim
         .until_squeue(id, "%T %D %N", |line| line.starts_with("RUNNING "))
         .await;
-    let nodelist = running.strip_prefix("RUNNING 2 ").unwrap_or_else(|| {
-        panic!("{running:?}");
-    });
-    assert!(
-        nodelist == "gpu[001-002]"
-            || nodelist == "gpu[003-004]"
-            || nodelist == "gpu[005-006]"
-            || nodelist == "gpu[007-008]",
-        "two adjacent nodes of one leaf as a Slurm hostlist: {nodelist}"
-    );
-    // scontrol expands it back as Slurm does.
+    let nodelist = running
+        .strip_prefix("RUNNING 2 ")
+        .unwrap_or_else(|| panic!("{running:?}"))
+        .to_string();
+    let nodelist = nodelist.as_str();
     let (ok, out, _) = sim.run(&["scontrol", "show", "hostnames", nodelist]).await;
     assert!(ok);
-    assert_eq!(out.lines().count(), 2, "{out}");
+    let names: Vec<&str> = out.lines().collect();
+    let leaf = |n: &str| (n[3..].parse::<u32>().unwrap() - 1) / 4;
+    assert!(
+        names.len() == 2 && names[0] != names[1] && leaf(names[0]) == leaf(names[1]),
+        "two nodes of one leaf: {nodelist} = {names:?}"
+    );
+    assert_eq!(
+        nodelist,
+        muster_crds::slurm::hostlist::compress(&names),
+        "the node list is a compressed Slurm hostlist"
+    );
+    assert!(nodelist.starts_with("gpu[") && nodelist.ends_with(']'), "{nodelist}");
 
     // The filler is recorded as cancelled; cancel the job under test too.
     let (ok, _, err) = sim.run(&["scancel", &id.to_string()]).await;
@@ -134,17 +146,17 @@ async fn howto_script_runs_to_completion() {
     let line = sim
         .until_squeue(id, "%j %P %T %D %C %b %N", |l| l.contains(" RUNNING "))
         .await;
-    // 8 nodes, exclusive: every CPU of them (224 each); 8 GPUs per node.
+    // 8 nodes x 1 task x 96 CPUs; 8 GPUs per node (Slurm 22.05 spells it gres:gpu:8).
     assert_eq!(
         line,
-        "train blackwell RUNNING 8 1792 gres/gpu:8 gpu[001-008]"
+        "train blackwell RUNNING 8 768 gres:gpu:8 gpu[001-008]"
     );
 
     // Every rank exits 0: one pod per node, each running the script.
     let pods = sim.pods_of(id).await;
     assert_eq!(pods.len(), 8, "{pods:?}");
     for p in &pods {
-        sim.cluster.finish_pod("default", p, 0).await.unwrap();
+        sim.finish(p, 0).await;
     }
     let acct = sim
         .until_sacct(&id.to_string(), "JobID,JobName,State,ExitCode,NNodes,NodeList", |out| {
@@ -175,8 +187,8 @@ async fn sbatch_wait_exits_with_the_jobs_exit_code() {
                 .unwrap_or_default();
             if pods.len() == 2 {
                 // Rank 1 fails with 3, rank 0 succeeds.
-                sim.cluster.finish_pod("default", &pods[0], 0).await.unwrap();
-                sim.cluster.finish_pod("default", &pods[1], 3).await.unwrap();
+                sim.finish(&pods[0], 0).await;
+                sim.finish(&pods[1], 3).await;
                 return;
             }
             assert!(
@@ -208,7 +220,7 @@ async fn sbatch_wait_exits_with_the_jobs_exit_code() {
                 .await
                 .unwrap_or_default();
             if let Some(p) = pods.first() {
-                sim.cluster.finish_pod("default", p, 0).await.unwrap();
+                sim.finish(p, 0).await;
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -216,6 +216,21 @@ impl Sim {
         )
     }
 
+    /// Make a task pod exit with `code` (the simulated kubelet's `finish_pod`), waiting for
+    /// the pod to exist: the operator records an allocation before it creates the pods.
+    pub async fn finish(&self, pod: &str, code: u8) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match self.cluster.finish_pod("default", pod, code).await {
+                Ok(()) => return,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    panic!("cannot finish pod {pod}: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
     /// Stop the operator and the cluster.
     pub async fn stop(mut self) {
         if let Some(h) = self.operator.take() {
