@@ -181,7 +181,10 @@ async fn submit_queue_cancel_account() {
     assert!(ok);
     assert_eq!(out, "1003\n");
     let all: Api<BatchJob> = Api::all(client.clone());
-    assert_eq!(all.list(&ListParams::default()).await.unwrap().items.len(), 3);
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
 
     let (ok, out, _) = run(&client, &["muster", "squeue", "-o", "%i %j %u %T %r"]).await;
     assert!(ok);

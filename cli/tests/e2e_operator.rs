@@ -97,7 +97,10 @@ async fn pending_running_cancelled() {
         muster_crds::slurm::hostlist::compress(&names),
         "the node list is a compressed Slurm hostlist"
     );
-    assert!(nodelist.starts_with("gpu[") && nodelist.ends_with(']'), "{nodelist}");
+    assert!(
+        nodelist.starts_with("gpu[") && nodelist.ends_with(']'),
+        "{nodelist}"
+    );
 
     // The filler is recorded as cancelled; cancel the job under test too.
     let (ok, _, err) = sim.run(&["scancel", &id.to_string()]).await;
@@ -159,13 +162,17 @@ async fn howto_script_runs_to_completion() {
         sim.finish(p, 0).await;
     }
     let acct = sim
-        .until_sacct(&id.to_string(), "JobID,JobName,State,ExitCode,NNodes,NodeList", |out| {
-            out.contains("|COMPLETED|")
-        })
+        .until_sacct(
+            &id.to_string(),
+            "JobID,JobName,State,ExitCode,NNodes,NodeList",
+            |out| out.contains("|COMPLETED|"),
+        )
         .await;
     assert_eq!(
         acct,
-        format!("JobID|JobName|State|ExitCode|NNodes|NodeList\n{id}|train|COMPLETED|0:0|8|gpu[001-008]\n")
+        format!(
+            "JobID|JobName|State|ExitCode|NNodes|NodeList\n{id}|train|COMPLETED|0:0|8|gpu[001-008]\n"
+        )
     );
     sim.stop().await;
 }
@@ -175,7 +182,9 @@ async fn howto_script_runs_to_completion() {
 async fn sbatch_wait_exits_with_the_jobs_exit_code() {
     let sim = Sim::start().await;
     let submit = sim.run_code(
-        &["sbatch", "--wait", "-J", "waiter", "-N", "2", "--wrap", "exit 3"],
+        &[
+            "sbatch", "--wait", "-J", "waiter", "-N", "2", "--wrap", "exit 3",
+        ],
         b"",
     );
     let finish = async {
@@ -191,10 +200,7 @@ async fn sbatch_wait_exits_with_the_jobs_exit_code() {
                 sim.finish(&pods[1], 3).await;
                 return;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the job never ran"
-            );
+            assert!(tokio::time::Instant::now() < deadline, "the job never ran");
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     };

@@ -203,7 +203,11 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
                 .map(|n| n.cpu_millis.div_ceil(1000))
                 .sum()
         } else {
-            s.tasks.iter().map(|t| t.cpu_millis).sum::<u64>().div_ceil(1000)
+            s.tasks
+                .iter()
+                .map(|t| t.cpu_millis)
+                .sum::<u64>()
+                .div_ceil(1000)
         };
         return Ok(Estimate {
             start: now,

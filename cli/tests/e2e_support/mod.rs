@@ -179,7 +179,12 @@ impl Sim {
     }
 
     /// Poll `sacct -P -j IDS -o FIELDS` until `done`; returns the output.
-    pub async fn until_sacct(&self, ids: &str, fields: &str, done: impl Fn(&str) -> bool) -> String {
+    pub async fn until_sacct(
+        &self,
+        ids: &str,
+        fields: &str,
+        done: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
         let mut last = String::new();
         while tokio::time::Instant::now() < deadline {
