@@ -401,6 +401,11 @@ fn precedence_matches_slurm() {
                 ("exclusive", "exclusive"),
             ],
         ),
+        (
+            &["--test-only", "-W"],
+            &[],
+            &[("partition", "gpu"), ("test-only", "set"), ("wait", "set")],
+        ),
     ];
     let live = oracle_available("precedence_matches_slurm");
     let dir = script_path("edge", "");

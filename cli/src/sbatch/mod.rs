@@ -536,3 +536,23 @@ pub async fn submit(
         delay = (delay * 2).min(Duration::from_secs(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muster_crds::v1alpha1::{BatchJobStatus, JobState};
+
+    #[test]
+    fn wait_exits_with_the_jobs_code() {
+        let st = |state, exit_code| BatchJobStatus {
+            state: Some(state),
+            exit_code,
+            ..BatchJobStatus::default()
+        };
+        assert_eq!(wait_exit_code(&st(JobState::Completed, Some(0))), 0);
+        assert_eq!(wait_exit_code(&st(JobState::Failed, Some(3))), 3);
+        assert_eq!(wait_exit_code(&st(JobState::Failed, Some(0))), 1);
+        assert_eq!(wait_exit_code(&st(JobState::Cancelled, None)), 1);
+        assert_eq!(wait_exit_code(&st(JobState::Timeout, Some(300))), 1);
+    }
+}
