@@ -225,10 +225,10 @@ async fn start_operator(
 impl Sandbox {
     /// Stop everything and remove the kubeconfig (it would point at nothing).
     pub async fn stop(self) {
-        if let Some(op) = self.operator {
-            if let Err(e) = op.shutdown().await {
-                tracing::warn!(error = %e, "the sandbox operator stopped with an error");
-            }
+        if let Some(op) = self.operator
+            && let Err(e) = op.shutdown().await
+        {
+            tracing::warn!(error = %e, "the sandbox operator stopped with an error");
         }
         self.cluster.shutdown().await;
         let _ = std::fs::remove_file(&self.kubeconfig);
