@@ -20,6 +20,8 @@ use crate::Io;
 
 /// The cluster the sandbox simulates when no `--cluster` is given.
 pub const DEFAULT_SPEC: &str = include_str!("../../examples/clusters/sandbox.yaml");
+/// The default Partition's image (never pulled: the kubelet is simulated).
+pub const SANDBOX_IMAGE: &str = "busybox:1.36";
 /// Where the kubeconfig goes by default.
 pub const DEFAULT_KUBECONFIG: &str = "muster-sandbox.kubeconfig";
 
@@ -50,7 +52,15 @@ pub struct SandboxArgs {
     /// Create no Partition.
     #[arg(long)]
     pub no_partition: bool,
+
+    /// Do not run the Muster operator inside the sandbox (run your own build of
+    /// `muster-operator` against the kubeconfig instead).
+    #[arg(long)]
+    pub no_operator: bool,
 }
+
+/// Namespace of the sandbox operator's Lease and counters, as the chart's default.
+pub const OPERATOR_NAMESPACE: &str = "muster-system";
 
 // `--speed` is never NaN (parse_speed refuses it), so equality is total.
 impl Eq for SandboxArgs {}
@@ -68,6 +78,8 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 pub struct Sandbox {
     /// The simulated cluster.
     pub cluster: TestCluster,
+    /// The Muster operator scheduling in it, unless `--no-operator`.
+    pub operator: Option<muster_operator::controller::Handle>,
     /// The kubeconfig written.
     pub kubeconfig: PathBuf,
 }
@@ -100,6 +112,8 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
             PartitionSpec {
                 topology: spec.topology(),
                 default: Some(true),
+                // Simulated kubelets pull nothing; a default spares `--image` on every sbatch.
+                default_image: Some(SANDBOX_IMAGE.into()),
                 ..PartitionSpec::default()
             },
         );
@@ -107,6 +121,11 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
             .await
             .with_context(|| format!("creating Partition {}", args.partition))?;
     }
+    let operator = if args.no_operator {
+        None
+    } else {
+        Some(start_operator(&cluster).await?)
+    };
     let nodes = cluster.nodes();
     let gpus: usize = nodes.iter().map(|n| n.gpus.len()).sum();
     let url = cluster.api_server().map(|s| s.url()).unwrap_or_default();
@@ -149,21 +168,68 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
          annotations {RUN_SECONDS} / {EXIT_CODE} or the env {ENV_RUN_SECONDS} / {ENV_EXIT_CODE}\n\
          (`sbatch --export=ALL,{ENV_RUN_SECONDS}=60 ...`)."
     )?;
-    writeln!(
-        out,
-        "The Muster operator does not run inside the sandbox: start it with this kubeconfig to\n\
-         schedule BatchJobs.\n\nCtrl-C stops the sandbox."
-    )?;
+    if operator.is_some() {
+        writeln!(
+            out,
+            "The Muster operator runs inside the sandbox (namespace {OPERATOR_NAMESPACE}). Submit a job:\n\n  \
+             kubectl muster sbatch --wrap 'echo hello' && kubectl muster squeue"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "The Muster operator does not run inside the sandbox: start it with this kubeconfig to\n\
+             schedule BatchJobs."
+        )?;
+    }
+    writeln!(out, "\nCtrl-C stops the sandbox.")?;
     out.flush()?;
     Ok(Sandbox {
         cluster,
+        operator,
         kubeconfig: path,
     })
+}
+
+/// Start the real operator in this process against the sandbox's API server: the same
+/// controllers the chart deploys, one replica, so it always leads.
+async fn start_operator(
+    cluster: &TestCluster,
+) -> anyhow::Result<muster_operator::controller::Handle> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use muster_operator::controller::{Settings, metrics::Metrics};
+    let client = cluster.client();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}
+    }))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).context("creating the operator's namespace"),
+    }
+    let settings = Settings {
+        namespace: OPERATOR_NAMESPACE.into(),
+        leader_election: false,
+        identity: "muster-sandbox".into(),
+        ..Settings::default()
+    };
+    Ok(muster_operator::controller::start(
+        client,
+        settings,
+        Metrics::new(),
+    ))
 }
 
 impl Sandbox {
     /// Stop everything and remove the kubeconfig (it would point at nothing).
     pub async fn stop(self) {
+        if let Some(op) = self.operator
+            && let Err(e) = op.shutdown().await
+        {
+            tracing::warn!(error = %e, "the sandbox operator stopped with an error");
+        }
         self.cluster.shutdown().await;
         let _ = std::fs::remove_file(&self.kubeconfig);
     }
@@ -248,6 +314,62 @@ mod tests {
         );
         s.stop().await;
         assert!(!path.exists(), "the kubeconfig is removed on stop");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sandbox_operator_runs_a_job_to_completion() {
+        use muster_crds::v1alpha1::{BatchJob, JobState};
+        let dir = tempfile::tempdir().unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut stdin = std::io::empty();
+        let env = |_: &str| None;
+        let mut io = Io {
+            out: &mut out,
+            err: &mut err,
+            stdin: &mut stdin,
+            env: &env,
+            cwd: dir.path().to_path_buf(),
+        };
+        let s = start(&args(&[]), &mut io).await.unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("The Muster operator runs inside the sandbox"),
+            "{text}"
+        );
+        let jobs: Api<BatchJob> = Api::namespaced(s.cluster.client(), "default");
+        let job: BatchJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+            "metadata": {"name": "hello", "namespace": "default"},
+            "spec": {"nodes": 2, "gpusPerNode": 8, "exclusive": true, "script": "echo hello",
+                     "template": {"metadata": {"annotations": {RUN_SECONDS: "1"}}}}
+        }))
+        .unwrap();
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+        // A 2-node gang under one leaf of the default spec (4 nodes a leaf), then done.
+        let mut seen_running = None;
+        let mut last = None;
+        for _ in 0..300 {
+            let st = jobs.get("hello").await.unwrap().status.unwrap_or_default();
+            if st.state == Some(JobState::Running) && seen_running.is_none() {
+                seen_running = st.node_list.clone();
+            }
+            if st.state == Some(JobState::Completed) {
+                last = st.state;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            last,
+            Some(JobState::Completed),
+            "the job completes: {:?}",
+            jobs.get("hello").await.unwrap().status
+        );
+        // A completed job keeps its node list, as in sacct.
+        let done = jobs.get("hello").await.unwrap().status.unwrap().node_list;
+        let nodes = hostlist::expand(seen_running.or(done).as_deref().unwrap_or("")).unwrap();
+        assert_eq!(nodes.len(), 2, "{nodes:?}");
+        s.stop().await;
     }
 
     #[tokio::test]
