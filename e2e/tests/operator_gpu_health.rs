@@ -60,8 +60,8 @@ fn gpus_of(st: &BatchJobStatus) -> BTreeSet<(String, u32)> {
         .collect()
 }
 
-/// Reasons of the Events about BatchJob `job`.
-async fn job_events(env: &Env, job: &str) -> Vec<String> {
+/// (reason, note) of the Events about BatchJob `job`.
+async fn job_events(env: &Env, job: &str) -> Vec<(String, String)> {
     Api::<Event>::namespaced(env.client.clone(), "default")
         .list(&ListParams::default())
         .await
@@ -69,7 +69,7 @@ async fn job_events(env: &Env, job: &str) -> Vec<String> {
         .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
-        .filter_map(|e| e.reason)
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
 }
 
@@ -82,7 +82,8 @@ async fn an_unhealthy_gpu_gets_no_new_work_until_it_recovers() {
     let op = env.start_operator(env.settings());
 
     // 7 GPUs: placed on the 7 healthy ones.
-    env.submit(batchjob("seven", json!({"gpus": 7}), 3600)).await;
+    env.submit(batchjob("seven", json!({"gpus": 7}), 3600))
+        .await;
     env.until_state("seven", JobState::Running, 20).await;
     let st = status(&env, "seven").await;
     let got: Vec<u32> = gpus_of(&st).into_iter().map(|(_, g)| g).collect();
@@ -96,9 +97,14 @@ async fn an_unhealthy_gpu_gets_no_new_work_until_it_recovers() {
     assert_eq!(visible.split(',').count(), 7, "{visible}");
     assert!(!visible.contains("GPU-gpu001-3"), "{visible}");
 
-    // All 8 GPUs of the node: it could only run with the unhealthy GPU, so it waits, and
+    // All 8 GPUs of one node: it could only run with the unhealthy GPU, so it waits, and
     // says why.
-    env.submit(batchjob("eight", json!({"gpus": 8}), 3600)).await;
+    env.submit(batchjob(
+        "eight",
+        json!({"nodes": 1, "gpusPerNode": 8}),
+        3600,
+    ))
+    .await;
     env.until(20, "eight pending with a reason", || async {
         status(&env, "eight").await.reason.as_deref() == Some("ReqNodeNotAvail")
     })
@@ -109,7 +115,11 @@ async fn an_unhealthy_gpu_gets_no_new_work_until_it_recovers() {
     env.add_nodes(&[NodeDef::new("gpu002", 8, "leaf1")]).await;
     env.until_state("eight", JobState::Running, 20).await;
     let st = status(&env, "eight").await;
-    assert!(st.tasks.iter().all(|t| t.node == "gpu002"), "{:?}", st.tasks);
+    assert!(
+        st.tasks.iter().all(|t| t.node == "gpu002"),
+        "{:?}",
+        st.tasks
+    );
     assert_eq!(gpus_of(&st).len(), 8);
 
     // Everything healthy is taken: a 1-GPU job waits...
@@ -139,9 +149,15 @@ async fn a_gpu_failing_under_a_job_ends_it_node_fail_requeued_unless_told_not_to
     env.default_partition().await;
     let op = env.start_operator(env.settings());
 
-    env.submit(batchjob("req", json!({"gpus": 8}), 3600)).await;
-    env.submit(batchjob("noreq", json!({"gpus": 8, "requeue": false}), 3600))
+    // Whole-node jobs (one node, its 8 GPUs): a job of 8 GPUs anywhere could run on 7 + 1.
+    env.submit(batchjob("req", json!({"nodes": 1, "gpusPerNode": 8}), 3600))
         .await;
+    env.submit(batchjob(
+        "noreq",
+        json!({"nodes": 1, "gpusPerNode": 8, "requeue": false}),
+        3600,
+    ))
+    .await;
     env.until_state("req", JobState::Running, 20).await;
     env.until_state("noreq", JobState::Running, 20).await;
     let req_node = status(&env, "req").await.tasks[0].node.clone();
@@ -158,14 +174,16 @@ async fn a_gpu_failing_under_a_job_ends_it_node_fail_requeued_unless_told_not_to
     .await;
     let st = status(&env, "req").await;
     assert_eq!(st.restarts, Some(1));
-    let msg = st.message.clone().unwrap_or_default();
-    assert!(
-        msg.contains("NODE_FAIL") && msg.contains("unhealthy") && msg.contains(&req_node),
-        "{msg}"
-    );
-    env.until(20, "events", || async {
-        let r = job_events(&env, "req").await;
-        r.iter().any(|r| r == "NodeFail") && r.iter().any(|r| r == "Requeued")
+    // The NODE_FAIL is on record in the job's Events, naming the GPU and the node.
+    env.until(20, "NodeFail and Requeued events", || async {
+        let evs = job_events(&env, "req").await;
+        evs.iter().any(|(r, _)| r == "Requeued")
+            && evs.iter().any(|(r, n)| {
+                r == "NodeFail"
+                    && n.contains(&format!(
+                        "GPU 5 (GPU-{req_node}-5) of node {req_node} is unhealthy"
+                    ))
+            })
     })
     .await;
     env.until(20, "the failed attempt's pods gone", || async {

@@ -272,7 +272,10 @@ mod tests {
         let a = event_name("train-1", now);
         let b = event_name("train-1", now);
         assert_ne!(a, b);
-        assert!(a.starts_with("train-1.") && b.starts_with("train-1."), "{a} {b}");
+        assert!(
+            a.starts_with("train-1.") && b.starts_with("train-1."),
+            "{a} {b}"
+        );
         let long = event_name(&"p".repeat(253), now);
         assert!(long.len() <= 253, "{}", long.len());
     }

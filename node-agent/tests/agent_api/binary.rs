@@ -37,7 +37,11 @@ fn assert_one_clear_line(out: &Output) {
     let line = &errors[0];
     assert!(line.contains("NVML unavailable"), "{line}");
     assert!(line.contains("--fixture"), "says how to go on: {line}");
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -78,7 +82,11 @@ async fn without_nvml_the_gpunode_says_why() {
     let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.status, "False");
     assert_eq!(ready.reason, "NvmlUnavailable");
-    assert!(ready.message.contains("NVML unavailable"), "{}", ready.message);
+    assert!(
+        ready.message.contains("NVML unavailable"),
+        "{}",
+        ready.message
+    );
     assert_eq!(st.gpu_count, 0);
 }
 
@@ -93,6 +101,9 @@ fn with_a_fixture_inventory_prints_the_node_and_exits_0() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let text = report.to_string();
-    assert!(text.contains("GPU-a4c123b1-612d-d272-d137-1c17149d4395"), "{text}");
+    assert!(
+        text.contains("GPU-a4c123b1-612d-d272-d137-1c17149d4395"),
+        "{text}"
+    );
     assert!(error_lines(&out).is_empty());
 }

@@ -65,10 +65,12 @@ async fn running(client: &Client, pod: Pod, cid: &str) -> Pod {
     api.patch_status(
         &created.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": [{
+        &Patch::Merge(
+            json!({"status": {"phase": "Running", "containerStatuses": [{
             "name": container, "image": "busybox:1.36", "imageID": "", "ready": true,
             "restartCount": 0, "containerID": format!("containerd://{cid}"),
-            "state": {"running": {}}}]}})),
+            "state": {"running": {}}}]}}),
+        ),
     )
     .await
     .unwrap()
@@ -152,8 +154,22 @@ async fn scene(policy: Policy) -> Scene {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     // rank 0: cgroup v2, systemd driver, containerd (the fake's default layout).
-    fake::pod_process(root, 1000, "python", &train0.uid().unwrap(), &container_id(1)).unwrap();
-    fake::pod_process(root, 1001, "python", &train0.uid().unwrap(), &container_id(1)).unwrap();
+    fake::pod_process(
+        root,
+        1000,
+        "python",
+        &train0.uid().unwrap(),
+        &container_id(1),
+    )
+    .unwrap();
+    fake::pod_process(
+        root,
+        1001,
+        "python",
+        &train0.uid().unwrap(),
+        &container_id(1),
+    )
+    .unwrap();
     // rank 1: cgroup v1, cgroupfs driver.
     let v1 = format!(
         "12:devices:/kubepods/burstable/pod{uid}/{cid}\n11:memory:/kubepods/burstable/pod{uid}/{cid}\n0::/\n",
@@ -264,7 +280,11 @@ async fn policy_report_gives_an_event_and_a_counter_and_kills_nothing() {
             usage("train-1", 3, 512, false),
         ]
     );
-    assert_eq!(st.gpus[3].memory_used_mib, Some(512 + 300), "host process counted");
+    assert_eq!(
+        st.gpus[3].memory_used_mib,
+        Some(512 + 300),
+        "host process counted"
+    );
     assert_eq!(st.gpus[0].memory_used_mib, Some(20480));
 
     // Still there at the next polls: not counted again, no new Event, never killed.
@@ -332,7 +352,10 @@ async fn a_second_violation_is_counted_and_reported_on_its_own_pod() {
     .unwrap();
     s.script.inject(proc(7, 1002, 2048));
     let r = s.agent.cycle(at(s.t, 5)).await.unwrap();
-    assert!(r.published, "a violation is written at once, not at the heartbeat");
+    assert!(
+        r.published,
+        "a violation is written at once, not at the heartbeat"
+    );
     let v: Vec<(u32, u32, &str)> = r
         .new_violations
         .iter()

@@ -74,12 +74,18 @@ async fn scripted_faults_fail_and_recover_gpus_in_the_gpunode() {
     let h1 = health(&st, 1);
     assert_eq!(h1.state, GpuHealthState::Unhealthy);
     assert_eq!(since(&h1), Some(at(t, 120)));
-    assert!(h1.reason.as_deref().unwrap().contains("double-bit ECC"), "{h1:?}");
+    assert!(
+        h1.reason.as_deref().unwrap().contains("double-bit ECC"),
+        "{h1:?}"
+    );
 
     // +2m50s: GPU 0 has been quiet for less than the quiet period.
     let r = agent.cycle(at(t, 170)).await.unwrap();
     assert!(r.health_changes.is_empty());
-    assert_eq!(health(&status(&client).await, 0).state, GpuHealthState::Unhealthy);
+    assert_eq!(
+        health(&status(&client).await, 0).state,
+        GpuHealthState::Unhealthy
+    );
 
     // +3m: GPU 0 quiet for 2 minutes: Healthy again, and the status says why. GPU 1 gets
     // XID 79 and falls off the bus.
@@ -96,7 +102,11 @@ async fn scripted_faults_fail_and_recover_gpus_in_the_gpunode() {
     let h1 = health(&st, 1);
     assert_eq!(h1.state, GpuHealthState::Unhealthy);
     assert_eq!(h1.last_xid, Some(79));
-    assert_eq!(since(&h1), Some(at(t, 120)), "still out since the first fault");
+    assert_eq!(
+        since(&h1),
+        Some(at(t, 120)),
+        "still out since the first fault"
+    );
     assert_eq!(st.healthy_gpus, 1);
     let evs = gpu_events().await;
     assert_eq!(
@@ -108,7 +118,11 @@ async fn scripted_faults_fail_and_recover_gpus_in_the_gpunode() {
     // A lost GPU cannot go quiet: long past the quiet period it is still Unhealthy.
     for secs in [300, 420, 540] {
         let r = agent.cycle(at(t, secs)).await.unwrap();
-        assert!(r.health_changes.is_empty(), "+{secs}s: {:?}", r.health_changes);
+        assert!(
+            r.health_changes.is_empty(),
+            "+{secs}s: {:?}",
+            r.health_changes
+        );
     }
     let h1 = health(&status(&client).await, 1);
     assert_eq!(h1.state, GpuHealthState::Unhealthy);

@@ -86,14 +86,21 @@ async fn publishes_the_fixture_and_writes_only_on_change_or_heartbeat() {
     assert_eq!(st.topology.len(), 8);
     for (i, row) in st.topology.iter().enumerate() {
         for (j, cell) in row.iter().enumerate() {
-            assert_eq!(cell, if i == j { "X" } else { "NV18" }, "topology[{i}][{j}]");
+            assert_eq!(
+                cell,
+                if i == j { "X" } else { "NV18" },
+                "topology[{i}][{j}]"
+            );
         }
     }
     assert_eq!(st.binding_violations, 0);
     assert!(st.usage.is_empty());
     assert_eq!(st.heartbeat_time.as_ref().map(|h| h.0), Some(t));
     let ready = &st.conditions[0];
-    assert_eq!((ready.type_.as_str(), ready.status.as_str()), ("Ready", "True"));
+    assert_eq!(
+        (ready.type_.as_str(), ready.status.as_str()),
+        ("Ready", "True")
+    );
     assert_eq!(ready.reason, "InventoryCurrent");
     assert!(
         g.metadata
@@ -143,9 +150,17 @@ async fn publishes_the_fixture_and_writes_only_on_change_or_heartbeat() {
     assert_eq!(st.gpu_count, 4);
     assert_eq!(st.healthy_gpus, 4);
     let uuids: Vec<&str> = st.gpus.iter().map(|g| g.uuid.as_str()).collect();
-    let want_uuids: Vec<&str> = want.inventory.gpus.iter().map(|g| g.uuid.as_str()).collect();
+    let want_uuids: Vec<&str> = want
+        .inventory
+        .gpus
+        .iter()
+        .map(|g| g.uuid.as_str())
+        .collect();
     assert_eq!(uuids, want_uuids);
-    assert!(st.gpus.iter().all(|g| g.nvlink_peers.is_empty()), "PCIe only");
+    assert!(
+        st.gpus.iter().all(|g| g.nvlink_peers.is_empty()),
+        "PCIe only"
+    );
     let numa: Vec<Option<i32>> = st.gpus.iter().map(|g| g.numa_node).collect();
     assert_eq!(numa, [Some(0), Some(0), Some(1), Some(1)]);
     assert_eq!(st.topology.len(), 4);
@@ -182,8 +197,20 @@ async fn a_mixed_node_is_labelled_by_its_majority_and_smallest_memory() {
     assert_eq!(st.gpu_count as usize, want.inventory.gpus.len());
     for (got, fx) in st.gpus.iter().zip(&want.inventory.gpus) {
         assert_eq!(
-            (&got.uuid, &got.model, got.memory_mib, got.mig_enabled, &got.nvlink_peers),
-            (&fx.uuid, &fx.model, fx.memory_mib, fx.mig_enabled, &fx.nvlink_peers)
+            (
+                &got.uuid,
+                &got.model,
+                got.memory_mib,
+                got.mig_enabled,
+                &got.nvlink_peers
+            ),
+            (
+                &fx.uuid,
+                &fx.model,
+                fx.memory_mib,
+                fx.mig_enabled,
+                &fx.nvlink_peers
+            )
         );
     }
     assert_eq!(st.gpus[0].nvlink_peers, [1], "the A100 pair is bridged");

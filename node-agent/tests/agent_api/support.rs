@@ -116,7 +116,10 @@ pub async fn gpunode(client: &Client) -> GpuNode {
 
 /// Its status.
 pub async fn status(client: &Client) -> GpuNodeStatus {
-    gpunode(client).await.status.expect("the agent wrote a status")
+    gpunode(client)
+        .await
+        .status
+        .expect("the agent wrote a status")
 }
 
 /// The Node as stored.
