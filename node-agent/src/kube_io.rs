@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store, reflector};
@@ -190,7 +190,7 @@ pub async fn create_event(
         .unwrap_or_else(|| REPORTER.to_string());
     let event = Event {
         metadata: ObjectMeta {
-            name: Some(format!("{base}.{:x}", now.as_nanosecond())),
+            name: Some(event_name(&base, now)),
             namespace: Some(namespace.clone()),
             ..Default::default()
         },
@@ -207,6 +207,24 @@ pub async fn create_event(
     Api::<Event>::namespaced(client.clone(), &namespace)
         .create(&PostParams::default(), &event)
         .await
+}
+
+/// Events of one process told apart: every Event of a poll has the poll's time, and two of
+/// them about the same object (two GPUs failing at once, two processes of one pod in
+/// violation) would otherwise get the same name and the second would be refused as existing.
+static EVENT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// `<object>.<time in ns, hex><sequence, hex>`, as the Kubernetes event recorders name events
+/// (plus the sequence), cut to the 253 characters a name may have.
+fn event_name(base: &str, now: Timestamp) -> String {
+    let seq = EVENT_SEQ.fetch_add(1, Ordering::Relaxed) & 0xffff;
+    let suffix = format!(".{:x}{seq:04x}", now.as_nanosecond());
+    let mut end = base.len().min(253 - suffix.len());
+    while !base.is_char_boundary(end) {
+        end -= 1;
+    }
+    let base = base[..end].trim_end_matches(['.', '-']);
+    format!("{base}{suffix}")
 }
 
 /// Events carry at most 1 kB of note.
@@ -247,6 +265,20 @@ pub fn gpunode_ref(node: &str, uid: Option<String>) -> ObjectReference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_names_differ_within_one_poll_and_fit() {
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let a = event_name("train-1", now);
+        let b = event_name("train-1", now);
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with("train-1.") && b.starts_with("train-1."),
+            "{a} {b}"
+        );
+        let long = event_name(&"p".repeat(253), now);
+        assert!(long.len() <= 253, "{}", long.len());
+    }
 
     #[test]
     fn notes_are_cut_on_a_char_boundary() {
