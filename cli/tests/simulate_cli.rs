@@ -372,7 +372,11 @@ fn the_html_report_has_every_plot_and_the_table() {
     let jobs = std::fs::read_to_string(out_dir.join("jobs-muster.csv")).unwrap();
     let lines: Vec<&str> = jobs.lines().collect();
     assert_eq!(lines.len(), 6, "{jobs}");
-    assert!(lines[0].starts_with("job,submit,start,end,wait,"), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with("job,submit,start,end,wait,"),
+        "{}",
+        lines[0]
+    );
     // c ran on every node.
     let c = lines.iter().find(|l| l.starts_with("c,")).unwrap();
     assert!(c.contains("gpu[001-016]"), "{c}");
@@ -464,7 +468,10 @@ fn gang_and_time_limit_rules_change_the_replay() {
         (stdout(&o), jobs.lines().nth(1).unwrap().to_string())
     };
     let (out, job) = run(&[]);
-    assert!(out.contains("up to 8 GPUs on one node, more on whole nodes"), "{out}");
+    assert!(
+        out.contains("up to 8 GPUs on one node, more on whole nodes"),
+        "{out}"
+    );
     // job,submit,start,end,wait,runtime,gpus,nodes,...
     let cols: Vec<&str> = job.split(',').collect();
     assert_eq!((cols[6], cols[7]), ("16", "2"), "{job}");
@@ -476,7 +483,10 @@ fn gang_and_time_limit_rules_change_the_replay() {
     let (out, job) = run(&["--time-limit", "30:00"]);
     assert!(job.contains(",TIMEOUT,"), "{job}");
     assert!(job.split(',').nth(3) == Some("1800"), "{job}");
-    assert_eq!(row(&out, "Completed / timed out / preempted"), ["0 / 1 / 0"]);
+    assert_eq!(
+        row(&out, "Completed / timed out / preempted"),
+        ["0 / 1 / 0"]
+    );
 }
 
 #[test]
@@ -501,6 +511,9 @@ fn help_documents_the_defaults() {
         "fragmentation",
         "leaf span",
     ] {
-        assert!(help.contains(needle), "{needle:?} missing from --help:\n{help}");
+        assert!(
+            help.contains(needle),
+            "{needle:?} missing from --help:\n{help}"
+        );
     }
 }

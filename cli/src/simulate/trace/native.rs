@@ -556,7 +556,8 @@ jobs:
         let yaml = "jobs:\n  - name: a\n    submit: 0\n    runtime: 60\n  - name: b\n    submit: x\n    runtime: 60\n";
         let err = parse("b.yaml", yaml, false).unwrap_err().to_string();
         assert!(err.starts_with("b.yaml:5: jobs[1] (b): "), "{err}");
-        let json = "[\n  {\"submit\": 0, \"runtime\": 60},\n\n  {\"submit\": 0, \"runtime\": \"x\"}\n]\n";
+        let json =
+            "[\n  {\"submit\": 0, \"runtime\": 60},\n\n  {\"submit\": 0, \"runtime\": \"x\"}\n]\n";
         let err = parse("j.json", json, false).unwrap_err().to_string();
         assert!(err.starts_with("j.json:4: jobs[1]: runtime"), "{err}");
         let t = parse("b.yaml", yaml, true).unwrap();
