@@ -256,3 +256,264 @@ fn bad_options_and_files_are_explained() {
         stderr(&o)
     );
 }
+
+/// A trace where the policies must differ, on the sandbox (4 leaves x 4 nodes x 8 GPUs),
+/// limits equal to run times, a cycle after every event:
+/// - `a` (1 node, 1000 s) takes gpu001 on leaf 1 under every policy;
+/// - `b` (4 nodes) fits one whole leaf: Muster and FIFO put it on leaf 2; first fit takes the
+///   next free nodes in list order, gpu002-gpu005, across leaves 1 and 2;
+/// - `c` (all 16 nodes) must wait for `a` (t=1000) under every policy;
+/// - `d`, `e` (1 node, 100 s) end long before `a`: Muster backfills them at once; FIFO holds
+///   them behind `c` until c ends (t=1100); first fit passes over `c` and starts them.
+const COMPARE_TRACE: &str = "\
+job_id,submission_time,duration,num_gpu
+a,0,1000,8
+b,1,100,32
+c,2,100,128
+d,3,100,8
+e,4,100,8
+";
+
+#[test]
+fn compare_shows_backfill_and_topology_awareness() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("compare.csv");
+    std::fs::write(&trace, COMPARE_TRACE).unwrap();
+    let o = muster(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cluster",
+        "sandbox",
+        "--time-limit",
+        "exact",
+        "--interval",
+        "0",
+        "--compare",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let head: Vec<&str> = out
+        .lines()
+        .find(|l| l.contains("FIFO, no backfill"))
+        .expect("table heading")
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(head, ["Muster", "FIFO, no backfill", "First fit"], "{out}");
+    assert_eq!(row(&out, "Jobs started / in trace"), ["5 / 5"; 3], "{out}");
+    // Waits: c waits 998 s everywhere; FIFO also holds d and e until c ends at 1100.
+    // Muster: 998/5 = 199.6 s; FIFO: (998 + 1097 + 1096)/5 = 638.2 s.
+    assert_eq!(
+        row(&out, "Wait: mean"),
+        ["3m20s", "10m38s", "3m20s"],
+        "{out}"
+    );
+    // b on one leaf (lower bound 1), c on all four (lower bound 4) -- except b under
+    // first fit, which spans two leaves.
+    assert_eq!(
+        row(&out, "Multi-node jobs: leaf span / lower bound"),
+        ["2.50 / 2.50", "2.50 / 2.50", "3.00 / 2.50"],
+        "{out}"
+    );
+    assert_eq!(
+        row(&out, "Multi-node jobs at the lower bound"),
+        ["100.0% of 2", "100.0% of 2", "50.0% of 2"],
+        "{out}"
+    );
+    assert_eq!(row(&out, "Preemptions (GPU-hours lost)"), ["0 (0.0)"; 3]);
+}
+
+#[test]
+fn the_html_report_has_every_plot_and_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("compare.csv");
+    std::fs::write(&trace, COMPARE_TRACE).unwrap();
+    let out_dir = dir.path().join("report");
+    let o = muster(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cluster",
+        "sandbox",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("report.html"), "{}", stdout(&o));
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    for needle in [
+        "<title>GPU utilisation</title>",
+        "<title>Queue length</title>",
+        "<title>Wait time distribution",
+        "<title>Leaf allocation: Muster</title>",
+        "<h2>Summary</h2>",
+        "Wait: mean",
+        "compare.csv",
+    ] {
+        assert!(html.contains(needle), "{needle:?} missing from report.html");
+    }
+    // Self-contained: nothing fetched from elsewhere.
+    for link in ["<script", "<link", "src=\"http", "href=\"http", "@import"] {
+        assert!(!html.contains(link), "{link} in report.html");
+    }
+    // The per-leaf map has one row per leaf of the sandbox.
+    for leaf in ["leaf1", "leaf2", "leaf3", "leaf4"] {
+        assert!(html.contains(leaf), "{leaf} missing from the leaf map");
+    }
+    // One policy: one row in each table, and per-job rows with the schedule.
+    let csv = std::fs::read_to_string(out_dir.join("summary.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["policies"][0]["policy"], "muster");
+    assert_eq!(json["policies"][0]["jobs"], 5);
+    assert_eq!(json["policies"][0]["multiNodeJobs"], 2);
+    let jobs = std::fs::read_to_string(out_dir.join("jobs-muster.csv")).unwrap();
+    let lines: Vec<&str> = jobs.lines().collect();
+    assert_eq!(lines.len(), 6, "{jobs}");
+    assert!(
+        lines[0].starts_with("job,submit,start,end,wait,"),
+        "{}",
+        lines[0]
+    );
+    // c ran on every node.
+    let c = lines.iter().find(|l| l.starts_with("c,")).unwrap();
+    assert!(c.contains("gpu[001-016]"), "{c}");
+}
+
+#[test]
+fn a_cluster_spec_file_is_read() {
+    let o = muster(&[
+        "--trace",
+        "examples/traces/itp-small.csv",
+        "--cluster",
+        "examples/clusters/mixed.yaml",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("mixed: 32 nodes x 8 GPUs = 224 GPUs, 4 leaf switches of 8 nodes"),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "name: x\nlevels: []\nnodesPerLeaf: many\n").unwrap();
+    let o = muster(&["--cluster", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nodesPerLeaf"), "{}", stderr(&o));
+}
+
+#[test]
+fn sacct_and_native_bad_rows_name_their_line_unless_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let sacct = dir.path().join("bad-sacct.txt");
+    std::fs::write(
+        &sacct,
+        "JobID|Submit|Start|End|NNodes|AllocTRES|Timelimit|Partition\n\
+         1|2024-05-01T08:00:00|2024-05-01T08:00:00|2024-05-01T09:00:00|1|gres/gpu=8|01:00:00|gpu\n\
+         2|yesterday|2024-05-01T08:00:00|2024-05-01T09:00:00|1|gres/gpu=8|01:00:00|gpu\n\
+         3|2024-05-01T08:00:00|2024-05-01T08:00:00|2024-05-01T09:00:00|1|gres/gpu=8|soon|gpu\n",
+    )
+    .unwrap();
+    let p = sacct.to_str().unwrap();
+    let o = muster(&["--trace", p, "--cluster", "sandbox"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("bad-sacct.txt:3: Submit"), "{err}");
+    let o = muster(&["--trace", p, "--cluster", "sandbox", "--skip-bad-rows"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("left out   2 bad row(s)"), "{out}");
+    assert!(out.contains("bad-sacct.txt:4: Timelimit"), "{out}");
+    assert_eq!(row(&out, "Jobs started / in trace"), ["1 / 1"]);
+
+    let native = dir.path().join("bad-native.yaml");
+    std::fs::write(
+        &native,
+        "jobs:\n  - submit: 0\n    runtime: 60\n    spec: {gpus: 2}\n  - submit: 5\n    runtime: soon\n    spec: {gpus: 2}\n",
+    )
+    .unwrap();
+    let p = native.to_str().unwrap();
+    let o = muster(&["--trace", p, "--cluster", "sandbox"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("bad-native.yaml:5: jobs[1]: runtime"), "{err}");
+    let o = muster(&["--trace", p, "--cluster", "sandbox", "--skip-bad-rows"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("left out   1 bad row(s)"), "{out}");
+    assert_eq!(row(&out, "Jobs started / in trace"), ["1 / 1"]);
+}
+
+#[test]
+fn gang_and_time_limit_rules_change_the_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    // 12 GPUs: two whole nodes by default, 12 packed GPUs with --gang gpus.
+    std::fs::write(
+        &trace,
+        "job_id,submission_time,duration,num_gpu\nx,0,3600,12\n",
+    )
+    .unwrap();
+    let p = trace.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let out_dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["--trace", p, "--cluster", "sandbox", "--out"];
+        args.push(out_dir.path().to_str().unwrap());
+        args.extend_from_slice(extra);
+        let o = muster(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let jobs = std::fs::read_to_string(out_dir.path().join("jobs-muster.csv")).unwrap();
+        (stdout(&o), jobs.lines().nth(1).unwrap().to_string())
+    };
+    let (out, job) = run(&[]);
+    assert!(
+        out.contains("up to 8 GPUs on one node, more on whole nodes"),
+        "{out}"
+    );
+    // job,submit,start,end,wait,runtime,gpus,nodes,...
+    let cols: Vec<&str> = job.split(',').collect();
+    assert_eq!((cols[6], cols[7]), ("16", "2"), "{job}");
+    assert_eq!(cols[3], "3600", "auto limit (2h) lets it complete: {job}");
+    let (_, job) = run(&["--gang", "gpus"]);
+    let cols: Vec<&str> = job.split(',').collect();
+    assert_eq!((cols[6], cols[7]), ("12", "2"), "{job}");
+    // A fixed limit shorter than the run time kills it (TIMEOUT).
+    let (out, job) = run(&["--time-limit", "30:00"]);
+    assert!(job.contains(",TIMEOUT,"), "{job}");
+    assert!(job.split(',').nth(3) == Some("1800"), "{job}");
+    assert_eq!(
+        row(&out, "Completed / timed out / preempted"),
+        ["0 / 1 / 0"]
+    );
+}
+
+#[test]
+fn help_documents_the_defaults() {
+    let o = muster(&["--help"]);
+    assert!(o.status.success());
+    let help = stdout(&o);
+    for needle in [
+        "bundled ITP trace",
+        "[default: superpod]",
+        "[default: auto]",
+        "[default: nodes]",
+        "[default: 1.5]",
+        "[default: 10]",
+        "[default: 1000]",
+        "[default: muster]",
+        "--skip-bad-rows",
+        "--seed",
+        "--compare",
+        "--out",
+        "bounded slowdown",
+        "fragmentation",
+        "leaf span",
+    ] {
+        assert!(
+            help.contains(needle),
+            "{needle:?} missing from --help:\n{help}"
+        );
+    }
+}

@@ -38,8 +38,8 @@ use std::time::Instant;
 use muster_operator::core::baseline::first_fit;
 use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
 use muster_operator::core::{
-    Config, Decisions, FinishedJob, JobState, Node, Partition, PendingJob, PreemptMode, Reason,
-    RunningJob, Snapshot, Start, TaskAlloc, schedule,
+    Config, Decisions, FinishedJob, JobState, Node, Partition, PendingJob, PreemptMode, Prepared,
+    Reason, RunningJob, Snapshot, Start, TaskAlloc, schedule_prepared,
 };
 use serde::Serialize;
 
@@ -96,9 +96,11 @@ impl Policy {
         }
     }
 
-    fn decide(self, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
+    /// One cycle. `prep` holds the partitions' switch trees and GPU hierarchies, built once
+    /// per replay: the nodes and partitions never change during one.
+    fn decide(self, prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
         match self {
-            Policy::Muster | Policy::Fifo => schedule(snap, now, cfg),
+            Policy::Muster | Policy::Fifo => schedule_prepared(prep, snap, now, cfg),
             Policy::FirstFit => first_fit(snap, now),
         }
     }
@@ -392,6 +394,8 @@ struct Engine<'a> {
     policy: Policy,
     cfg: Config,
     opts: &'a SimOptions,
+    /// The cluster's trees, built once (nodes and partitions are fixed for a replay).
+    prep: Prepared,
     snap: Snapshot,
     /// Waiting jobs (any order; the policy sorts).
     queue: Vec<PendingJob>,
@@ -448,6 +452,7 @@ pub fn simulate(
         policy,
         cfg: policy.config(&opts.config),
         opts,
+        prep: Prepared::new(&cl.nodes, &w.partitions),
         snap: Snapshot {
             nodes: cl.nodes.clone(),
             partitions: w.partitions.clone(),
@@ -677,7 +682,7 @@ impl Engine<'_> {
         }
         let picked = self.fill_pending(t);
         let t0 = Instant::now();
-        let d = self.policy.decide(&self.snap, t, &self.cfg);
+        let d = self.policy.decide(&self.prep, &self.snap, t, &self.cfg);
         self.stats.policy_secs += t0.elapsed().as_secs_f64();
         self.return_pending(picked.as_deref());
         self.apply(&d, t);

@@ -24,7 +24,8 @@
 //! scheduler uses: `nodeSelector.matchLabels`, `topology` (default: the cluster's), `default`,
 //! `state`, `defaultTime`, `maxTime`, `minNodes`, `maxNodes`, `priorityTier`, `preemptMode`,
 //! `allowedNamespaces`, `defCpuPerGpu`, `defMemPerGpu`, `graceTimeSeconds`). A bad job entry
-//! is reported as `jobs[INDEX]` with its name and the field; `--skip-bad-rows` skips it.
+//! is reported with its line, as `jobs[INDEX]` with its name, and the field;
+//! `--skip-bad-rows` skips it.
 //!
 //! Spec fields are read with the Slurm syntax library, as the operator reads them; the
 //! fields that shape scheduling are used (`nodes`, `ntasks`, `ntasksPerNode`, `cpusPerTask`,
@@ -122,6 +123,8 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             default,
         });
     }
+    let lines = entry_lines(text).filter(|l| l.len() == jobs_v.len());
+    let lines = lines.as_deref();
     let mut jobs = Vec::new();
     for (i, v) in jobs_v.into_iter().enumerate() {
         let label = |n: Option<&str>| match n {
@@ -132,13 +135,28 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
         let nj: NativeJob = match serde_yaml::from_value(v) {
             Ok(j) => j,
             Err(e) => {
-                bad(&mut rows, i, format!("{}: {e}", label(hint.as_deref())))?;
+                bad(
+                    &mut rows,
+                    lines,
+                    i,
+                    format!("{}: {e}", label(hint.as_deref())),
+                )?;
                 continue;
             }
         };
         match job(&nj, i) {
-            Ok(tj) => jobs.push(tj),
-            Err(m) => bad(&mut rows, i, format!("{}: {m}", label(nj.name.as_deref())))?,
+            Ok(mut tj) => {
+                if let Some(&l) = lines.and_then(|l| l.get(i)) {
+                    tj.line = l;
+                }
+                jobs.push(tj)
+            }
+            Err(m) => bad(
+                &mut rows,
+                lines,
+                i,
+                format!("{}: {m}", label(nj.name.as_deref())),
+            )?,
         }
     }
     Ok(Trace {
@@ -150,20 +168,51 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
     })
 }
 
-/// A bad job entry: an error naming it (entries are numbered from 0 as `jobs[i]`; the
-/// "line" of the message is the entry's index + 1).
-fn bad(rows: &mut Rows<'_>, i: usize, message: String) -> Result<(), TraceError> {
-    if !rows.skip_bad {
-        return Err(rows.file_error(message));
+/// A bad job entry: an error naming its line (when [`entry_lines`] found it) and the entry
+/// (`jobs[INDEX]`, numbered from 0, with its name).
+fn bad(
+    rows: &mut Rows<'_>,
+    lines: Option<&[usize]>,
+    i: usize,
+    message: String,
+) -> Result<(), TraceError> {
+    match lines.and_then(|l| l.get(i)).filter(|&&l| l > 0) {
+        Some(&line) => rows.bad(line, message),
+        None => {
+            if !rows.skip_bad {
+                return Err(rows.file_error(message));
+            }
+            rows.skipped.bad_rows += 1;
+            if rows.skipped.first_errors.len() < super::Skipped::KEEP_ERRORS {
+                rows.skipped
+                    .first_errors
+                    .push(format!("{}: {message}", rows.file));
+            }
+            Ok(())
+        }
     }
-    rows.skipped.bad_rows += 1;
-    if rows.skipped.first_errors.len() < super::Skipped::KEEP_ERRORS {
-        rows.skipped
-            .first_errors
-            .push(format!("{}: {message}", rows.file));
+}
+
+/// The line each job entry starts on (1-based). serde_yaml's values carry no positions, so
+/// a second, span-aware parse finds them; `None` when that parse cannot read the document
+/// (messages then name entries by index only).
+fn entry_lines(text: &str) -> Option<Vec<usize>> {
+    use serde::de::IgnoredAny;
+    use serde_saphyr::Spanned;
+    #[derive(Deserialize)]
+    struct Full {
+        jobs: Vec<Spanned<IgnoredAny>>,
     }
-    let _ = i;
-    Ok(())
+    let spans = match serde_saphyr::from_str::<Full>(text) {
+        Ok(f) => f.jobs,
+        Err(_) => serde_saphyr::from_str::<Vec<Spanned<IgnoredAny>>>(text).ok()?,
+    };
+    Some(
+        spans
+            .iter()
+            .map(|s| usize::try_from(s.referenced.line()).unwrap_or(0))
+            .collect(),
+    )
 }
 
 fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
@@ -484,22 +533,35 @@ jobs:
 "#;
         let err = parse("n.yaml", text, false).unwrap_err().to_string();
         assert!(
-            err.starts_with("n.yaml: jobs[1] (bad-time): spec.time: invalid time limit"),
+            err.starts_with("n.yaml:4: jobs[1] (bad-time): spec.time: invalid time limit"),
             "{err}"
         );
         let t = parse("n.yaml", text, true).unwrap();
         assert_eq!(t.jobs.len(), 1);
         assert_eq!(t.skipped.bad_rows, 3);
         assert!(
-            t.skipped.first_errors[1].contains("jobs[2] (typo): unknown field `spce`"),
+            t.skipped.first_errors[1].contains("n.yaml:5: jobs[2] (typo): unknown field `spce`"),
             "{:?}",
             t.skipped.first_errors
         );
         assert!(
-            t.skipped.first_errors[2].contains("jobs[3]: runtime"),
+            t.skipped.first_errors[2].contains("n.yaml:6: jobs[3]: runtime"),
             "{:?}",
             t.skipped.first_errors
         );
+    }
+
+    #[test]
+    fn block_yaml_and_json_entries_are_located_by_line() {
+        let yaml = "jobs:\n  - name: a\n    submit: 0\n    runtime: 60\n  - name: b\n    submit: x\n    runtime: 60\n";
+        let err = parse("b.yaml", yaml, false).unwrap_err().to_string();
+        assert!(err.starts_with("b.yaml:5: jobs[1] (b): "), "{err}");
+        let json =
+            "[\n  {\"submit\": 0, \"runtime\": 60},\n\n  {\"submit\": 0, \"runtime\": \"x\"}\n]\n";
+        let err = parse("j.json", json, false).unwrap_err().to_string();
+        assert!(err.starts_with("j.json:4: jobs[1]: runtime"), "{err}");
+        let t = parse("b.yaml", yaml, true).unwrap();
+        assert_eq!(t.jobs[0].line, 2);
     }
 
     #[test]
