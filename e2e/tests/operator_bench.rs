@@ -2,9 +2,11 @@
 //! about time (targets are judged from the printout, not by a timed test). Run it with
 //!
 //! ```sh
-//! cargo build --release -p muster-operator
 //! cargo test --release -p muster-e2e --test operator_bench -- --ignored --nocapture
 //! ```
+//!
+//! which first builds `muster-operator` in release (`cargo build`, a no-op when it is fresh,
+//! so the figures are never those of a stale binary) unless `$MUSTER_OPERATOR_BIN` names one.
 //!
 //! The operator runs as its own process (`target/release/muster-operator`, or
 //! `$MUSTER_OPERATOR_BIN`) against the API server double, so its resident memory is its own.
@@ -37,6 +39,21 @@ fn operator_bin() -> PathBuf {
         return p.into();
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    // `cargo test` sets CARGO to the cargo running it; the build shares its target dir.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "muster-operator",
+            "--bin",
+            "muster-operator",
+        ])
+        .current_dir(&root)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building muster-operator failed");
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join("target"));
@@ -202,7 +219,7 @@ async fn operator_benchmark() {
     let bin = operator_bin();
     assert!(
         bin.exists(),
-        "{} not found: cargo build --release -p muster-operator (or set MUSTER_OPERATOR_BIN)",
+        "{} not found (set MUSTER_OPERATOR_BIN to the operator binary)",
         bin.display()
     );
     let server = ApiServer::start(ApiServerOptions::default().with_muster_crds())
