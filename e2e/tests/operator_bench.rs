@@ -2,9 +2,11 @@
 //! about time (targets are judged from the printout, not by a timed test). Run it with
 //!
 //! ```sh
-//! cargo build --release -p muster-operator
 //! cargo test --release -p muster-e2e --test operator_bench -- --ignored --nocapture
 //! ```
+//!
+//! which first builds `muster-operator` in release (`cargo build`, a no-op when it is fresh,
+//! so the figures are never those of a stale binary) unless `$MUSTER_OPERATOR_BIN` names one.
 //!
 //! The operator runs as its own process (`target/release/muster-operator`, or
 //! `$MUSTER_OPERATOR_BIN`) against the API server double, so its resident memory is its own.
@@ -37,6 +39,21 @@ fn operator_bin() -> PathBuf {
         return p.into();
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    // `cargo test` sets CARGO to the cargo running it; the build shares its target dir.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "muster-operator",
+            "--bin",
+            "muster-operator",
+        ])
+        .current_dir(&root)
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "building muster-operator failed");
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join("target"));
@@ -79,6 +96,23 @@ fn writes(metrics: &str) -> BTreeMap<String, f64> {
             Some((k.to_string(), v))
         })
         .collect()
+}
+
+/// Scrapes until the operator's write counters show at least `pods` pod creations and `jobs`
+/// status writes (they are recorded when a cycle's writes are done, which can be after the
+/// watches have shown the pods), then returns them.
+async fn settled_writes(port: u16, pods: f64, jobs: f64) -> BTreeMap<String, f64> {
+    let t = Instant::now();
+    loop {
+        let w = writes(&scrape(port).await);
+        let got = |k: &str| w.get(k).copied().unwrap_or(0.0);
+        if (got("pod_create") >= pods && got("status") >= jobs)
+            || t.elapsed() > Duration::from_secs(120)
+        {
+            return w;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 struct Operator(Child);
@@ -185,7 +219,7 @@ async fn operator_benchmark() {
     let bin = operator_bin();
     assert!(
         bin.exists(),
-        "{} not found: cargo build --release -p muster-operator (or set MUSTER_OPERATOR_BIN)",
+        "{} not found (set MUSTER_OPERATOR_BIN to the operator binary)",
         bin.display()
     );
     let server = ApiServer::start(ApiServerOptions::default().with_muster_crds())
@@ -328,7 +362,9 @@ async fn operator_benchmark() {
         1000.0 / all.as_secs_f64(),
         999.0 / rest.as_secs_f64().max(1e-9)
     );
-    let w1 = writes(&scrape(port).await);
+    let w1 = settled_writes(port, 1000.0, 1000.0).await;
+    let (rss, _) = rss_kib(pid);
+    println!("  operator RSS {:.0} MiB", rss as f64 / 1024.0);
     let total1: f64 = w1
         .iter()
         .filter(|(k, _)| {
@@ -364,7 +400,9 @@ async fn operator_benchmark() {
         100.0 / dt.as_secs_f64(),
         3200.0 / dt.as_secs_f64()
     );
-    let w2 = writes(&scrape(port).await);
+    let w2 = settled_writes(port, 1000.0 + 3200.0, 1100.0).await;
+    let (rss, _) = rss_kib(pid);
+    println!("  operator RSS {:.0} MiB", rss as f64 / 1024.0);
     let delta: BTreeMap<String, f64> = w2
         .iter()
         .map(|(k, v)| (k.clone(), v - w1.get(k).copied().unwrap_or(0.0)))
@@ -399,6 +437,7 @@ async fn operator_benchmark() {
         t.elapsed(),
         45_824.0 / dt.as_secs_f64().max(1e-9)
     );
+    settled_writes(port, 50_024.0, 2532.0).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (rss, hwm) = rss_kib(pid);
     println!(
@@ -415,9 +454,9 @@ async fn operator_benchmark() {
     println!("  cycle durations: {cycles:?}");
     println!("  total operator wall time {:.1?}", t_start.elapsed());
     let pods_in_api = Api::<Pod>::all(client.clone())
-        .list_metadata(&ListParams::default().labels(labels::BATCHJOB).limit(1))
+        .list_metadata(&ListParams::default().labels(labels::BATCHJOB))
         .await
-        .map(|l| l.metadata.remaining_item_count.unwrap_or(0) + 1)
+        .map(|l| l.items.len())
         .unwrap_or(0);
     println!("  task pods in the API: {pods_in_api}");
     drop(op);
