@@ -262,9 +262,8 @@ mod tests {
         T::try_parse_from(v).unwrap().a
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sandbox_serves_the_spec_and_writes_a_kubeconfig() {
-        let dir = tempfile::tempdir().unwrap();
+    /// Starts a sandbox in `dir` with `extra` arguments; returns it and what it printed.
+    async fn start_in(dir: &Path, extra: &[&str]) -> (anyhow::Result<Sandbox>, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut stdin = std::io::empty();
         let env = |_: &str| None;
@@ -273,10 +272,17 @@ mod tests {
             err: &mut err,
             stdin: &mut stdin,
             env: &env,
-            cwd: dir.path().to_path_buf(),
+            cwd: dir.to_path_buf(),
         };
-        let s = start(&args(&[]), &mut io).await.unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let s = start(&args(extra), &mut io).await;
+        (s, String::from_utf8(out).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sandbox_serves_the_spec_and_writes_a_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, text) = start_in(dir.path(), &[]).await;
+        let s = s.unwrap();
         let path = dir.path().join(DEFAULT_KUBECONFIG);
         assert!(text.contains("16 nodes (gpu[001-016]), 128 GPUs"), "{text}");
         assert!(
@@ -320,18 +326,8 @@ mod tests {
     async fn the_sandbox_operator_runs_a_job_to_completion() {
         use muster_crds::v1alpha1::{BatchJob, JobState};
         let dir = tempfile::tempdir().unwrap();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let mut stdin = std::io::empty();
-        let env = |_: &str| None;
-        let mut io = Io {
-            out: &mut out,
-            err: &mut err,
-            stdin: &mut stdin,
-            env: &env,
-            cwd: dir.path().to_path_buf(),
-        };
-        let s = start(&args(&[]), &mut io).await.unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let (s, text) = start_in(dir.path(), &[]).await;
+        let s = s.unwrap();
         assert!(
             text.contains("The Muster operator runs inside the sandbox"),
             "{text}"
@@ -380,18 +376,9 @@ mod tests {
             "nodesPerLeaf: 0\nnode: {cpus: 1, memory: 1}\n",
         )
         .unwrap();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let mut stdin = std::io::empty();
-        let env = |_: &str| None;
-        let mut io = Io {
-            out: &mut out,
-            err: &mut err,
-            stdin: &mut stdin,
-            env: &env,
-            cwd: dir.path().to_path_buf(),
-        };
-        let e = start(&args(&["--cluster", "c.yaml"]), &mut io)
+        let e = start_in(dir.path(), &["--cluster", "c.yaml"])
             .await
+            .0
             .err()
             .unwrap();
         let msg = format!("{e:#}");
@@ -399,8 +386,9 @@ mod tests {
             msg.contains("c.yaml") && msg.contains("nodesPerLeaf"),
             "{msg}"
         );
-        let e = start(&args(&["--cluster", "missing.yaml"]), &mut io)
+        let e = start_in(dir.path(), &["--cluster", "missing.yaml"])
             .await
+            .0
             .err()
             .unwrap();
         assert!(format!("{e:#}").contains("reading cluster spec"), "{e:#}");

@@ -46,35 +46,8 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
     let needed = c_id.max(c_submit).max(c_dur).max(c_gpu) + 1;
     let mut jobs = Vec::new();
     let mut record = csv::StringRecord::new();
-    loop {
-        let line_hint = rdr.position().line() as usize;
-        match rdr.read_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                let line = e.position().map(|p| p.line() as usize).unwrap_or(line_hint);
-                rows.bad(line, format!("unreadable CSV row: {e}"))?;
-                continue;
-            }
-        }
-        let line = record
-            .position()
-            .map(|p| p.line() as usize)
-            .unwrap_or(line_hint);
-        if record.iter().all(str::is_empty) {
-            continue;
-        }
-        if record.len() < needed {
-            rows.bad(
-                line,
-                format!(
-                    "{} field(s), expected {} ({HEADER})",
-                    record.len(),
-                    headers.len()
-                ),
-            )?;
-            continue;
-        }
+    let expected = format!("{} ({HEADER})", headers.len());
+    while let Some(line) = rows.next_record(&mut rdr, &mut record, needed, &expected)? {
         let id = record[c_id].to_string();
         if id.is_empty() {
             rows.bad(line, "job_id is empty".into())?;

@@ -246,6 +246,45 @@ impl<'a> Rows<'a> {
         Ok(())
     }
 
+    /// Reads the next non-blank CSV record with at least `needed` fields into `record` and
+    /// returns its line; unreadable and short rows go through [`Rows::bad`]. `None`: end of
+    /// input. `expected` says what a full row holds, for the short-row message.
+    pub(crate) fn next_record<R: std::io::Read>(
+        &mut self,
+        rdr: &mut csv::Reader<R>,
+        record: &mut csv::StringRecord,
+        needed: usize,
+        expected: &str,
+    ) -> Result<Option<usize>, TraceError> {
+        loop {
+            let line_hint = rdr.position().line() as usize;
+            match rdr.read_record(record) {
+                Ok(false) => return Ok(None),
+                Ok(true) => {}
+                Err(e) => {
+                    let line = e.position().map(|p| p.line() as usize).unwrap_or(line_hint);
+                    self.bad(line, format!("unreadable CSV row: {e}"))?;
+                    continue;
+                }
+            }
+            let line = record
+                .position()
+                .map(|p| p.line() as usize)
+                .unwrap_or(line_hint);
+            if record.iter().all(str::is_empty) {
+                continue;
+            }
+            if record.len() < needed {
+                self.bad(
+                    line,
+                    format!("{} field(s), expected {expected}", record.len()),
+                )?;
+                continue;
+            }
+            return Ok(Some(line));
+        }
+    }
+
     pub(crate) fn file_error(&self, message: impl Into<String>) -> TraceError {
         TraceError::File {
             file: self.file.to_string(),

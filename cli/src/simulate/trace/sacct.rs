@@ -77,35 +77,8 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
         + 1;
     let mut jobs = Vec::new();
     let mut record = csv::StringRecord::new();
-    loop {
-        let line_hint = rdr.position().line() as usize;
-        match rdr.read_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => {
-                let line = e.position().map(|p| p.line() as usize).unwrap_or(line_hint);
-                rows.bad(line, format!("unreadable row: {e}"))?;
-                continue;
-            }
-        }
-        let line = record
-            .position()
-            .map(|p| p.line() as usize)
-            .unwrap_or(line_hint);
-        if record.iter().all(str::is_empty) {
-            continue;
-        }
-        if record.len() < needed {
-            rows.bad(
-                line,
-                format!(
-                    "{} field(s), expected {} as the header names",
-                    record.len(),
-                    headers.len()
-                ),
-            )?;
-            continue;
-        }
+    let expected = format!("{} as the header names", headers.len());
+    while let Some(line) = rows.next_record(&mut rdr, &mut record, needed, &expected)? {
         match row(
             &record, c_id, c_submit, c_start, c_end, c_tres, c_nodes, c_limit, c_part, c_ns, line,
         ) {
