@@ -149,10 +149,12 @@ async fn howto_script_runs_to_completion() {
     let line = sim
         .until_squeue(id, "%j %P %T %D %C %b %N", |l| l.contains(" RUNNING "))
         .await;
-    // 8 nodes x 1 task x 96 CPUs; 8 GPUs per node (Slurm 22.05 spells it gres:gpu:8).
+    // 8 nodes x 1 task x 96 CPUs, but --exclusive holds every CPU of its 8 nodes (224 each),
+    // and %C shows what is held, as Slurm's AllocCPUS; 8 GPUs per node (Slurm 22.05 spells
+    // it gres:gpu:8).
     assert_eq!(
         line,
-        "train blackwell RUNNING 8 768 gres:gpu:8 gpu[001-008]"
+        "train blackwell RUNNING 8 1792 gres:gpu:8 gpu[001-008]"
     );
 
     // Every rank exits 0: one pod per node, each running the script.

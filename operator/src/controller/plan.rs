@@ -1388,14 +1388,16 @@ fn admit(
     st.num_nodes = Some(s.nodes.len() as u32);
     st.num_tasks = Some(tasks.len() as u32);
     st.num_gpus = Some(tasks.iter().map(|t| t.gpus.len() as u32).sum());
-    st.num_cpus = Some(
-        tasks
+    // As Slurm's AllocCPUS: an exclusive job holds its nodes' every CPU, not just those asked.
+    let cpu_millis: u64 = if s.exclusive {
+        s.nodes
             .iter()
-            .map(|t| t.cpu_millis)
-            .sum::<u64>()
-            .div_ceil(1000)
-            .min(u64::from(u32::MAX)) as u32,
-    );
+            .map(|&n| nodes.nodes[n as usize].cpu_millis)
+            .sum()
+    } else {
+        tasks.iter().map(|t| t.cpu_millis).sum()
+    };
+    st.num_cpus = Some(cpu_millis.div_ceil(1000).min(u64::from(u32::MAX)) as u32);
     tracing::debug!(
         job = %w.name,
         id = w.id.unwrap_or(0),
