@@ -57,6 +57,30 @@ pub async fn gpunodes(cluster: &Cluster) -> Vec<GpuNode> {
     }
 }
 
+/// The operator's persisted fair-share usage (ConfigMap `muster-fairshare` in the operator's
+/// namespace `operator_ns`). `None` when it cannot be read (not there yet, or RBAC):
+/// priorities are then computed without usage.
+pub async fn fair_share_usage(
+    cluster: &Cluster,
+    operator_ns: &str,
+) -> Option<muster_operator::controller::usage::Record> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use muster_operator::controller::usage::{CONFIGMAP, KEY, Record};
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), operator_ns);
+    match api.get_opt(CONFIGMAP).await {
+        Ok(cm) => {
+            let text = cm?.data?.remove(KEY)?;
+            serde_json::from_str::<Record>(&text)
+                .map_err(|e| tracing::debug!(error = %e, "unreadable fair-share record"))
+                .ok()
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the fair-share usage");
+            None
+        }
+    }
+}
+
 /// BatchJobs of every namespace when allowed (node states need every allocation), else of
 /// the current namespace.
 pub async fn batchjobs_all_or_own(cluster: &Cluster) -> anyhow::Result<Vec<BatchJob>> {

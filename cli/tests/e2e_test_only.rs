@@ -141,6 +141,71 @@ async fn test_only_estimates_with_the_scheduling_core() {
     sim.stop().await;
 }
 
+/// The operator's persisted fair-share usage orders the queue `--test-only` sees: a job of a
+/// namespace that used little passes one of a namespace that used much, as in the operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_only_weighs_the_operators_fair_share_usage() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::PostParams;
+    let sim = Sim::start().await;
+    let client = sim.cluster.client();
+    let ns: Namespace = serde_json::from_value(
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "heavy"}}),
+    )
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let whole = ["-t", "10", "-N", "8", "--exclusive", "--wrap", "sleep 1000"];
+    let mut filler = vec!["sbatch", "--parsable"];
+    filler.extend(whole);
+    let (ok, out, err) = sim.run(&filler).await;
+    assert!(ok, "{err}");
+    let filler: u64 = out.trim().parse().unwrap();
+    sim.until_state(filler, "RUNNING").await;
+    let started = Api::<BatchJob>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.clone())
+        .unwrap()
+        .0
+        .as_second();
+    // A whole-cluster job of namespace "heavy" waits behind the filler.
+    let mut queued = vec!["-n", "heavy", "sbatch", "--parsable"];
+    queued.extend(whole);
+    let (ok, _, err) = sim.run(&queued).await;
+    assert!(ok, "{err}");
+    let mut probe = vec!["sbatch", "--test-only"];
+    probe.extend(whole);
+
+    // Equal usage: the earlier "heavy" job goes first, so ours starts after both.
+    let (ok, _, err) = sim.run(&probe).await;
+    assert!(ok, "{err}");
+    assert_eq!(parse_line(&err).0.as_second(), started + 1200, "{err}");
+
+    // The operator recorded that "heavy" used the cluster: ours now goes first.
+    let now = jiff::Timestamp::now().as_second();
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "muster-fairshare", "namespace": e2e_support::OPERATOR_NS},
+        "data": {"usage.json": format!("{{\"time\":{now},\"usage\":{{\"heavy\":1.0e9}}}}")}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client, e2e_support::OPERATOR_NS)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    let (ok, _, err) = sim.run(&probe).await;
+    assert!(ok, "{err}");
+    assert_eq!(parse_line(&err).0.as_second(), started + 600, "{err}");
+    sim.stop().await;
+}
+
 /// `kubectl` on PATH, or `None` (the test is skipped with a note, unless
 /// `MUSTER_REQUIRE_KUBECTL=1`).
 fn kubectl_present() -> bool {

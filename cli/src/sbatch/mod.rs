@@ -349,11 +349,16 @@ async fn print_test_only(
     let nodes = crate::fetch::nodes(cluster).await?;
     let gpunodes = crate::fetch::gpunodes(cluster).await;
     let jobs = crate::fetch::batchjobs_all_or_own(cluster).await?;
+    // The operator's namespace: the chart's default unless told (`MUSTER_OPERATOR_NAMESPACE`).
+    let operator_ns =
+        (io.env)("MUSTER_OPERATOR_NAMESPACE").unwrap_or_else(|| "muster-system".to_string());
+    let usage = crate::fetch::fair_share_usage(cluster, &operator_ns).await;
     let world = test_only::World {
         partitions: &partitions,
         nodes: &nodes,
         gpunodes: &gpunodes,
         jobs: &jobs,
+        usage: usage.as_ref(),
     };
     let now = jiff::Timestamp::now().as_second();
     let estimate = test_only::estimate(job, world, now)?;

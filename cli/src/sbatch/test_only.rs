@@ -5,9 +5,10 @@
 //! functions (`muster_operator::controller::translate`), so the estimate follows the same
 //! rules as the real cycle: running jobs hold their recorded allocations until their time
 //! limits, waiting jobs keep their places in the queue, and the job under test joins the queue
-//! as a job submitted now. What the operator knows and the API does not — fair-share usage
-//! kept in its memory, pods of stopped jobs still terminating — is left out, so the estimate
-//! can be a little early.
+//! as a job submitted now. Fair-share usage comes from what the operator last persisted
+//! (ConfigMap `muster-fairshare`, at most a minute old), brought up to now with the running
+//! jobs. Pods of stopped jobs still terminating are not seen, so the estimate can be a little
+//! early.
 
 use std::collections::HashMap;
 
@@ -16,6 +17,7 @@ use kube::ResourceExt;
 use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
 use muster_operator::controller::translate::{self, NodeTable, join_errors, secs};
+use muster_operator::controller::usage;
 use muster_operator::core::{self, JobId, Snapshot};
 
 /// Where and when the job would start.
@@ -78,6 +80,8 @@ pub struct World<'a> {
     pub gpunodes: &'a [GpuNode],
     /// Every BatchJob (all namespaces when readable).
     pub jobs: &'a [BatchJob],
+    /// The operator's persisted fair-share usage, when readable.
+    pub usage: Option<&'a usage::Record>,
 }
 
 /// Reasons that keep a waiting job out of the operator's queue (it never passes them to the
@@ -186,6 +190,16 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
         max_reservations: snap.pending.len(),
         ..core::Config::default()
     };
+    if let Some(rec) = world.usage {
+        // As the operator's next cycle would: decayed to now, running jobs' GPU time added.
+        snap.usage = core::priority::decay_usage(
+            &rec.usage,
+            &snap.running,
+            rec.time,
+            now,
+            cfg.fair_share_half_life_secs,
+        );
+    }
     let decisions = core::schedule(&snap, now, &cfg);
     let part_name = table.name(part).to_string();
     let name_of = |n: &core::NodeId| {
