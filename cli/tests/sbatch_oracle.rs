@@ -406,6 +406,11 @@ fn precedence_matches_slurm() {
             &[],
             &[("partition", "gpu"), ("test-only", "set"), ("wait", "set")],
         ),
+        (
+            &[],
+            &[("SBATCH_WAIT", "1")],
+            &[("partition", "gpu"), ("wait", "set")],
+        ),
     ];
     let live = oracle_available("precedence_matches_slurm");
     let dir = script_path("edge", "");

@@ -233,6 +233,7 @@ pub const ENV_OPTIONS: &[(&str, &str)] = &[
     ("SBATCH_PARTITION", "partition"),
     ("SBATCH_REQUEUE", "requeue"),
     ("SBATCH_TIMELIMIT", "time"),
+    ("SBATCH_WAIT", "wait"),
 ];
 
 /// Slurm's other `SBATCH_*` input variables: ignored with a warning.
@@ -268,7 +269,6 @@ const ENV_IGNORED: &[&str] = &[
     "SBATCH_THREAD_SPEC",
     "SBATCH_THREADS_PER_CORE",
     "SBATCH_USE_MIN_NODES",
-    "SBATCH_WAIT",
     "SBATCH_WAIT_ALL_NODES",
     "SBATCH_WCKEY",
 ];
@@ -284,7 +284,7 @@ pub fn parse_env(
     for &(var, long) in ENV_OPTIONS {
         let Some(value) = env(var) else { continue };
         let arg = match long {
-            "requeue" | "no-requeue" => format!("--{long}"),
+            "requeue" | "no-requeue" | "wait" => format!("--{long}"),
             "exclusive" if value.is_empty() => "--exclusive".to_string(),
             _ => format!("--{long}={value}"),
         };
