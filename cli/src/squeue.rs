@@ -517,13 +517,14 @@ pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         for w in warnings {
             writeln!(io.err, "squeue: error: {w}")?;
         }
+        // As squeue.c: the date heads every report of -i and of -l (unless -h).
+        if !args.noheader && (args.iterate.is_some() || args.long) {
+            writeln!(io.out, "{}", date_line(now, &tz))?;
+        }
         let Some(secs) = args.iterate else {
             write!(io.out, "{text}")?;
             return Ok(());
         };
-        if !args.noheader {
-            writeln!(io.out, "{}", date_line(now, &tz))?;
-        }
         writeln!(io.out, "{text}")?;
         io.out.flush()?;
         tokio::time::sleep(std::time::Duration::from_secs(secs)).await;

@@ -379,9 +379,9 @@ async fn squeue_iterates() {
         .iter()
         .map(Into::into)
         .collect();
-    let run = muster_cli::run_on(argv, Some(cluster), &mut io);
+    let iterating = muster_cli::run_on(argv, Some(cluster), &mut io);
     assert!(
-        tokio::time::timeout(Duration::from_millis(3500), run)
+        tokio::time::timeout(Duration::from_millis(3500), iterating)
             .await
             .is_err(),
         "squeue -i runs until interrupted"
@@ -396,4 +396,15 @@ async fn squeue_iterates() {
         assert_eq!(lines[0].len(), 24, "{r}");
         assert_eq!(&lines[1..], ["JOBID STATE", "1001 PENDING"], "{r}");
     }
+
+    // -l heads its one report with the date too; -h drops both.
+    let (ok, out, err) = run(&client, &["muster", "squeue", "-l", "-o", "%i %T"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0].len(), 24, "{out}");
+    assert_eq!(&lines[1..], ["JOBID STATE", "1001 PENDING"], "{out}");
+    let (ok, out, err) = run(&client, &["muster", "squeue", "-l", "-h", "-o", "%i %T"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "1001 PENDING\n");
 }
