@@ -411,6 +411,16 @@ fn precedence_matches_slurm() {
             &[("SBATCH_WAIT", "1")],
             &[("partition", "gpu"), ("wait", "set")],
         ),
+        (
+            &["--export=ALL,NCCL_DEBUG=INFO"],
+            &[],
+            &[("partition", "gpu"), ("export", "ALL,NCCL_DEBUG=INFO")],
+        ),
+        (
+            &[],
+            &[("SBATCH_EXPORT", "NONE,A=1")],
+            &[("partition", "gpu"), ("export", "NONE,A=1")],
+        ),
     ];
     let live = oracle_available("precedence_matches_slurm");
     let dir = script_path("edge", "");

@@ -222,6 +222,49 @@ fn image_and_script_arguments_go_to_the_task_container() {
 }
 
 #[test]
+fn export_sets_task_variables_and_refuses_bare_names() {
+    let p = ours(
+        "howto",
+        "torchrun_multinode.sh",
+        &["--dry-run", "--export=ALL,NCCL_DEBUG=INFO,EMPTY="],
+        &[],
+    )
+    .unwrap();
+    let c = &p
+        .job
+        .spec
+        .template
+        .expect("template")
+        .spec
+        .unwrap()
+        .containers[0];
+    let env: Vec<(&str, Option<&str>)> = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.as_str(), e.value.as_deref()))
+        .collect();
+    assert_eq!(env, [("NCCL_DEBUG", Some("INFO")), ("EMPTY", Some(""))]);
+    assert_eq!(c.image, None, "the image stays the partition's default");
+
+    // A bare name would copy the submitting shell's value, which Muster never does.
+    let refused = |arg: &str| {
+        let argv = ["muster", "sbatch", arg, "x.sh"].map(Into::into).to_vec();
+        muster_cli::parse_args(argv)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let msg = refused("--export=ALL,HOME");
+    assert!(
+        msg.contains("--export") && msg.contains("HOME=VALUE"),
+        "{msg}"
+    );
+    let msg = refused("--export=1X=2");
+    assert!(msg.contains("not a variable name"), "{msg}");
+}
+
+#[test]
 fn manifests_render_as_yaml_and_json() {
     let j = job("gres_mpirun.sh");
     let yaml = render_manifest(&j, ManifestFormat::Yaml).unwrap();

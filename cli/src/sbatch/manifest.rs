@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use muster_crds::labels;
@@ -247,17 +247,33 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         annotations.insert(labels::ERROR.to_string(), err.clone());
     }
 
-    let template = (o.image.is_some() || !source.args.is_empty()).then(|| PodTemplateSpec {
-        metadata: None,
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: TASK_CONTAINER.to_string(),
-                image: o.image.clone(),
-                args: (!source.args.is_empty()).then(|| source.args.clone()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
+    // Validated when parsed; an invalid value cannot reach here.
+    let env: Vec<EnvVar> = o
+        .export
+        .as_deref()
+        .and_then(|e| super::values::export_vars(e).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name,
+            value: Some(value),
+            ..EnvVar::default()
+        })
+        .collect();
+    let template = (o.image.is_some() || !source.args.is_empty() || !env.is_empty()).then(|| {
+        PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: TASK_CONTAINER.to_string(),
+                    image: o.image.clone(),
+                    args: (!source.args.is_empty()).then(|| source.args.clone()),
+                    env: (!env.is_empty()).then_some(env),
+                    ..Container::default()
+                }],
+                ..PodSpec::default()
+            }),
+        }
     });
 
     let spec = BatchJobSpec {

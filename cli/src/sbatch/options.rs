@@ -155,6 +155,12 @@ pub struct SbatchOptions {
     #[arg(short = 'W', long, action = ArgAction::SetTrue)]
     pub wait: bool,
 
+    /// Variables set in every task's environment: `[ALL|NONE][,VAR=VALUE]...`. The submitting
+    /// shell's environment is never copied into pods (ALL and NONE both mean "the image's
+    /// environment"), so every variable needs a value.
+    #[arg(long, value_name = "[ALL|NONE][,VAR=VALUE]...", value_parser = values::export)]
+    pub export: Option<String>,
+
     /// Container image for the tasks (Muster). Default: the partition's defaultImage.
     #[arg(long, value_name = "IMAGE", allow_hyphen_values = true, value_parser = values::image)]
     pub image: Option<String>,
@@ -210,6 +216,7 @@ impl SbatchOptions {
             verbose: self.verbose.max(lower.verbose),
             test_only: self.test_only || lower.test_only,
             wait: self.wait || lower.wait,
+            export: self.export.or(lower.export),
             image: self.image.or(lower.image),
             unsupported: Unsupported {
                 given: [self.unsupported.given, lower.unsupported.given].concat(),
@@ -288,7 +295,6 @@ unsupported! {
     "delay-boot" None, Required, NOT_IMPLEMENTED;
     "distribution" Some('m'), Required, "tasks are placed in blocks on each node; see --ntasks-per-node";
     "exclude" Some('x'), Required, "choose nodes by feature with --constraint (node labels muster.dev/feature.NAME)";
-    "export" None, Required, "the task environment comes from the container image; set variables in the script";
     "export-file" None, Required, "the task environment comes from the container image; set variables in the script";
     "extra-node-info" Some('B'), Required, "ask for CPUs with --cpus-per-task";
     "get-user-env" None, Optional, "the task environment comes from the container image";

@@ -219,6 +219,7 @@ pub const ENV_OPTIONS: &[(&str, &str)] = &[
     ("SBATCH_CONSTRAINT", "constraint"),
     ("SBATCH_ERROR", "error"),
     ("SBATCH_EXCLUSIVE", "exclusive"),
+    ("SBATCH_EXPORT", "export"),
     ("SBATCH_GPU_BIND", "gpu-bind"),
     ("SBATCH_GPUS", "gpus"),
     ("SBATCH_GPUS_PER_NODE", "gpus-per-node"),
@@ -248,7 +249,6 @@ const ENV_IGNORED: &[&str] = &[
     "SBATCH_DEBUG",
     "SBATCH_DELAY_BOOT",
     "SBATCH_DISTRIBUTION",
-    "SBATCH_EXPORT",
     "SBATCH_GET_USER_ENV",
     "SBATCH_GPU_FREQ",
     "SBATCH_GRES_FLAGS",
@@ -543,6 +543,7 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("parsable", o.parsable.then(|| "set".to_string()));
     put("test-only", o.test_only.then(|| "set".to_string()));
     put("wait", o.wait.then(|| "set".to_string()));
+    put("export", o.export.clone());
     put("image", o.image.clone());
     m
 }

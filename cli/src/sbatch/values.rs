@@ -83,6 +83,36 @@ pub fn image(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// `--export`: `ALL`, `NONE` and `VAR=VALUE` items, comma-separated.
+pub fn export(s: &str) -> Result<String, String> {
+    export_vars(s).map(|_| s.to_string())
+}
+
+/// The `VAR=VALUE` items of an `--export` value, in order (`ALL`/`NONE` dropped).
+pub fn export_vars(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut vars = Vec::new();
+    for item in s.split(',') {
+        if item.eq_ignore_ascii_case("ALL") || item.eq_ignore_ascii_case("NONE") {
+            continue;
+        }
+        let (name, value) = item.split_once('=').ok_or_else(|| {
+            format!(
+                "{item:?} has no value: give {item}=VALUE (Muster does not copy the submitting \
+                 shell's environment into pods)"
+            )
+        })?;
+        let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "{name:?} is not a variable name: letters, digits and '_', not starting with a digit"
+            ));
+        }
+        vars.push((name.to_string(), value.to_string()));
+    }
+    Ok(vars)
+}
+
 /// The reason a value does not parse, without the library's "invalid X \"value\":" lead
 /// (the caller names the option and the value).
 fn why(e: SyntaxError) -> String {
