@@ -238,3 +238,35 @@ async fn sbatch_wait_exits_with_the_jobs_exit_code() {
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
     sim.stop().await;
 }
+
+/// The sandbox's advice works: `--export` gives the (simulated) tasks a run time, after which
+/// they exit 0 and the job completes on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exported_run_time_ends_the_job() {
+    let sim = Sim::start().await;
+    let (ok, out, err) = sim
+        .run(&[
+            "sbatch",
+            "--parsable",
+            "-N",
+            "2",
+            "--ntasks-per-node=2",
+            "--gpus-per-task=1",
+            &format!("--export=ALL,{}=1", muster_e2e::kubelet::ENV_RUN_SECONDS),
+            "--wrap",
+            "mpirun hostname",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let id = out.trim().to_string();
+    let done = sim
+        .until_sacct(&id, "JobID,State,ExitCode,NNodes", |o| {
+            o.contains("COMPLETED")
+        })
+        .await;
+    assert_eq!(
+        done,
+        format!("JobID|State|ExitCode|NNodes\n{id}|COMPLETED|0:0|2\n")
+    );
+    sim.stop().await;
+}
