@@ -386,14 +386,27 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         }
     }
     // Pods of one gang are created concurrently: a gang of 32 is one round trip deep.
-    let creates = jp.create.iter().map(|p| async move {
+    // Each pod is built just before it is written (see `PodsToCreate`).
+    let create = &jp.create;
+    let creates = create.ranks().iter().map(|&rank| async move {
+        let p = match create.build(rank) {
+            Ok(p) => p,
+            Err(e) => {
+                // The planner checked the job builds; nothing is written for it this cycle.
+                ctx.fail(&ApiError::Status {
+                    code: 422,
+                    message: e.to_string(),
+                });
+                return false;
+            }
+        };
         let pname = p.metadata.name.clone().unwrap_or_default();
         if ctx.gate(WriteKind::PodCreate, &pname).is_err() {
             return false;
         }
-        match ctx.api.create_pod(p).await {
+        match ctx.api.create_pod(&p).await {
             Ok(()) => {
-                if let Some(o) = PodObs::from_pod(p) {
+                if let Some(o) = PodObs::from_pod(&p) {
                     ctx.with(|r| r.created_pods.push(o));
                 }
                 true
@@ -501,13 +514,13 @@ pub async fn execute(
     concurrency: usize,
     finalizers: &(dyn Fn(&str) -> Vec<String> + Sync),
 ) -> ExecReport {
-    let ctx = Ctx {
+    let state = Ctx {
         api,
         faults,
         dead: AtomicBool::new(false),
         report: std::sync::Mutex::new(ExecReport::default()),
     };
-    let ctx = &ctx;
+    let ctx = &state;
     stream::iter(plan.jobs)
         .for_each_concurrent(concurrency.max(1), |jp| {
             let fin = finalizers(&jp.uid);
@@ -523,8 +536,5 @@ pub async fn execute(
             Err(e) => ctx.fail(&e),
         }
     }
-    ctx.report
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or_else(|e| e.into_inner().clone())
+    state.report.into_inner().unwrap_or_else(|e| e.into_inner())
 }

@@ -28,6 +28,7 @@ pub mod pods;
 pub mod quantity;
 pub mod runner;
 pub mod status;
+pub mod taskpod;
 pub mod translate;
 pub mod usage;
 

@@ -56,6 +56,7 @@ use crate::core::{
 use super::deps::{self, Asker, DepIndex, DepJob, DepState};
 use super::pods::{self, JobContext};
 use super::status::{self, INVALID_SPEC, LAUNCH_FAILURE};
+use super::taskpod::{TaskContainerStatus, TaskPod};
 use super::translate::{
     self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
 };
@@ -115,6 +116,11 @@ impl PodObs {
     /// Reads a pod (which may have been trimmed by the reflector: labels, annotations, owner,
     /// the first container's name and the status are what is used).
     pub fn from_pod(p: &Pod) -> Option<PodObs> {
+        PodObs::from_task_pod(&TaskPod::from_pod(p))
+    }
+
+    /// Reads a cached [`TaskPod`] (what the pod reflector keeps).
+    pub fn from_task_pod(p: &TaskPod) -> Option<PodObs> {
         let job = p.labels().get(labels::BATCHJOB)?.clone();
         let num = |k: &str| p.labels().get(k).and_then(|v| v.parse::<u32>().ok());
         let st = p.status.as_ref();
@@ -128,12 +134,13 @@ impl PodObs {
         let main = p
             .spec
             .as_ref()
-            .and_then(|s| s.containers.first())
+            .and_then(|s| s.containers.as_deref())
+            .and_then(|c| c.first())
             .map(|c| c.name.as_str());
         let statuses = st
             .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or(&[]);
-        let term = |c: &k8s_openapi::api::core::v1::ContainerStatus| {
+        let term = |c: &TaskContainerStatus| {
             c.state
                 .as_ref()
                 .and_then(|s| s.terminated.as_ref())
@@ -184,7 +191,10 @@ impl PodObs {
             deleting: p.metadata.deletion_timestamp.is_some(),
             exit,
             failure,
-            alloc: pods::pod_allocation(p),
+            alloc: p
+                .annotations()
+                .get(pods::TASK_ANNOTATION)
+                .and_then(|a| serde_json::from_str(a).ok()),
         })
     }
 
@@ -348,8 +358,8 @@ pub struct JobPlan {
     pub status: Option<StatusWrite>,
     /// The headless Service to create.
     pub service: Option<Service>,
-    /// Pods to create.
-    pub create: Vec<Pod>,
+    /// Pods to create (built as they are written).
+    pub create: PodsToCreate,
     /// Pods to delete (names; each with its own grace period).
     pub delete: Vec<String>,
     /// Array elements to create.
@@ -362,6 +372,99 @@ pub struct JobPlan {
     pub events: Vec<JobEvent>,
     /// Metrics to record when the status write succeeds.
     pub effects: Vec<Effect>,
+}
+
+/// Task pods to create, built only when they are written: a cycle that admits 1,400 gangs
+/// would otherwise hold 45,000 complete pod objects (each with its environment) until its
+/// last write; built one job at a time, at most the writer's concurrency exist at once.
+#[derive(Clone, Debug, Default)]
+pub struct PodsToCreate {
+    src: Option<Arc<PodSource>>,
+    ranks: Vec<u32>,
+}
+
+/// What a job's pods are built from (an owned [`JobContext`]).
+#[derive(Debug)]
+struct PodSource {
+    job: BatchJob,
+    job_id: u64,
+    attempt: u32,
+    tasks: Vec<TaskAllocation>,
+    partition: Option<Partition>,
+    partition_name: String,
+    array: Option<(u64, u32)>,
+    gpus_per_node: Option<String>,
+    gpus_per_task: Option<String>,
+}
+
+impl PodsToCreate {
+    /// The pods of `ranks`, checked to be buildable (every rank allocated, and the first
+    /// pod built: everything else that can fail is the same for every rank).
+    fn new(ctx: &JobContext<'_>, ranks: Vec<u32>) -> Result<PodsToCreate, pods::BuildError> {
+        if let Some(r) = ranks
+            .iter()
+            .find(|r| !ctx.tasks.iter().any(|t| t.rank == **r))
+        {
+            return Err(pods::BuildError::NoSuchRank(*r));
+        }
+        if let Some(r) = ranks.first() {
+            pods::build_pod(ctx, *r)?;
+        }
+        Ok(PodsToCreate {
+            src: Some(Arc::new(PodSource {
+                job: ctx.job.clone(),
+                job_id: ctx.job_id,
+                attempt: ctx.attempt,
+                tasks: ctx.tasks.to_vec(),
+                partition: ctx.partition.cloned(),
+                partition_name: ctx.partition_name.to_string(),
+                array: ctx.array,
+                gpus_per_node: ctx.gpus_per_node.map(str::to_string),
+                gpus_per_task: ctx.gpus_per_task.map(str::to_string),
+            })),
+            ranks,
+        })
+    }
+
+    /// No pods.
+    pub fn is_empty(&self) -> bool {
+        self.ranks.is_empty()
+    }
+
+    /// How many pods.
+    pub fn len(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The ranks, in order.
+    pub fn ranks(&self) -> &[u32] {
+        &self.ranks
+    }
+
+    /// Builds the pod of `rank`.
+    pub fn build(&self, rank: u32) -> Result<Pod, pods::BuildError> {
+        let s = self
+            .src
+            .as_ref()
+            .ok_or(pods::BuildError::NoSuchRank(rank))?;
+        let ctx = JobContext {
+            job: &s.job,
+            job_id: s.job_id,
+            attempt: s.attempt,
+            tasks: &s.tasks,
+            partition: s.partition.as_ref(),
+            partition_name: &s.partition_name,
+            array: s.array,
+            gpus_per_node: s.gpus_per_node.as_deref(),
+            gpus_per_task: s.gpus_per_task.as_deref(),
+        };
+        pods::build_pod(&ctx, rank)
+    }
+
+    /// Builds every pod.
+    pub fn build_all(&self) -> Result<Vec<Pod>, pods::BuildError> {
+        self.ranks.iter().map(|r| self.build(*r)).collect()
+    }
 }
 
 impl JobPlan {
@@ -1154,19 +1257,14 @@ fn step_job(
                     gpus_per_node: gpn.as_deref(),
                     gpus_per_task: gpt.as_deref(),
                 };
-                let mut built = Vec::new();
-                let mut failed = None;
-                for r in &missing {
-                    match pods::build_pod(&ctx, *r) {
-                        Ok(p) => built.push(p),
-                        Err(e) => failed = Some(e),
+                let built = match PodsToCreate::new(&ctx, missing) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        launch_failure(w, &format!("cannot build task pods: {e}"), now);
+                        delete_cur(w);
+                        return;
                     }
-                }
-                if let Some(e) = failed {
-                    launch_failure(w, &format!("cannot build task pods: {e}"), now);
-                    delete_cur(w);
-                    return;
-                }
+                };
                 if cur.is_empty() && ntasks > 1 {
                     w.plan.service = Some(pods::build_service(job));
                 }
@@ -1422,23 +1520,21 @@ fn admit(
         gpus_per_node: gpn.as_deref(),
         gpus_per_task: gpt.as_deref(),
     };
-    let mut built = Vec::with_capacity(w.st.tasks.len());
-    for t in &w.st.tasks {
-        match pods::build_pod(&ctx, t.rank) {
-            Ok(p) => built.push(p),
-            Err(e) => {
-                // check_buildable ran before queueing, so this is not expected; keep the job
-                // pending rather than record an allocation without pods.
-                let prev = w.prev.cloned().unwrap_or_default();
-                w.st.state = Some(JobState::Pending);
-                w.st.tasks = prev.tasks;
-                w.st.start_time = None;
-                w.st.node_list = None;
-                set_pending(w, INVALID_SPEC, &e.to_string());
-                return;
-            }
+    let ranks: Vec<u32> = w.st.tasks.iter().map(|t| t.rank).collect();
+    let built = match PodsToCreate::new(&ctx, ranks) {
+        Ok(b) => b,
+        Err(e) => {
+            // check_buildable ran before queueing, so this is not expected; keep the job
+            // pending rather than record an allocation without pods.
+            let prev = w.prev.cloned().unwrap_or_default();
+            w.st.state = Some(JobState::Pending);
+            w.st.tasks = prev.tasks;
+            w.st.start_time = None;
+            w.st.node_list = None;
+            set_pending(w, INVALID_SPEC, &e.to_string());
+            return;
         }
-    }
+    };
     if w.st.tasks.len() > 1 {
         w.plan.service = Some(pods::build_service(job));
     }

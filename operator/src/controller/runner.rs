@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -40,6 +40,7 @@ use super::leader::{LeaderElector, LeaseTimings};
 use super::metrics::Metrics;
 use super::plan::{self, Inputs, PlanMemory, PlanSettings, PodObs};
 use super::pods::TASK_ANNOTATION;
+use super::taskpod::TaskPod;
 use super::translate::{self, NodeTable};
 use super::usage::Usage;
 
@@ -134,7 +135,7 @@ pub struct Stores {
     /// BatchJobs.
     pub jobs: Store<BatchJob>,
     /// Task pods.
-    pub pods: Store<Pod>,
+    pub pods: Store<TaskPod>,
     /// Nodes.
     pub nodes: Store<Node>,
     /// GpuNodes.
@@ -152,9 +153,10 @@ impl Stores {
     }
 }
 
-/// Trims a pod to what the planner reads.
-pub fn trim_pod(p: &mut Pod) {
-    // At 50,000 pods every kept field counts: keep what `PodObs::from_pod` reads.
+/// Trims a task pod to what the planner reads ([`TaskPod`] already dropped the rest of the
+/// spec and status while decoding).
+pub fn trim_pod(p: &mut TaskPod) {
+    // At 50,000 pods every kept field counts: keep what `PodObs::from_task_pod` reads.
     p.metadata.managed_fields = None;
     p.metadata.generate_name = None;
     p.metadata.creation_timestamp = None;
@@ -171,53 +173,8 @@ pub fn trim_pod(p: &mut Pod) {
             r.kind.clear();
         }
     }
-    if let Some(spec) = p.spec.as_mut() {
-        let first = spec.containers.first().map(|c| c.name.clone());
-        *spec = PodSpec {
-            node_name: spec.node_name.take(),
-            containers: first
-                .map(|name| {
-                    vec![Container {
-                        name,
-                        ..Default::default()
-                    }]
-                })
-                .unwrap_or_default(),
-            ..Default::default()
-        };
-    }
-    if let Some(st) = p.status.as_mut() {
-        st.conditions = None;
-        st.pod_ips = None;
-        st.host_ips = None;
-        st.pod_ip = None;
-        st.host_ip = None;
-        st.start_time = None;
-        st.qos_class = None;
-        st.nominated_node_name = None;
-        st.init_container_statuses = None;
-        st.ephemeral_container_statuses = None;
-        for c in st.container_statuses.iter_mut().flatten() {
-            c.image.clear();
-            c.image_id.clear();
-            c.container_id = None;
-            c.volume_mounts = None;
-            c.resources = None;
-            c.allocated_resources = None;
-            c.user = None;
-            if let Some(state) = c.state.as_mut() {
-                state.running = None;
-                state.waiting = None;
-            }
-            c.last_state = c
-                .last_state
-                .take()
-                .filter(|s| s.terminated.is_some())
-                .map(|s| k8s_openapi::api::core::v1::ContainerState {
-                    terminated: s.terminated,
-                    ..Default::default()
-                });
-        }
+    if let Some(cs) = p.spec.as_mut().and_then(|s| s.containers.as_mut()) {
+        cs.truncate(1);
     }
 }
 
@@ -303,7 +260,7 @@ pub fn start_reflectors(
         metrics.clone(),
     );
     let (pods, t3) = reflect(
-        Api::<Pod>::all(client.clone()),
+        Api::<TaskPod>::all(client.clone()),
         wc().labels(labels::BATCHJOB),
         trim_pod,
         notify.clone(),
@@ -436,7 +393,9 @@ impl Recent {
         let now = Instant::now();
         for w in &r.written {
             if let Some(uid) = w.job.uid() {
-                self.jobs.insert(uid, (Arc::new(w.job.clone()), 0));
+                let mut j = w.job.clone();
+                trim_meta(&mut j);
+                self.jobs.insert(uid, (Arc::new(j), 0));
             }
         }
         for p in &r.created_pods {
@@ -461,7 +420,7 @@ struct PodCache {
 }
 
 impl PodCache {
-    fn observe(&mut self, pods: &[Arc<Pod>]) -> Vec<Arc<PodObs>> {
+    fn observe(&mut self, pods: &[Arc<TaskPod>]) -> Vec<Arc<PodObs>> {
         let mut out = Vec::with_capacity(pods.len());
         let mut next = HashMap::with_capacity(pods.len());
         for p in pods {
@@ -469,7 +428,7 @@ impl PodCache {
             let rv = p.resource_version().unwrap_or_default();
             let obs = match self.by_uid.remove(&uid) {
                 Some((r, o)) if r == rv => Some(o),
-                _ => PodObs::from_pod(p).map(Arc::new),
+                _ => PodObs::from_task_pod(p).map(Arc::new),
             };
             if let Some(o) = obs {
                 out.push(o.clone());
@@ -892,7 +851,9 @@ async fn run_cycle(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerStatus, NodeCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerStatus, NodeCondition, Pod, PodSpec, PodStatus,
+    };
 
     #[test]
     fn resource_versions_compare_as_integers() {
@@ -996,10 +957,14 @@ mod tests {
             ..Default::default()
         });
         let before = PodObs::from_pod(&p).unwrap();
+        let mut p = TaskPod::from_pod(&p);
         trim_pod(&mut p);
-        assert_eq!(PodObs::from_pod(&p).unwrap(), before);
+        assert_eq!(PodObs::from_task_pod(&p).unwrap(), before);
         assert_eq!(p.metadata.annotations.as_ref().unwrap().len(), 1);
-        assert_eq!(p.spec.as_ref().unwrap().containers.len(), 1);
+        assert_eq!(
+            p.spec.as_ref().unwrap().containers.as_ref().unwrap().len(),
+            1
+        );
 
         let mut n = translate::tests_support::kube_node("n1", true);
         n.status
