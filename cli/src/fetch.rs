@@ -65,15 +65,10 @@ pub async fn fair_share_usage(
     operator_ns: &str,
 ) -> Option<muster_operator::controller::usage::Record> {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use muster_operator::controller::usage::{CONFIGMAP, KEY, Record};
+    use muster_operator::controller::usage::{CONFIGMAP, Record};
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), operator_ns);
     match api.get_opt(CONFIGMAP).await {
-        Ok(cm) => {
-            let text = cm?.data?.remove(KEY)?;
-            serde_json::from_str::<Record>(&text)
-                .map_err(|e| tracing::debug!(error = %e, "unreadable fair-share record"))
-                .ok()
-        }
+        Ok(cm) => cm.as_ref().and_then(Record::from_configmap),
         Err(e) => {
             tracing::debug!(error = %e, "cannot read the fair-share usage");
             None

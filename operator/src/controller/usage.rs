@@ -35,6 +35,14 @@ pub struct Record {
     pub usage: BTreeMap<String, f64>,
 }
 
+impl Record {
+    /// The record a `muster-fairshare` ConfigMap holds, if it holds a readable one.
+    pub fn from_configmap(cm: &ConfigMap) -> Option<Record> {
+        let text = cm.data.as_ref()?.get(KEY)?;
+        serde_json::from_str(text).ok()
+    }
+}
+
 /// Usage in memory, with its persistence.
 pub struct Usage {
     api: Api<ConfigMap>,
@@ -63,9 +71,7 @@ impl Usage {
         let cm = self.api.get_opt(CONFIGMAP).await.map_err(api_error)?;
         self.record = cm
             .as_ref()
-            .and_then(|c| c.data.as_ref())
-            .and_then(|d| d.get(KEY))
-            .and_then(|s| serde_json::from_str::<Record>(s).ok())
+            .and_then(Record::from_configmap)
             .unwrap_or(Record {
                 time: now,
                 usage: BTreeMap::new(),
