@@ -644,3 +644,97 @@ proptest! {
         }
     }
 }
+
+/// A random history: cycles at increasing times, each followed by some jobs ending and new
+/// ones arriving, in two partitions of different tiers over the same nodes (so preemption
+/// and its grace times happen).
+#[derive(Clone, Debug)]
+struct History {
+    world: World,
+    /// Per step: seconds to the next cycle, how many running jobs end (oldest first by a
+    /// rotation), arrivals (with their partition: 0 low, 1 high).
+    steps: Vec<(u32, u8, Vec<(JobGen, bool)>)>,
+}
+
+fn history() -> impl Strategy<Value = History> {
+    (
+        world(),
+        prop::collection::vec(
+            (
+                1u32..=3600,
+                0u8..4,
+                prop::collection::vec((job_gen(), prop::bool::weighted(0.3)), 0..4),
+            ),
+            1..8,
+        ),
+    )
+        .prop_map(|(world, steps)| History { world, steps })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The simulator's path (an `Occupancy` kept between cycles and updated as jobs start,
+    /// stop and end) decides exactly what a fresh cycle over the same snapshot decides.
+    #[test]
+    fn an_occupancy_kept_between_cycles_decides_like_a_fresh_cycle(h in history()) {
+        let cfg = Config::default();
+        let mut s = build(&h.world, &cfg_plain());
+        s.partitions[0].preempt_mode = PreemptMode::Requeue;
+        s.partitions[0].grace_time_secs = 90;
+        let mut high = s.partitions[0].clone();
+        high.name = "high".into();
+        high.priority_tier = 10;
+        high.preempt_mode = PreemptMode::None;
+        s.partitions.push(high);
+        let prep = Prepared::new(&s.nodes, &s.partitions);
+        let mut occ = Occupancy::new(&prep, &s);
+        // The reference: future events derived from the node states in every cycle.
+        let mut plain = Occupancy::new_uncached(&prep, &s);
+        let mut now = NOW;
+        let mut next_id = 5_000u64;
+        for (dt, ends, arrivals) in &h.steps {
+            let fresh = schedule_prepared(&prep, &s, now, &cfg);
+            let inc = schedule_incremental(&prep, &mut occ, &s, now, &cfg);
+            prop_assert_eq!(&inc, &fresh);
+            prop_assert_eq!(&schedule_incremental(&prep, &mut plain, &s, now, &cfg), &fresh);
+            // A second call sees the occupancy unchanged by the first.
+            prop_assert_eq!(&schedule_incremental(&prep, &mut occ, &s, now, &cfg), &fresh);
+            let before: BTreeSet<JobId> = s.running.iter().map(|j| j.id).collect();
+            s.apply(&fresh, now);
+            for j in &s.running {
+                if !before.contains(&j.id) {
+                    occ.add(&prep, &s, j);
+                    plain.add(&prep, &s, j);
+                } else if let Some(since) = j.stopping_since {
+                    occ.set_stopping(&prep, j.id, since);
+                    plain.set_stopping(&prep, j.id, since);
+                }
+            }
+            prop_assert_eq!(occ.len(), s.running.len());
+            now += i64::from(*dt);
+            // Jobs being stopped whose grace has passed end, and `ends` more.
+            let mut gone: Vec<JobId> = s
+                .running
+                .iter()
+                .filter(|j| j.stopping_since.is_some_and(|t| t + 90 <= now))
+                .map(|j| j.id)
+                .collect();
+            let mut ids: Vec<JobId> = s.running.iter().map(|j| j.id).collect();
+            ids.sort_unstable();
+            gone.extend(ids.iter().rev().take(usize::from(*ends)));
+            for id in gone {
+                occ.remove_job(&prep, id);
+                plain.remove_job(&prep, id);
+                s.running.retain(|j| j.id != id);
+            }
+            for (g, hi) in arrivals {
+                next_id += 1;
+                let mut p = PendingJob::new(next_id, now, request(g));
+                p.partition = Some(u32::from(*hi));
+                p.namespace = format!("team-{}", next_id % 3);
+                s.pending.push(p);
+            }
+        }
+    }
+}

@@ -38,8 +38,8 @@ use std::time::Instant;
 use muster_operator::core::baseline::first_fit;
 use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
 use muster_operator::core::{
-    Config, Decisions, FinishedJob, JobState, Node, Partition, PendingJob, PreemptMode, Prepared,
-    Reason, RunningJob, Snapshot, Start, TaskAlloc, schedule_prepared,
+    Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,
+    Prepared, Reason, RunningJob, Snapshot, Start, TaskAlloc, schedule_incremental,
 };
 use serde::Serialize;
 
@@ -97,10 +97,18 @@ impl Policy {
     }
 
     /// One cycle. `prep` holds the partitions' switch trees and GPU hierarchies, built once
-    /// per replay: the nodes and partitions never change during one.
-    fn decide(self, prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
+    /// per replay: the nodes and partitions never change during one; `occ` the running jobs
+    /// laid onto the nodes, kept as jobs start and end.
+    fn decide(
+        self,
+        prep: &Prepared,
+        occ: &mut Occupancy,
+        snap: &Snapshot,
+        now: i64,
+        cfg: &Config,
+    ) -> Decisions {
         match self {
-            Policy::Muster | Policy::Fifo => schedule_prepared(prep, snap, now, cfg),
+            Policy::Muster | Policy::Fifo => schedule_incremental(prep, occ, snap, now, cfg),
             Policy::FirstFit => first_fit(snap, now),
         }
     }
@@ -396,6 +404,9 @@ struct Engine<'a> {
     opts: &'a SimOptions,
     /// The cluster's trees, built once (nodes and partitions are fixed for a replay).
     prep: Prepared,
+    /// What the running jobs hold, updated as they start, stop and end (so a cycle costs
+    /// what the queue costs, not what the cluster and every running job cost).
+    occ: Occupancy,
     snap: Snapshot,
     /// Waiting jobs (any order; the policy sorts).
     queue: Vec<PendingJob>,
@@ -446,18 +457,22 @@ pub fn simulate(
         let first = it.next();
         it.any(|ns| Some(ns) != first)
     };
+    let prep = Prepared::new(&cl.nodes, &w.partitions);
+    let snap = Snapshot {
+        nodes: cl.nodes.clone(),
+        partitions: w.partitions.clone(),
+        ..Default::default()
+    };
+    let occ = Occupancy::new(&prep, &snap);
     let mut e = Engine {
         cl,
         w,
         policy,
         cfg: policy.config(&opts.config),
         opts,
-        prep: Prepared::new(&cl.nodes, &w.partitions),
-        snap: Snapshot {
-            nodes: cl.nodes.clone(),
-            partitions: w.partitions.clone(),
-            ..Default::default()
-        },
+        prep,
+        occ,
+        snap,
         queue: Vec::new(),
         qpos: vec![NONE; n],
         rpos: vec![NONE; n],
@@ -682,8 +697,19 @@ impl Engine<'_> {
         }
         let picked = self.fill_pending(t);
         let t0 = Instant::now();
-        let d = self.policy.decide(&self.prep, &self.snap, t, &self.cfg);
+        let d = self
+            .policy
+            .decide(&self.prep, &mut self.occ, &self.snap, t, &self.cfg);
         self.stats.policy_secs += t0.elapsed().as_secs_f64();
+        if std::env::var_os("SIMDBG").is_some() {
+            eprintln!(
+                "CYC {} {} {} {}",
+                self.snap.pending.len(),
+                d.starts.len(),
+                d.reservations.len(),
+                t0.elapsed().as_micros()
+            );
+        }
         self.return_pending(picked.as_deref());
         self.apply(&d, t);
         if picked.is_some() {
@@ -833,6 +859,7 @@ impl Engine<'_> {
             return false;
         }
         r.stopping_since = Some(t);
+        self.occ.set_stopping(&self.prep, id, t);
         let grace = r
             .partition
             .and_then(|p| self.snap.partitions.get(p as usize))
@@ -914,6 +941,9 @@ impl Engine<'_> {
             array_job_id: p.array.as_ref().map(|a| a.array_job_id),
             array_task_id: p.array.as_ref().map(|a| a.task_id),
         });
+        if let Some(r) = self.snap.running.last() {
+            self.occ.add(&self.prep, &self.snap, r);
+        }
     }
 
     /// Changes node `n`'s held GPUs by `delta`, keeping the busy and stranded totals.
@@ -936,6 +966,7 @@ impl Engine<'_> {
     fn end(&mut self, i: usize, t: i64) {
         let pos = self.rpos[i] as usize;
         let r = self.snap.running.swap_remove(pos);
+        self.occ.remove_job(&self.prep, r.id);
         if let Some(moved) = self.snap.running.get(pos) {
             self.rpos[(moved.id - 1) as usize] = pos as u32;
         }

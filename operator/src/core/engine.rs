@@ -8,6 +8,7 @@
 //! only after an allocation changed it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -232,9 +233,16 @@ pub struct ClassKey {
     pub bind: Option<Vec<u64>>,
 }
 
+/// A class's capacities with every node idle, by class and what its filter means (filter ids
+/// are per cycle): they depend on the nodes alone, so an
+/// [`Occupancy`](super::occupancy::Occupancy) keeps them between cycles.
+pub type StaticsCache = HashMap<(ClassKey, String, String), Arc<(Caps, Caps)>, FnvBuild>;
+
 /// Per-class state.
 #[derive(Clone, Debug)]
 pub struct Class {
+    /// Its key (for the statics cache).
+    pub key: ClassKey,
     /// Partition.
     pub part: u32,
     /// Node filter.
@@ -251,7 +259,7 @@ pub struct Class {
     /// Cached capacity of leaves with holds, by window end.
     pub cache: Vec<[CacheEntry; CACHE_WAYS]>,
     /// Capacity if every node were idle: (up nodes only, all nodes).
-    pub statics: Option<(Caps, Caps)>,
+    pub statics: Option<Arc<(Caps, Caps)>>,
     /// Requests of this class that failed to start now this cycle:
     /// (need, min_nodes, max_nodes, window end, max_leaves).
     pub failures: Vec<(u32, u32, u32, i64, Option<u32>)>,
@@ -299,7 +307,7 @@ pub struct Event {
 }
 
 impl Event {
-    fn new(time: i64, pos: u32, add: Res, sub: Res) -> Event {
+    pub(crate) fn new(time: i64, pos: u32, add: Res, sub: Res) -> Event {
         Event {
             time,
             pos,
@@ -314,6 +322,92 @@ impl Event {
     /// Whether the event gives room back (so a waiting job may fit afterwards).
     pub fn adds(&self) -> bool {
         self.d.iter().any(|&x| x > 0)
+    }
+}
+
+/// A partition's future releases of running jobs, sorted, kept by an
+/// [`Occupancy`](super::occupancy::Occupancy) between cycles so a cycle's reservation search
+/// does not sort every running job's release again. Changes since the last cycle wait in
+/// `adds`/`removes` and are merged in (linear time) when a cycle first needs the list.
+#[derive(Clone, Debug, Default)]
+pub struct BaseEvents {
+    sorted: Vec<Event>,
+    adds: Vec<Event>,
+    removes: Vec<Event>,
+}
+
+fn event_key(e: &Event) -> (i64, u32, [i64; 3]) {
+    (e.time, e.pos, e.d)
+}
+
+impl BaseEvents {
+    /// Records a release.
+    pub(crate) fn add(&mut self, e: Event) {
+        self.adds.push(e);
+    }
+
+    /// Records that a release recorded before is gone.
+    pub(crate) fn remove(&mut self, e: Event) {
+        self.removes.push(e);
+    }
+
+    /// Merges the pending changes; the sorted list.
+    fn settle(&mut self) -> &[Event] {
+        if self.adds.is_empty() && self.removes.is_empty() {
+            return &self.sorted;
+        }
+        self.adds.sort_unstable_by_key(event_key);
+        self.removes.sort_unstable_by_key(event_key);
+        // A release added and removed since the last merge cancels out.
+        let (adds, removes) = (
+            std::mem::take(&mut self.adds),
+            std::mem::take(&mut self.removes),
+        );
+        let (mut a, mut r) = (Vec::with_capacity(adds.len()), Vec::new());
+        let (mut i, mut j) = (0, 0);
+        while i < adds.len() || j < removes.len() {
+            match (adds.get(i), removes.get(j)) {
+                (Some(x), Some(y)) if event_key(x) == event_key(y) => {
+                    i += 1;
+                    j += 1;
+                }
+                (Some(x), Some(y)) if event_key(x) < event_key(y) => {
+                    a.push(*x);
+                    i += 1;
+                }
+                (Some(x), None) => {
+                    a.push(*x);
+                    i += 1;
+                }
+                (_, Some(y)) => {
+                    r.push(*y);
+                    j += 1;
+                }
+                (None, None) => break,
+            }
+        }
+        let old = std::mem::take(&mut self.sorted);
+        let mut out = Vec::with_capacity(old.len() + a.len());
+        let (mut i, mut j, mut k) = (0, 0, 0);
+        while i < old.len() {
+            let o = old[i];
+            while j < a.len() && event_key(&a[j]) < event_key(&o) {
+                out.push(a[j]);
+                j += 1;
+            }
+            while k < r.len() && event_key(&r[k]) < event_key(&o) {
+                k += 1;
+            }
+            if k < r.len() && event_key(&r[k]) == event_key(&o) {
+                k += 1;
+            } else {
+                out.push(o);
+            }
+            i += 1;
+        }
+        out.extend_from_slice(&a[j..]);
+        self.sorted = out;
+        &self.sorted
     }
 }
 
@@ -392,6 +486,11 @@ impl Prepared {
         }
     }
 
+    /// Node count and name hash this was built from.
+    pub(crate) fn names(&self) -> (usize, u64) {
+        self.names
+    }
+
     /// Whether this was built from nodes with these names and this many partitions.
     pub fn fits(&self, snap: &Snapshot) -> bool {
         self.trees.len() == snap.partitions.len()
@@ -467,6 +566,19 @@ pub struct Engine<'a> {
     /// `(partition, GPU type, constraint key)` of each filter; few, so searched linearly
     /// without allocating.
     filter_keys: Vec<(u32, String, String)>,
+    /// When the nodes came from an [`Occupancy`](super::occupancy::Occupancy): each node's
+    /// state before this cycle first changed it, so the base is restored in time
+    /// proportional to what the cycle touched (see [`Engine::into_base`]).
+    undo: Vec<(NodeId, NodeState)>,
+    /// Which nodes `undo` holds (empty when not tracking).
+    saved: Vec<bool>,
+    /// Idle capacities of classes, kept across cycles by an occupancy.
+    pub statics_cache: StaticsCache,
+    /// Each partition's releases before the cycle (from an occupancy; empty otherwise).
+    pub base_events: Vec<BaseEvents>,
+    /// Changes of future free room made by this cycle, by node (when tracking), for
+    /// partitions whose events are built from `base_events` later.
+    event_log: Vec<(NodeId, Event)>,
 }
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
@@ -532,38 +644,84 @@ fn gpu_signature(node: &Node, s: &mut Vec<u8>) {
     }
 }
 
+/// Every node's state with nothing running: totals, healthy GPUs, schedulability.
+pub fn base_nodes(nodes: &[Node], prep: &Prepared) -> Vec<NodeState> {
+    let mut out = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        let gt = prep.gtree_of[i];
+        let (total, mask) = node_total(node, &prep.gpu_trees[gt as usize]);
+        let ng = prep.gpu_trees[gt as usize].len() as u32;
+        let all_mask = if ng >= 64 { u64::MAX } else { (1u64 << ng) - 1 };
+        out.push(NodeState {
+            all_total: Res {
+                gpus: ng,
+                cpu: node.cpu_millis,
+                mem: node.memory_mib,
+            },
+            all_mask,
+            healthy_mask: mask,
+            total,
+            free: total,
+            free_mask: mask,
+            sched: node.schedulable(),
+            gtree: gt,
+            releases: SmallVec::new(),
+            claims: Vec::new(),
+            profile: Vec::new(),
+        });
+    }
+    out
+}
+
+/// Free healthy GPUs on the schedulable nodes of each partition.
+pub fn part_free_gpus(prep: &Prepared, nodes: &[NodeState]) -> Vec<u64> {
+    prep.trees
+        .iter()
+        .map(|(tree, _)| {
+            tree.nodes
+                .iter()
+                .filter(|&&n| nodes[n as usize].sched)
+                .map(|&n| u64::from(nodes[n as usize].free.gpus))
+                .sum()
+        })
+        .collect()
+}
+
 impl<'a> Engine<'a> {
     /// Builds node states and partition trees from the snapshot (allocations are applied by
     /// the caller with [`Engine::hold`]).
     pub fn new(snap: &'a Snapshot, prep: &'a Prepared, now: i64) -> Engine<'a> {
-        let mut nodes = Vec::with_capacity(snap.nodes.len());
-        for (i, node) in snap.nodes.iter().enumerate() {
-            let gt = prep.gtree_of[i];
-            let (total, mask) = node_total(node, &prep.gpu_trees[gt as usize]);
-            let ng = prep.gpu_trees[gt as usize].len() as u32;
-            let all_mask = if ng >= 64 { u64::MAX } else { (1u64 << ng) - 1 };
-            nodes.push(NodeState {
-                all_total: Res {
-                    gpus: ng,
-                    cpu: node.cpu_millis,
-                    mem: node.memory_mib,
-                },
-                all_mask,
-                healthy_mask: mask,
-                total,
-                free: total,
-                free_mask: mask,
-                sched: node.schedulable(),
-                gtree: gt,
-                releases: SmallVec::new(),
-                claims: Vec::new(),
-                profile: Vec::new(),
-            });
-        }
+        let nodes = base_nodes(&snap.nodes, prep);
+        let free = part_free_gpus(prep, &nodes);
+        Engine::assemble(snap, prep, now, nodes, &free, false)
+    }
+
+    /// An engine over node states with running jobs already laid on them (an
+    /// [`Occupancy`](super::occupancy::Occupancy)'s), which records what it changes so
+    /// [`Engine::into_base`] gives the states back as they came.
+    pub fn from_base(
+        snap: &'a Snapshot,
+        prep: &'a Prepared,
+        now: i64,
+        nodes: Vec<NodeState>,
+        part_free: &[u64],
+    ) -> Engine<'a> {
+        Engine::assemble(snap, prep, now, nodes, part_free, true)
+    }
+
+    fn assemble(
+        snap: &'a Snapshot,
+        prep: &'a Prepared,
+        now: i64,
+        nodes: Vec<NodeState>,
+        part_free: &[u64],
+        track: bool,
+    ) -> Engine<'a> {
         let parts = prep
             .trees
             .iter()
-            .map(|(tree, levels)| {
+            .enumerate()
+            .map(|(pi, (tree, levels))| {
                 let nl = tree.leaves.len();
                 PartState {
                     tree,
@@ -575,14 +733,23 @@ impl<'a> Engine<'a> {
                     claim_starts: Vec::new(),
                     events: None,
                     new_events: Vec::new(),
-                    free_gpus: 0,
+                    free_gpus: part_free.get(pi).copied().unwrap_or(0),
                 }
             })
             .collect();
-        let mut e = Engine {
+        Engine {
             plain_filter: vec![None; snap.partitions.len()],
             snap,
             now,
+            saved: if track {
+                vec![false; nodes.len()]
+            } else {
+                Vec::new()
+            },
+            undo: Vec::new(),
+            statics_cache: HashMap::with_hasher(FnvBuild),
+            base_events: Vec::new(),
+            event_log: Vec::new(),
             nodes,
             gpu_trees: &prep.gpu_trees,
             parts,
@@ -591,22 +758,32 @@ impl<'a> Engine<'a> {
             class_ids: HashMap::with_hasher(FnvBuild),
             filters: Vec::new(),
             filter_keys: Vec::new(),
-        };
-        for pi in 0..e.parts.len() {
-            e.parts[pi].free_gpus = e.parts[pi]
-                .tree
-                .nodes
-                .iter()
-                .filter(|&&n| e.nodes[n as usize].sched)
-                .map(|&n| u64::from(e.nodes[n as usize].free.gpus))
-                .sum();
         }
-        e
+    }
+
+    /// Keeps node `n`'s state as it was before this cycle first changes it (when tracking).
+    fn save(&mut self, n: NodeId) {
+        if let Some(s) = self.saved.get_mut(n as usize)
+            && !*s
+        {
+            *s = true;
+            self.undo.push((n, self.nodes[n as usize].clone()));
+        }
+    }
+
+    /// The node states as [`Engine::from_base`] received them: every change of the cycle
+    /// undone.
+    pub fn into_base(mut self) -> (Vec<NodeState>, StaticsCache, Vec<BaseEvents>) {
+        for (n, st) in self.undo.drain(..) {
+            self.nodes[n as usize] = st;
+        }
+        (self.nodes, self.statics_cache, self.base_events)
     }
 
     /// Marks resources of node `n` busy now (an existing allocation, or a start), returning
     /// what was taken. `gpus` is a position mask; `whole` takes the whole node.
     pub fn hold(&mut self, n: NodeId, gpus: u64, cpu: u64, mem: u64, whole: bool) -> Res {
+        self.save(n);
         let ns = &mut self.nodes[n as usize];
         let before = ns.free;
         if whole {
@@ -636,6 +813,7 @@ impl<'a> Engine<'a> {
             return;
         }
         let t = t.max(self.now + 1);
+        self.save(n);
         let ns = &mut self.nodes[n as usize];
         ns.releases.push((t, res, job));
         if !ns.claims.is_empty() {
@@ -649,6 +827,14 @@ impl<'a> Engine<'a> {
     /// Brings the release of running job `job` on node `n` forward to `t` (preemption).
     pub fn move_release(&mut self, n: NodeId, job: u32, t: i64) {
         let t = t.max(self.now + 1);
+        if !self.nodes[n as usize]
+            .releases
+            .iter()
+            .any(|r| r.2 == job && r.0 > t)
+        {
+            return;
+        }
+        self.save(n);
         let mut moved = Vec::new();
         for r in &mut self.nodes[n as usize].releases {
             if r.2 == job && r.0 > t {
@@ -672,7 +858,35 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Sets the release of running job `job` on node `n` to `t` whether earlier or later (a
+    /// job this cycle stops: it gives its resources back when its grace time ends). Only
+    /// before the partitions' future events are built.
+    pub fn set_release(&mut self, n: NodeId, job: u32, t: i64) {
+        let t = t.max(self.now + 1);
+        self.save(n);
+        let mut changed: SmallVec<[(i64, Res); 2]> = SmallVec::new();
+        for r in &mut self.nodes[n as usize].releases {
+            if r.2 == job && r.0 != t {
+                changed.push((r.0, r.1));
+                r.0 = t;
+            }
+        }
+        let ns = &mut self.nodes[n as usize];
+        if !ns.claims.is_empty() {
+            ns.rebuild_profile(self.now);
+        }
+        for (old, res) in changed {
+            if old != NEVER {
+                self.push_event(n, Event::new(old, 0, Res::default(), res));
+            }
+            self.push_event(n, Event::new(t, 0, res, Res::default()));
+        }
+    }
+
     fn push_event(&mut self, n: NodeId, e: Event) {
+        if !self.saved.is_empty() {
+            self.event_log.push((n, e));
+        }
         for &(p, pos) in self.member_of.of(n) {
             let ps = &mut self.parts[p as usize];
             if ps.events.is_some() {
@@ -685,13 +899,35 @@ impl<'a> Engine<'a> {
     /// both sorted, and together hold every change.
     pub fn events(&mut self, part: u32) {
         let now = self.now;
+        if self.parts[part as usize].events.is_none()
+            && let Some(base) = self.base_events.get_mut(part as usize)
+        {
+            let sorted = base.settle();
+            // Releases at or before now are read as now + 1 (see `release_at`); a list with
+            // any is built afresh below.
+            if sorted.first().is_none_or(|e| e.time > now) {
+                let events = sorted.to_vec();
+                let mut recent = Vec::new();
+                for &(n, e) in &self.event_log {
+                    for &(p, pos) in self.member_of.of(n) {
+                        if p == part {
+                            recent.push(Event { pos, ..e });
+                        }
+                    }
+                }
+                let ps = &mut self.parts[part as usize];
+                ps.events = Some(events);
+                ps.new_events = recent;
+            }
+        }
         if self.parts[part as usize].events.is_none() {
             let ps = &self.parts[part as usize];
             let mut ev = Vec::new();
             for (pos, &n) in ps.tree.nodes.iter().enumerate() {
                 let ns = &self.nodes[n as usize];
                 for &(t, r, _) in ns.releases.iter().filter(|r| r.0 != NEVER) {
-                    ev.push(Event::new(t, pos as u32, r, Res::default()));
+                    // A base state's releases are not clamped to the cycle's time.
+                    ev.push(Event::new(t.max(now + 1), pos as u32, r, Res::default()));
                 }
                 for c in &ns.claims {
                     if c.start > now {
@@ -743,7 +979,18 @@ impl<'a> Engine<'a> {
 
     /// Adds a hold on node `n`.
     pub fn claim(&mut self, n: NodeId, c: Claim) {
+        self.save(n);
         let now = self.now;
+        if !self.saved.is_empty() {
+            if c.start > now {
+                self.event_log
+                    .push((n, Event::new(c.start, 0, Res::default(), c.res)));
+            }
+            if c.end > now && c.end != NEVER {
+                self.event_log
+                    .push((n, Event::new(c.end, 0, c.res, Res::default())));
+            }
+        }
         let ns = &mut self.nodes[n as usize];
         ns.claims.push(c);
         ns.rebuild_profile(now);
@@ -859,6 +1106,7 @@ impl<'a> Engine<'a> {
         }
         let nl = self.parts[part as usize].tree.leaves.len();
         self.classes.push(Class {
+            key: key.clone(),
             part,
             filter,
             demand: d.clone(),
@@ -1010,29 +1258,46 @@ impl<'a> Engine<'a> {
     pub fn statics(&mut self, cid: u32) -> &(Caps, Caps) {
         if self.classes[cid as usize].statics.is_none() {
             let c = &self.classes[cid as usize];
-            let tree = &self.parts[c.part as usize].tree;
-            let mut up = Vec::new();
-            let mut all = Vec::new();
-            for (pos, &n) in tree.nodes.iter().enumerate() {
-                let ns = &self.nodes[n as usize];
-                all.push(self.units_for_count(
-                    c,
-                    pos as u32,
-                    ns.all_total,
-                    ns.all_mask,
-                    ns.all_total,
-                ));
-                up.push(if ns.sched {
-                    self.units_for_count(c, pos as u32, ns.total, ns.healthy_mask, ns.total)
-                } else {
-                    0
-                });
-            }
-            self.classes[cid as usize].statics = Some((Caps::new(up), Caps::new(all)));
+            let (_, ty, ck) = &self.filter_keys[c.filter as usize];
+            let key = (
+                ClassKey {
+                    filter: u32::MAX,
+                    ..c.key.clone()
+                },
+                ty.clone(),
+                ck.clone(),
+            );
+            let st = match self.statics_cache.get(&key) {
+                Some(st) => st.clone(),
+                None => {
+                    let tree = &self.parts[c.part as usize].tree;
+                    let mut up = Vec::new();
+                    let mut all = Vec::new();
+                    for (pos, &n) in tree.nodes.iter().enumerate() {
+                        let ns = &self.nodes[n as usize];
+                        all.push(self.units_for_count(
+                            c,
+                            pos as u32,
+                            ns.all_total,
+                            ns.all_mask,
+                            ns.all_total,
+                        ));
+                        up.push(if ns.sched {
+                            self.units_for_count(c, pos as u32, ns.total, ns.healthy_mask, ns.total)
+                        } else {
+                            0
+                        });
+                    }
+                    let st = Arc::new((Caps::new(up), Caps::new(all)));
+                    self.statics_cache.insert(key, st.clone());
+                    st
+                }
+            };
+            self.classes[cid as usize].statics = Some(st);
         }
         self.classes[cid as usize]
             .statics
-            .as_ref()
+            .as_deref()
             .expect("just set")
     }
 }

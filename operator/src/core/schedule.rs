@@ -2,10 +2,9 @@
 //! and preemption. See the [module docs](super) for the rules.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::deps::{DepStatus, JobTable};
-use super::enforce;
 use super::engine::{
     Claim, Engine, LeafAgg, LeafView, NEVER, Prepared, SelectInput, Selection, select,
 };
@@ -14,8 +13,9 @@ use super::model::{
     PreemptMode, Preemption, Reason, Reservation, Snapshot, Start, TaskAssignment, Victim,
 };
 use super::node::NodeId;
+use super::occupancy::{Occupancy, RunInfo};
 use super::priority::{PriorityInput, fair_share_factors, priority};
-use super::shape::{Demand, Mode, Res, normalize};
+use super::shape::{Demand, Mode, normalize};
 use super::util::{NameKey, natural_cmp_keyed};
 
 /// Runs one scheduling cycle over `snap` at time `now` (seconds since the epoch).
@@ -24,7 +24,8 @@ use super::util::{NameKey, natural_cmp_keyed};
 /// decisions, whatever the order of `snap.running` and `snap.pending`.
 pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     let prep = Prepared::new(&snap.nodes, &snap.partitions);
-    Cycle::new(snap, &prep, now, cfg).run()
+    let mut occ = Occupancy::new(&prep, snap);
+    run_cycle(snap, &prep, &mut occ, now, cfg)
 }
 
 /// [`schedule`] with the cluster's trees built beforehand (see [`Prepared`]), for callers
@@ -32,7 +33,8 @@ pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
 /// not match the snapshot's nodes, it is rebuilt for this call.
 pub fn schedule_prepared(prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     if prep.fits(snap) {
-        Cycle::new(snap, prep, now, cfg).run()
+        let mut occ = Occupancy::new(prep, snap);
+        run_cycle(snap, prep, &mut occ, now, cfg)
     } else {
         schedule(snap, now, cfg)
     }
@@ -41,19 +43,6 @@ pub fn schedule_prepared(prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Confi
 /// Queue order: tier (high first), priority (high first), submit time, job id, then the
 /// pending index.
 type OrderKey = (Reverse<u32>, Reverse<u32>, i64, JobId, usize);
-
-/// A running job as the cycle tracks it.
-struct RunInfo {
-    id: JobId,
-    tier: u32,
-    mode: PreemptMode,
-    grace: i64,
-    /// Its nodes and what it holds there: a range of [`Cycle::run_nodes`].
-    nodes: std::ops::Range<u32>,
-    stopping: bool,
-    /// GPU-seconds of work lost if evicted now (GPUs × elapsed).
-    cost: u128,
-}
 
 /// One way to satisfy a job's constraint: a class (partition, node filter, per-node needs)
 /// and the feature-count requirements `(filter, nodes)`.
@@ -78,9 +67,10 @@ struct Cycle<'a> {
     now: i64,
     cfg: &'a Config,
     e: Engine<'a>,
+    /// Running jobs by slot, taken from the [`Occupancy`] for the cycle.
     run: Vec<RunInfo>,
-    /// `(node, held)` of every running job, by job (see [`RunInfo::nodes`]).
-    run_nodes: Vec<(NodeId, Res)>,
+    /// Slots this cycle marked stopping (undone when it ends).
+    stopped_now: Vec<u32>,
     array_running: BTreeMap<JobId, u32>,
     blocked: Vec<bool>,
     reservations: usize,
@@ -111,125 +101,91 @@ fn split(total: u64, k: u32, i: u32) -> u64 {
     total / k + u64::from(u64::from(i) < total % k)
 }
 
-impl<'a> Cycle<'a> {
-    fn new(snap: &'a Snapshot, prep: &'a Prepared, now: i64, cfg: &'a Config) -> Cycle<'a> {
-        let mut e = Engine::new(snap, prep, now);
-        let stops = enforce::stops(snap, now);
-        let stopped: BTreeSet<JobId> = stops.iter().map(|s| s.job).collect();
-        let mut run = Vec::with_capacity(snap.running.len());
-        let mut array_running = BTreeMap::new();
-        let mut stop_horizon = now;
-        // Running jobs in id order so that conflicting (double-booked) snapshots resolve the
-        // same way whatever the input order.
-        let mut order: Vec<usize> = (0..snap.running.len()).collect();
-        order.sort_by_key(|&i| (snap.running[i].id, i));
-        let mut per_node: Vec<(NodeId, u64, u64, u64)> = Vec::new();
-        let mut run_nodes: Vec<(NodeId, Res)> = Vec::new();
-        for (ri, &i) in order.iter().enumerate() {
-            let j = &snap.running[i];
-            let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
-            let grace = part.map(|p| p.grace_time_secs).unwrap_or(0) as i64;
-            let stopping = j.stopping_since.is_some() || stopped.contains(&j.id);
-            let release = match j.stopping_since {
-                Some(s) => end_of(j.start_time, j.time_limit).min(s.saturating_add(grace)),
-                None if stopped.contains(&j.id) => now.saturating_add(grace),
-                None => end_of(j.start_time, j.time_limit),
-            };
-            if stopping {
-                stop_horizon = stop_horizon.max(release.max(now + 1));
-            }
-            if let Some(a) = j.array_job_id {
-                *array_running.entry(a).or_insert(0) += 1;
-            }
-            // Group the job's tasks per node (a job has few nodes: a sorted small vector).
-            per_node.clear();
-            for t in &j.tasks {
-                if t.node as usize >= snap.nodes.len() {
-                    continue;
-                }
-                let gt = &e.gpu_trees[e.nodes[t.node as usize].gtree as usize];
-                let mut mask = 0u64;
-                for g in &t.gpus {
-                    if let Some(p) = gt.position(*g) {
-                        mask |= 1 << p;
-                    }
-                }
-                match per_node.iter_mut().find(|x| x.0 == t.node) {
-                    Some(x) => {
-                        x.1 |= mask;
-                        x.2 += t.cpu_millis;
-                        x.3 += t.memory_mib;
-                    }
-                    None => per_node.push((t.node, mask, t.cpu_millis, t.memory_mib)),
-                }
-            }
-            per_node.sort_unstable_by_key(|x| x.0);
-            let first = run_nodes.len() as u32;
-            for &(n, mask, cpu, mem) in &per_node {
-                let taken = e.hold(n, mask, cpu, mem, j.exclusive);
-                e.release_at(n, release, taken, ri as u32);
-                run_nodes.push((n, taken));
-            }
-            let nodes = first..run_nodes.len() as u32;
-            let elapsed = (now - j.start_time).max(0) as u128;
-            run.push(RunInfo {
-                id: j.id,
-                tier: part.map(|p| p.priority_tier).unwrap_or(u32::MAX),
-                mode: part.map(|p| p.preempt_mode).unwrap_or(PreemptMode::None),
-                grace,
-                nodes,
-                stopping,
-                cost: u128::from(j.gpu_count()) * elapsed,
-            });
+/// One cycle over the running jobs of `occ` (which must describe `snap.running`); `occ` is
+/// as before when it returns.
+pub(crate) fn run_cycle(
+    snap: &Snapshot,
+    prep: &Prepared,
+    occ: &mut Occupancy,
+    now: i64,
+    cfg: &Config,
+) -> Decisions {
+    let stops = occ.stops(snap, now);
+    let mut stop_horizon = occ.stop_horizon(now);
+    let stopped: Vec<u32> = stops.iter().map(|&(_, s)| s).collect();
+    let lowest_preemptable_tier = occ.lowest_preemptable_tier(&stopped);
+    let array_running = occ.arrays().clone();
+    let mut sizes = Vec::with_capacity(snap.partitions.len());
+    for p in 0..prep.trees.len() {
+        sizes.push(occ.part_size(p));
+    }
+    let mut active: Vec<&str> = occ.namespaces().collect();
+    active.extend(snap.pending.iter().map(|j| j.namespace.as_str()));
+    let fs = fair_share_factors(&snap.usage, active, cfg);
+    let mut run = std::mem::take(&mut occ.run);
+    let (nodes, part_free, statics, events) = occ.take_nodes();
+    let mut e = Engine::from_base(snap, prep, now, nodes, part_free);
+    e.statics_cache = statics;
+    e.base_events = events;
+    // Jobs this cycle stops give their resources back when their grace time ends.
+    for &s in &stopped {
+        let r = &mut run[s as usize];
+        r.stopping = true;
+        let release = now.saturating_add(r.grace);
+        stop_horizon = stop_horizon.max(release.max(now + 1));
+        for h in &r.nodes {
+            e.set_release(h.node, s, release);
         }
-        let out = Decisions {
-            stops,
+    }
+    let mut cycle = Cycle {
+        snap,
+        now,
+        cfg,
+        e,
+        run,
+        stopped_now: stopped,
+        array_running,
+        blocked: vec![false; snap.partitions.len()],
+        reservations: 0,
+        stop_horizon,
+        out: Decisions {
+            stops: stops.into_iter().map(|(s, _)| s).collect(),
             ..Default::default()
-        };
-        Cycle {
-            snap,
-            now,
-            cfg,
-            e,
-            run,
-            run_nodes,
-            array_running,
-            blocked: vec![false; snap.partitions.len()],
-            reservations: 0,
-            stop_horizon,
-            out,
-            buf: Vec::new(),
-            demands: Vec::new(),
-            messages: BTreeMap::new(),
-            lowest_preemptable_tier: u32::MAX,
-            deps: snap
-                .pending
-                .iter()
-                .any(|j| j.dependency.is_some())
-                .then(|| JobTable::new(snap)),
-        }
-        .with_preemptable_tier()
-    }
-
-    /// A running job's `(node, held)` pairs.
-    fn nodes_of(&self, v: usize) -> &[(NodeId, Res)] {
-        let r = &self.run[v].nodes;
-        &self.run_nodes[r.start as usize..r.end as usize]
-    }
-
-    fn with_preemptable_tier(mut self) -> Self {
-        self.lowest_preemptable_tier = self
-            .run
+        },
+        buf: Vec::new(),
+        demands: Vec::new(),
+        messages: BTreeMap::new(),
+        lowest_preemptable_tier,
+        deps: snap
+            .pending
             .iter()
-            .filter(|r| !r.stopping && r.mode != PreemptMode::None)
-            .map(|r| r.tier)
-            .min()
-            .unwrap_or(u32::MAX);
-        self
+            .any(|j| j.dependency.is_some())
+            .then(|| JobTable::new(snap)),
+    };
+    cycle.plan(&sizes, &fs);
+    let Cycle {
+        e,
+        mut run,
+        stopped_now,
+        out,
+        ..
+    } = cycle;
+    for s in stopped_now {
+        run[s as usize].stopping = false;
+    }
+    occ.run = run;
+    occ.put_nodes(e.into_base());
+    out
+}
+
+impl<'a> Cycle<'a> {
+    /// A running job's holds.
+    fn nodes_of(&self, v: usize) -> &[super::occupancy::Held] {
+        &self.run[v].nodes
     }
 
-    fn run(mut self) -> Decisions {
-        let order = self.order();
+    fn plan(&mut self, sizes: &[(u64, u64)], fs: &BTreeMap<String, f64>) {
+        let order = self.order(sizes, fs);
         for (idx, prio) in order {
             let job = &self.snap.pending[idx];
             let mut info = PendingInfo {
@@ -262,34 +218,12 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
-        self.out
     }
 
     /// Pending jobs in queue order with their priorities: partition tier, priority, submit
     /// time, job id.
-    fn order(&mut self) -> Vec<(usize, u32)> {
+    fn order(&mut self, sizes: &[(u64, u64)], fs: &BTreeMap<String, f64>) -> Vec<(usize, u32)> {
         let snap = self.snap;
-        let active = snap
-            .pending
-            .iter()
-            .map(|j| j.namespace.as_str())
-            .chain(snap.running.iter().map(|j| j.namespace.as_str()));
-        let fs = fair_share_factors(&snap.usage, active, self.cfg);
-        // Partition sizes for the job-size factor.
-        let sizes: Vec<(u64, u64)> = self
-            .e
-            .parts
-            .iter()
-            .map(|p| {
-                let gpus = p
-                    .tree
-                    .nodes
-                    .iter()
-                    .map(|&n| u64::from(self.e.nodes[n as usize].total.gpus))
-                    .sum();
-                (gpus, p.tree.nodes.len() as u64)
-            })
-            .collect();
         let mut demands = Vec::with_capacity(snap.pending.len());
         let mut keyed: Vec<OrderKey> = snap
             .pending
@@ -323,7 +257,7 @@ impl<'a> Cycle<'a> {
                         nice: j.nice,
                         fixed: j.priority,
                     },
-                    &fs,
+                    fs,
                     self.cfg,
                 );
                 demands.push(demand);
@@ -866,18 +800,17 @@ impl<'a> Cycle<'a> {
         let cands: Vec<usize> = (0..self.run.len())
             .filter(|&i| {
                 let r = &self.run[i];
-                !r.stopping
+                r.live
+                    && !r.stopping
                     && r.tier < tier
                     && r.mode != PreemptMode::None
-                    && self.run_nodes[r.nodes.start as usize..r.nodes.end as usize]
-                        .iter()
-                        .any(|(n, _)| {
-                            self.e
-                                .member_of
-                                .of(*n)
-                                .iter()
-                                .any(|&(p, _)| p as usize == part)
-                        })
+                    && r.nodes.iter().any(|h| {
+                        self.e
+                            .member_of
+                            .of(h.node)
+                            .iter()
+                            .any(|&(p, _)| p as usize == part)
+                    })
             })
             .collect();
         if cands.is_empty() {
@@ -978,10 +911,10 @@ impl<'a> Cycle<'a> {
                 .filter(|&i| {
                     self.nodes_of(i)
                         .iter()
-                        .any(|(n, _)| pos_of(*n).is_some_and(|p| range.contains(&p)))
+                        .any(|h| pos_of(h.node).is_some_and(|p| range.contains(&p)))
                 })
                 .collect();
-            vs.sort_by_key(|&i| (self.run[i].cost, self.run[i].id));
+            vs.sort_by_key(|&i| (self.run[i].cost(now), self.run[i].id));
             let mut moved = vec![false; self.run.len()];
             let mut caps: Vec<u32> = (0..npos).map(|p| cap_with(p, &moved)).collect();
             let mut chosen = Vec::new();
@@ -989,8 +922,8 @@ impl<'a> Cycle<'a> {
             for &v in &vs {
                 moved[v] = true;
                 chosen.push(v);
-                for (n, _) in self.nodes_of(v) {
-                    if let Some(p) = pos_of(*n) {
+                for h in self.nodes_of(v) {
+                    if let Some(p) = pos_of(h.node) {
                         caps[p as usize] = cap_with(p as usize, &moved);
                     }
                 }
@@ -1005,8 +938,8 @@ impl<'a> Cycle<'a> {
                 let v = chosen[k];
                 moved[v] = false;
                 let mut trial = caps.clone();
-                for (n, _) in self.nodes_of(v) {
-                    if let Some(p) = pos_of(*n) {
+                for h in self.nodes_of(v) {
+                    if let Some(p) = pos_of(h.node) {
                         trial[p as usize] = cap_with(p as usize, &moved);
                     }
                 }
@@ -1018,10 +951,10 @@ impl<'a> Cycle<'a> {
                     moved[v] = true;
                 }
             }
-            let cost: u128 = chosen.iter().map(|&v| self.run[v].cost).sum();
+            let cost: u128 = chosen.iter().map(|&v| self.run[v].cost(now)).sum();
             let key = (cost, chosen.len(), dom);
             if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2)) {
-                chosen.sort_unstable();
+                chosen.sort_unstable_by_key(|&v| self.run[v].id);
                 best = Some((cost, chosen.len(), dom, chosen, sel));
             }
         }
@@ -1029,9 +962,10 @@ impl<'a> Cycle<'a> {
         // The victims now release their resources when their grace time ends.
         for &v in &victims {
             self.run[v].stopping = true;
+            self.stopped_now.push(v as u32);
             let rel = now + self.run[v].grace.max(1);
-            for k in self.run[v].nodes.clone() {
-                let n = self.run_nodes[k as usize].0;
+            for k in 0..self.run[v].nodes.len() {
+                let n = self.run[v].nodes[k].node;
                 self.e.move_release(n, v as u32, rel);
             }
             self.stop_horizon = self.stop_horizon.max(rel);
@@ -1039,7 +973,7 @@ impl<'a> Cycle<'a> {
         self.lowest_preemptable_tier = self
             .run
             .iter()
-            .filter(|r| !r.stopping && r.mode != PreemptMode::None)
+            .filter(|r| r.live && !r.stopping && r.mode != PreemptMode::None)
             .map(|r| r.tier)
             .min()
             .unwrap_or(u32::MAX);
