@@ -645,6 +645,9 @@ proptest! {
     }
 }
 
+/// Seconds to the next cycle, jobs that end, arrivals `(job, high tier)`.
+type Step = (u32, u8, Vec<(JobGen, bool)>);
+
 /// A random history: cycles at increasing times, each followed by some jobs ending and new
 /// ones arriving, in two partitions of different tiers over the same nodes (so preemption
 /// and its grace times happen).
@@ -653,7 +656,7 @@ struct History {
     world: World,
     /// Per step: seconds to the next cycle, how many running jobs end (oldest first by a
     /// rotation), arrivals (with their partition: 0 low, 1 high).
-    steps: Vec<(u32, u8, Vec<(JobGen, bool)>)>,
+    steps: Vec<Step>,
 }
 
 fn history() -> impl Strategy<Value = History> {
