@@ -701,15 +701,6 @@ impl Engine<'_> {
             .policy
             .decide(&self.prep, &mut self.occ, &self.snap, t, &self.cfg);
         self.stats.policy_secs += t0.elapsed().as_secs_f64();
-        if std::env::var_os("SIMDBG").is_some() {
-            eprintln!(
-                "CYC {} {} {} {}",
-                self.snap.pending.len(),
-                d.starts.len(),
-                d.reservations.len(),
-                t0.elapsed().as_micros()
-            );
-        }
         self.return_pending(picked.as_deref());
         self.apply(&d, t);
         if picked.is_some() {
