@@ -254,6 +254,9 @@ pub struct Class {
     /// Capacity per leaf now, for leaves without holds (kept current from the partition's
     /// change log).
     pub base: Vec<LeafAgg>,
+    /// Units per node (by tree position) behind `base`: current for the nodes of leaves
+    /// without holds.
+    pub node_units: Vec<u32>,
     /// How much of the change log `base` has seen; `usize::MAX`: not built yet.
     pub base_seen: usize,
     /// Cached capacity of leaves with holds, by window end.
@@ -1112,6 +1115,7 @@ impl<'a> Engine<'a> {
             demand: d.clone(),
             bind,
             base: vec![LeafAgg::default(); nl],
+            node_units: vec![0; self.parts[part as usize].tree.nodes.len()],
             base_seen: usize::MAX,
             cache: vec![[CacheEntry::default(); CACHE_WAYS]; nl],
             statics: None,
@@ -1196,18 +1200,37 @@ impl<'a> Engine<'a> {
         agg
     }
 
-    /// Leaf aggregates of class `cid` for a job starting now and running until `end`: the
-    /// class's `base` (brought up to date here) with `patch` holding the leaves that have
-    /// holds, read for this window.
-    pub fn leaf_aggs_now(&mut self, cid: u32, end: i64, patch: &mut Vec<(u32, LeafAgg)>) {
+    /// Leaf `leaf`'s base aggregate for class `cid` (runs ending whenever), recording the
+    /// units per node.
+    fn base_leaf(&mut self, cid: u32, leaf: u32) {
+        let c = &self.classes[cid as usize];
+        let tree = &self.parts[c.part as usize].tree;
+        let mut agg = LeafAgg::default();
+        let range = tree.leaf(leaf).nodes.clone();
+        let mut units: SmallVec<[u32; 64]> = SmallVec::new();
+        for pos in range.clone() {
+            let (u, slack) = self.units_now(c, pos, NEVER);
+            units.push(u);
+            if u > 0 {
+                agg.units += u;
+                agg.nodes += 1;
+                agg.slack += u64::from(slack);
+            }
+        }
+        let c = &mut self.classes[cid as usize];
+        c.base[leaf as usize] = agg;
+        c.node_units[range.start as usize..range.end as usize].copy_from_slice(&units);
+    }
+
+    /// Brings class `cid`'s `base` up to date with the partition's change log.
+    pub fn catch_up_base(&mut self, cid: u32) {
         let part = self.classes[cid as usize].part as usize;
         let nl = self.parts[part].tree.leaves.len();
         let logged = self.parts[part].changed.len();
         let seen = self.classes[cid as usize].base_seen;
         if seen == usize::MAX {
             for l in 0..nl {
-                let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, NEVER);
-                self.classes[cid as usize].base[l] = agg;
+                self.base_leaf(cid, l as u32);
             }
         } else if seen < logged {
             let mut dirty: Vec<u32> = self.parts[part].changed[seen..logged].to_vec();
@@ -1217,12 +1240,19 @@ impl<'a> Engine<'a> {
             }
             for l in dirty {
                 if self.parts[part].leaf_claims[l as usize].is_empty() {
-                    let agg = self.leaf_agg_now(&self.classes[cid as usize], l, NEVER);
-                    self.classes[cid as usize].base[l as usize] = agg;
+                    self.base_leaf(cid, l);
                 }
             }
         }
         self.classes[cid as usize].base_seen = logged;
+    }
+
+    /// Leaf aggregates of class `cid` for a job starting now and running until `end`: the
+    /// class's `base` (brought up to date here) with `patch` holding the leaves that have
+    /// holds, read for this window.
+    pub fn leaf_aggs_now(&mut self, cid: u32, end: i64, patch: &mut Vec<(u32, LeafAgg)>) {
+        self.catch_up_base(cid);
+        let part = self.classes[cid as usize].part as usize;
         patch.clear();
         for i in 0..self.parts[part].claimed_leaves.len() {
             let ps = &self.parts[part];

@@ -26,6 +26,7 @@ impl Engine<'_> {
     ) -> Option<(i64, Selection)> {
         let part = self.classes[cid as usize].part;
         self.events(part);
+        self.catch_up_base(cid);
         let c = &self.classes[cid as usize];
         let ps = &self.parts[part as usize];
         let main = ps.events.as_deref().unwrap_or(&[]);
@@ -92,8 +93,17 @@ impl Engine<'_> {
             // Future GPUs are counted, not named: any of the node's GPUs may be free then.
             self.units_for_count(c, pos as u32, r, u64::MAX, ns.total)
         };
+        // Nodes of leaves without holds have what the class's base says they have now (the
+        // base names free GPUs, the sweep counts them: the same for untyped, unbound classes).
+        let base_ok = c.bind.is_none() && !self.filters[c.filter as usize].typed;
         let mut caps: Vec<u32> = (0..n)
-            .map(|p| eff(p, &raw[p], inwin[p], now, dur(now)))
+            .map(|p| {
+                if base_ok && ps.leaf_claims[tree.leaf_of[p] as usize].is_empty() {
+                    c.node_units[p]
+                } else {
+                    eff(p, &raw[p], inwin[p], now, dur(now))
+                }
+            })
             .collect();
         let mut aggs = vec![LeafAgg::default(); tree.leaves.len()];
         for (p, &u) in caps.iter().enumerate() {
