@@ -238,6 +238,19 @@ pub struct ClassKey {
 /// [`Occupancy`](super::occupancy::Occupancy) keeps them between cycles.
 pub type StaticsCache = HashMap<(ClassKey, String, String), Arc<(Caps, Caps)>, FnvBuild>;
 
+/// A class's base (per-leaf and per-node units now) as a cycle left it, with how much of the
+/// occupancy's leaf log it has seen: leaves logged since are recomputed when a later cycle
+/// uses the class again.
+#[derive(Clone, Debug)]
+pub struct CachedBase {
+    base: Vec<LeafAgg>,
+    node_units: Vec<u32>,
+    seen: usize,
+}
+
+/// Class bases kept between cycles, by the same key as [`StaticsCache`].
+pub type BaseCache = HashMap<(ClassKey, String, String), CachedBase, FnvBuild>;
+
 /// Per-class state.
 #[derive(Clone, Debug)]
 pub struct Class {
@@ -582,6 +595,11 @@ pub struct Engine<'a> {
     /// Changes of future free room made by this cycle, by node (when tracking), for
     /// partitions whose events are built from `base_events` later.
     event_log: Vec<(NodeId, Event)>,
+    /// Class bases from earlier cycles (from an occupancy; empty otherwise).
+    pub base_cache: BaseCache,
+    /// Per partition, the leaves whose nodes changed since cached bases were taken (the
+    /// occupancy's log; `CachedBase::seen` indexes it).
+    pub leaf_log: Vec<Vec<u32>>,
 }
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
@@ -753,6 +771,8 @@ impl<'a> Engine<'a> {
             statics_cache: HashMap::with_hasher(FnvBuild),
             base_events: Vec::new(),
             event_log: Vec::new(),
+            base_cache: HashMap::with_hasher(FnvBuild),
+            leaf_log: Vec::new(),
             nodes,
             gpu_trees: &prep.gpu_trees,
             parts,
@@ -1107,6 +1127,12 @@ impl<'a> Engine<'a> {
         if let Some(&id) = self.class_ids.get(&key) {
             return id;
         }
+        let cached = if self.base_cache.is_empty() {
+            None
+        } else {
+            let k = self.cache_key(&key);
+            self.base_cache.remove(&k)
+        };
         let nl = self.parts[part as usize].tree.leaves.len();
         self.classes.push(Class {
             key: key.clone(),
@@ -1124,7 +1150,74 @@ impl<'a> Engine<'a> {
         });
         let id = self.classes.len() as u32 - 1;
         self.class_ids.insert(key, id);
+        if let Some(cb) = cached {
+            // Leaves logged since the base was taken, and those this cycle changed, are read
+            // again; the rest are as the base says (as a fresh class would compute them).
+            let mut dirty: Vec<u32> = self
+                .leaf_log
+                .get(part as usize)
+                .map(|l| l[cb.seen.min(l.len())..].to_vec())
+                .unwrap_or_default();
+            let logged = self.parts[part as usize].changed.len();
+            dirty.extend_from_slice(&self.parts[part as usize].changed[..logged]);
+            dirty.sort_unstable();
+            dirty.dedup();
+            let c = &mut self.classes[id as usize];
+            c.base = cb.base;
+            c.node_units = cb.node_units;
+            for l in dirty {
+                self.base_leaf(id, l);
+            }
+            self.classes[id as usize].base_seen = logged;
+        }
         id
+    }
+
+    /// The key of a class's idle capacities and cached base: its key with the filter spelled
+    /// out (filter ids are per cycle).
+    fn cache_key(&self, key: &ClassKey) -> (ClassKey, String, String) {
+        let (_, ty, ck) = &self.filter_keys[key.filter as usize];
+        (
+            ClassKey {
+                filter: u32::MAX,
+                ..key.clone()
+            },
+            ty.clone(),
+            ck.clone(),
+        )
+    }
+
+    /// Hands the cycle's class bases back for later cycles (`seen`: the leaf log's length
+    /// before this cycle's own changes are logged), with the leaves this cycle changed or
+    /// held (whose bases are not those of the running jobs alone), by partition.
+    pub fn take_bases(&mut self, seen: &[usize]) -> (BaseCache, Vec<Vec<u32>>) {
+        let mut cache = std::mem::take(&mut self.base_cache);
+        for c in std::mem::take(&mut self.classes) {
+            if c.base_seen == usize::MAX {
+                continue;
+            }
+            let k = self.cache_key(&c.key);
+            cache.insert(
+                k,
+                CachedBase {
+                    base: c.base,
+                    node_units: c.node_units,
+                    seen: seen.get(c.part as usize).copied().unwrap_or(0),
+                },
+            );
+        }
+        let dirty = self
+            .parts
+            .iter()
+            .map(|ps| {
+                let mut d: Vec<u32> = ps.changed.clone();
+                d.extend_from_slice(&ps.claimed_leaves);
+                d.sort_unstable();
+                d.dedup();
+                d
+            })
+            .collect();
+        (cache, dirty)
     }
 
     /// Units of class `c` that fit on tree position `pos` given `avail` (by count) and the
@@ -1287,16 +1380,8 @@ impl<'a> Engine<'a> {
     /// GPUs, all nodes with all GPUs).
     pub fn statics(&mut self, cid: u32) -> &(Caps, Caps) {
         if self.classes[cid as usize].statics.is_none() {
+            let key = self.cache_key(&self.classes[cid as usize].key);
             let c = &self.classes[cid as usize];
-            let (_, ty, ck) = &self.filter_keys[c.filter as usize];
-            let key = (
-                ClassKey {
-                    filter: u32::MAX,
-                    ..c.key.clone()
-                },
-                ty.clone(),
-                ck.clone(),
-            );
             let st = match self.statics_cache.get(&key) {
                 Some(st) => st.clone(),
                 None => {

@@ -19,7 +19,8 @@ use smallvec::SmallVec;
 
 use super::enforce;
 use super::engine::{
-    BaseEvents, Event, NEVER, NodeState, Prepared, StaticsCache, base_nodes, part_free_gpus,
+    BaseCache, BaseEvents, Engine, Event, NEVER, NodeState, Prepared, StaticsCache, base_nodes,
+    part_free_gpus,
 };
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
@@ -103,9 +104,17 @@ pub struct Occupancy {
     statics: StaticsCache,
     /// Each partition's future releases, sorted.
     events: Vec<BaseEvents>,
-    /// Built by [`Occupancy::new_uncached`]: `events` is not kept.
+    /// Job classes' per-leaf units as cycles left them.
+    bases: BaseCache,
+    /// Per partition, leaves whose nodes changed (indexes of cached bases point into it).
+    leaf_log: Vec<Vec<u32>>,
+    /// Built by [`Occupancy::new_uncached`]: nothing is cached between cycles.
     uncached: bool,
 }
+
+/// Log entries after which the leaf log and the class bases are dropped (and rebuilt by
+/// later cycles), so a long replay does not grow the log without bound.
+const LEAF_LOG_MAX: usize = 1 << 20;
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
     match limit {
@@ -163,6 +172,8 @@ impl Occupancy {
             names: prep.names(),
             statics: StaticsCache::default(),
             events: vec![BaseEvents::default(); prep.trees.len()],
+            bases: BaseCache::default(),
+            leaf_log: vec![Vec::new(); prep.trees.len()],
             uncached: false,
         };
         let mut order: Vec<&RunningJob> = snap.running.iter().collect();
@@ -262,6 +273,7 @@ impl Occupancy {
             });
         }
         self.release_events(prep, &nodes, release, true);
+        self.log_leaves(prep, &nodes);
         let placed_well = j
             .tasks
             .iter()
@@ -313,6 +325,7 @@ impl Occupancy {
         let held = std::mem::take(&mut self.run[slot as usize].nodes);
         let release = self.run[slot as usize].release;
         self.release_events(prep, &held, release, false);
+        self.log_leaves(prep, &held);
         for h in &held {
             let ns = &mut self.nodes[h.node as usize];
             ns.releases.retain(|r| r.2 != slot);
@@ -342,6 +355,49 @@ impl Occupancy {
         self.ns_count[r.ns as usize] -= 1;
         self.free_slots.push(slot);
         true
+    }
+
+    /// Logs the leaves of the nodes of `held` as changed (for cached class bases).
+    fn log_leaves(&mut self, prep: &Prepared, held: &[Held]) {
+        if self.bases.is_empty() {
+            return;
+        }
+        for h in held {
+            for &(p, pos) in prep.member_of.of(h.node) {
+                let leaf = prep.trees[p as usize].0.leaf_of[pos as usize];
+                self.leaf_log[p as usize].push(leaf);
+            }
+        }
+    }
+
+    /// Takes the class bases and the leaf log out for a cycle's engine.
+    pub(crate) fn lend_bases(&mut self, e: &mut Engine<'_>) {
+        if self.uncached {
+            return;
+        }
+        e.base_cache = std::mem::take(&mut self.bases);
+        e.leaf_log = std::mem::take(&mut self.leaf_log);
+    }
+
+    /// Takes the class bases back from a cycle's engine, with the leaves the cycle changed
+    /// logged (its starts and holds are not the running jobs').
+    pub(crate) fn return_bases(&mut self, e: &mut Engine<'_>) {
+        if self.uncached {
+            return;
+        }
+        let mut log = std::mem::take(&mut e.leaf_log);
+        let seen: Vec<usize> = log.iter().map(Vec::len).collect();
+        let (bases, dirty) = e.take_bases(&seen);
+        for (l, d) in log.iter_mut().zip(dirty) {
+            l.extend(d);
+        }
+        if log.iter().map(Vec::len).sum::<usize>() > LEAF_LOG_MAX {
+            log.iter_mut().for_each(Vec::clear);
+            self.bases = BaseCache::default();
+        } else {
+            self.bases = bases;
+        }
+        self.leaf_log = log;
     }
 
     /// Records (or takes back) the release events of holds `held` at `release`.

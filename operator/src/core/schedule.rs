@@ -127,6 +127,7 @@ pub(crate) fn run_cycle(
     let mut e = Engine::from_base(snap, prep, now, nodes, part_free);
     e.statics_cache = statics;
     e.base_events = events;
+    occ.lend_bases(&mut e);
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
         let r = &mut run[s as usize];
@@ -164,12 +165,13 @@ pub(crate) fn run_cycle(
     };
     cycle.plan(&sizes, &fs);
     let Cycle {
-        e,
+        mut e,
         mut run,
         stopped_now,
         out,
         ..
     } = cycle;
+    occ.return_bases(&mut e);
     for s in stopped_now {
         run[s as usize].stopping = false;
     }

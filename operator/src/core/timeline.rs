@@ -40,22 +40,26 @@ impl Engine<'_> {
             None => NEVER,
         };
         // Raw counts may transiently exceed the total (releases before holds) or go below
-        // zero (holds before releases); they are clamped when read.
-        let mut raw: Vec<[i64; 3]> = tree
-            .nodes
-            .iter()
-            .map(|&node| {
-                let ns = &self.nodes[node as usize];
-                let r = if !ns.sched {
-                    Res::default()
-                } else if ns.profile.is_empty() {
-                    ns.free
-                } else {
-                    ns.profile[0].1
-                };
-                [i64::from(r.gpus), r.cpu as i64, r.mem as i64]
-            })
-            .collect();
+        // zero (holds before releases); they are clamped when read. `raw` holds the changes
+        // since now; a node's count now is read from its state when needed (most nodes are
+        // never touched by a sweep, so they are never read).
+        let mut raw: Vec<[i64; 3]> = vec![[0; 3]; n];
+        let at = |pos: usize, raw: &[[i64; 3]]| -> [i64; 3] {
+            let ns = &self.nodes[tree.nodes[pos] as usize];
+            let r = if !ns.sched {
+                Res::default()
+            } else if ns.profile.is_empty() {
+                ns.free
+            } else {
+                ns.profile[0].1
+            };
+            let d = raw[pos];
+            [
+                i64::from(r.gpus) + d[0],
+                r.cpu as i64 + d[1],
+                r.mem as i64 + d[2],
+            ]
+        };
         let clamp = |pos: usize, raw: &[i64; 3]| -> Res {
             let tot = self.nodes[tree.nodes[pos] as usize].total;
             Res {
@@ -101,7 +105,7 @@ impl Engine<'_> {
                 if base_ok && ps.leaf_claims[tree.leaf_of[p] as usize].is_empty() {
                     c.node_units[p]
                 } else {
-                    eff(p, &raw[p], inwin[p], now, dur(now))
+                    eff(p, &at(p, &raw), inwin[p], now, dur(now))
                 }
             })
             .collect();
@@ -143,7 +147,10 @@ impl Engine<'_> {
                     counts,
                 };
                 let node_fn = |p: u32| -> (u32, u32) {
-                    (caps[p as usize], clamp(p as usize, &raw[p as usize]).gpus)
+                    (
+                        caps[p as usize],
+                        clamp(p as usize, &at(p as usize, &raw)).gpus,
+                    )
                 };
                 if let Some(sel) = select(&inp, &node_fn) {
                     return Some((t, sel));
@@ -208,7 +215,7 @@ impl Engine<'_> {
             }
             for &p in &touched {
                 let p = p as usize;
-                let u = eff(p, &raw[p], inwin[p], t, end);
+                let u = eff(p, &at(p, &raw), inwin[p], t, end);
                 let old = caps[p];
                 if u != old {
                     let l = tree.leaf_of[p] as usize;
