@@ -509,7 +509,7 @@ impl fmt::Display for BenchReport {
         writeln!(
             f,
             "(muster ms: snapshot to decisions; prepared: with the cluster's trees built once \
-             and reused, as the operator and simulator do)"
+             and reused, as the simulator does)"
         )?;
         writeln!(f)?;
         writeln!(f, "cycle time by cluster size (queue scaled with it):")?;

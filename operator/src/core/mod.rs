@@ -25,7 +25,10 @@
 //! 2. **Running jobs** are laid onto the nodes; each gives its resources back at its time
 //!    limit (a job being stopped: when its grace time ends). Jobs past their limit or on a
 //!    failed node or GPU are listed in [`Decisions::stops`] (TIMEOUT, NODE_FAIL; also
-//!    available alone as [`enforce::stops`]).
+//!    available alone as [`enforce::stops`]). An [`Occupancy`] holds that layout; callers
+//!    that follow one cluster over time keep it between cycles, tell it which jobs started,
+//!    stopped and ended, and call [`schedule_incremental`] — the same decisions, at the cost
+//!    of the queue and the changes rather than of the whole cluster (see [`occupancy`]).
 //! 3. **Order.** Pending jobs are sorted by partition priority tier, then priority (below),
 //!    then submit time, then job id.
 //! 4. **Nominate.** For each job in order: eligibility ([reasons](#reasons)), then a
@@ -169,6 +172,7 @@
 //!
 //! [`model`] (input and output types), [`cluster_spec`] (the shared cluster file format),
 //! [`node`], [`shape`], [`tree`], [`gpus`], [`engine`] (cycle state and placement),
+//! [`occupancy`] (running jobs' holds kept between cycles),
 //! [`timeline`] (earliest starts), [`schedule`](mod@schedule) (the cycle), [`priority`],
 //! [`deps`], [`enforce`], [`baseline`] (the naive first-fit yardstick), [`synth`] (seeded
 //! synthetic clusters and queues), [`util`].

@@ -4,7 +4,7 @@
 //! facts (tier, grace time, release times) that preemption and reservations read. Deriving
 //! that from [`Snapshot::running`] costs time in proportion to the cluster and the running
 //! jobs, in every cycle; on a large cluster with a short queue it is most of the cycle. An
-//! [`Occupancy`] keeps it instead, updated by [`Occupancy::add`] and [`Occupancy::remove`] as
+//! [`Occupancy`] keeps it instead, updated by [`Occupancy::add`] and [`Occupancy::remove_job`] as
 //! jobs start and end, so [`schedule_incremental`] costs what the queue and the changes cost.
 //! A cycle changes the state while it plans (starts, holds, preemptions) and undoes those
 //! changes before returning (an undo log of the nodes it touched), so the occupancy always
