@@ -40,7 +40,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
-use muster_operator::core::baseline::first_fit;
+use muster_operator::core::baseline::first_fit_prepared;
 use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,
@@ -114,7 +114,7 @@ impl Policy {
     ) -> Decisions {
         match self {
             Policy::Muster | Policy::Fifo => schedule_incremental(prep, occ, snap, now, cfg),
-            Policy::FirstFit => first_fit(snap, now),
+            Policy::FirstFit => first_fit_prepared(prep, snap, now),
         }
     }
 }

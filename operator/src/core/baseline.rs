@@ -4,15 +4,30 @@
 //! not fit is skipped (no reservations, so big gangs can starve). Gangs are still
 //! all-or-nothing and GPUs are never shared, so only placement quality and fairness differ.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
+use smallvec::SmallVec;
+
+use super::engine::Prepared;
 use super::model::{Decisions, PendingInfo, Reason, Snapshot, Start, TaskAssignment};
 use super::node::NodeId;
-use super::shape::{Res, normalize};
+use super::shape::{Demand, Res, normalize};
 use super::tree::Tree;
+use super::util::FnvBuild;
 
 /// Schedules `snap` at `now` by first fit. Only `starts` and `pending` are filled.
 pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
+    first_fit_with(None, snap, now)
+}
+
+/// [`first_fit`] reading the partitions' node lists from `prep` (built for the same nodes
+/// and partitions; rebuilt per call if it does not fit), for callers that schedule one
+/// cluster many times.
+pub fn first_fit_prepared(prep: &Prepared, snap: &Snapshot, now: i64) -> Decisions {
+    first_fit_with(prep.fits(snap).then_some(prep), snap, now)
+}
+
+fn first_fit_with(prep: Option<&Prepared>, snap: &Snapshot, now: i64) -> Decisions {
     let _ = now;
     let mut free: Vec<(u64, Res)> = snap
         .nodes
@@ -68,6 +83,7 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
     // jobs does not rescan full nodes).
     let mut first_free_gpu = 0usize;
     let mut out = Decisions::default();
+    let mut failed: HashSet<(u32, Demand), FnvBuild> = HashSet::with_hasher(FnvBuild);
     for i in order {
         let job = &snap.pending[i];
         let Some(pi) = job
@@ -81,7 +97,14 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
             continue;
         };
         let (member, leaf_of) = parts.entry(pi).or_insert_with(|| {
-            let tree = Tree::build(&snap.nodes, part);
+            let built;
+            let tree = match prep.and_then(|p| p.trees.get(pi as usize)) {
+                Some((t, _)) => t,
+                None => {
+                    built = Tree::build(&snap.nodes, part);
+                    &built
+                }
+            };
             let mut member = vec![false; snap.nodes.len()];
             let mut leaf_of = vec![0; snap.nodes.len()];
             for (pos, &n) in tree.nodes.iter().enumerate() {
@@ -90,6 +113,18 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
             }
             (member, leaf_of)
         });
+        // Room only shrinks during a cycle, so a request that did not fit still does not.
+        if failed.contains(&(pi, d.clone())) {
+            out.pending.push(PendingInfo {
+                job: job.id,
+                reason: Reason::Resources,
+                message: String::new(),
+                start_estimate: None,
+                priority: 0,
+                eligible: true,
+            });
+            continue;
+        }
         let need = d.need();
         let mut picks: Vec<(usize, u32)> = Vec::new();
         let mut got = 0u32;
@@ -117,6 +152,7 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
             got += take;
         }
         if got < need || (picks.len() as u32) < d.min_nodes {
+            failed.insert((pi, d));
             out.pending.push(PendingInfo {
                 job: job.id,
                 reason: Reason::Resources,
@@ -184,8 +220,8 @@ pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
 }
 
 /// (NVML index, healthy) of a node's GPUs in index order.
-fn sorted_gpus(n: &super::node::Node) -> Vec<(u32, bool)> {
-    let mut v: Vec<(u32, bool)> = n.gpus.iter().map(|g| (g.index, g.healthy)).collect();
+fn sorted_gpus(n: &super::node::Node) -> SmallVec<[(u32, bool); 16]> {
+    let mut v: SmallVec<[(u32, bool); 16]> = n.gpus.iter().map(|g| (g.index, g.healthy)).collect();
     v.sort_unstable();
     v.truncate(64);
     v
