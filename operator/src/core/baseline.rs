@@ -115,14 +115,7 @@ fn first_fit_with(prep: Option<&Prepared>, snap: &Snapshot, now: i64) -> Decisio
         });
         // Room only shrinks during a cycle, so a request that did not fit still does not.
         if failed.contains(&(pi, d.clone())) {
-            out.pending.push(PendingInfo {
-                job: job.id,
-                reason: Reason::Resources,
-                message: String::new(),
-                start_estimate: None,
-                priority: 0,
-                eligible: true,
-            });
+            out.pending.push(waiting(job.id));
             continue;
         }
         let need = d.need();
@@ -153,14 +146,7 @@ fn first_fit_with(prep: Option<&Prepared>, snap: &Snapshot, now: i64) -> Decisio
         }
         if got < need || (picks.len() as u32) < d.min_nodes {
             failed.insert((pi, d));
-            out.pending.push(PendingInfo {
-                job: job.id,
-                reason: Reason::Resources,
-                message: String::new(),
-                start_estimate: None,
-                priority: 0,
-                eligible: true,
-            });
+            out.pending.push(waiting(job.id));
             continue;
         }
         let mut tasks = Vec::new();
@@ -217,6 +203,18 @@ fn first_fit_with(prep: Option<&Prepared>, snap: &Snapshot, now: i64) -> Decisio
         });
     }
     out
+}
+
+/// A job that does not fit now (first fit gives no estimates).
+fn waiting(job: u64) -> PendingInfo {
+    PendingInfo {
+        job,
+        reason: Reason::Resources,
+        message: String::new(),
+        start_estimate: None,
+        priority: 0,
+        eligible: true,
+    }
 }
 
 /// (NVML index, healthy) of a node's GPUs in index order.

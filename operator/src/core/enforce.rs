@@ -4,6 +4,7 @@
 //! also call [`stops`] on its own (e.g. on a node event) without a full cycle.
 
 use super::model::{JobState, RunningJob, Snapshot, Stop};
+use super::node::Node;
 
 /// Why `job` must stop now, if it must.
 pub fn stop_for(snap: &Snapshot, job: &RunningJob, now: i64) -> Option<Stop> {
@@ -57,14 +58,12 @@ pub fn stop_for(snap: &Snapshot, job: &RunningJob, now: i64) -> Option<Stop> {
     None
 }
 
-/// Every running job that must stop now, by job id.
-pub fn stops(snap: &Snapshot, now: i64) -> Vec<Stop> {
-    // Each ready node's healthy GPU indices as a bit set (`None`: not ready, or an index
-    // past 63). The common case — a job on ready nodes and healthy GPUs — then costs a bit
-    // test per GPU instead of a search of the node's GPU list (which dominated cycles on
-    // large clusters); anything else goes through `stop_for`, which says why.
-    let healthy: Vec<Option<u64>> = snap
-        .nodes
+/// Each ready node's healthy GPU indices as a bit set (`None`: not ready, or an index past
+/// 63). The common case — a job on ready nodes and healthy GPUs — then costs a bit test per
+/// GPU instead of a search of the node's GPU list (which dominated cycles on large
+/// clusters); anything else goes through [`stop_for`], which says why.
+pub fn healthy_masks(nodes: &[Node]) -> Vec<Option<u64>> {
+    nodes
         .iter()
         .map(|n| {
             if !n.ready {
@@ -74,19 +73,27 @@ pub fn stops(snap: &Snapshot, now: i64) -> Vec<Stop> {
                 (g.index < 64).then(|| if g.healthy { m | 1 << g.index } else { m })
             })
         })
-        .collect();
-    let placed_well = |j: &RunningJob| {
-        j.tasks.iter().all(|t| match healthy.get(t.node as usize) {
-            Some(Some(m)) => t.gpus.iter().all(|&g| g < 64 && m & (1 << g) != 0),
-            _ => false,
-        })
-    };
+        .collect()
+}
+
+/// Whether every task of `j` is on a ready node and healthy GPUs, by [`healthy_masks`]
+/// (false also when the masks cannot tell: then [`stop_for`] decides).
+pub fn placed_well(healthy: &[Option<u64>], j: &RunningJob) -> bool {
+    j.tasks.iter().all(|t| match healthy.get(t.node as usize) {
+        Some(Some(m)) => t.gpus.iter().all(|&g| g < 64 && m & (1 << g) != 0),
+        _ => false,
+    })
+}
+
+/// Every running job that must stop now, by job id.
+pub fn stops(snap: &Snapshot, now: i64) -> Vec<Stop> {
+    let healthy = healthy_masks(&snap.nodes);
     let mut out: Vec<Stop> = snap
         .running
         .iter()
         .filter_map(|j| {
             let expired = j.end_time().is_some_and(|end| end <= now);
-            if j.stopping_since.is_some() || (!expired && placed_well(j)) {
+            if j.stopping_since.is_some() || (!expired && placed_well(&healthy, j)) {
                 None
             } else {
                 stop_for(snap, j, now)

@@ -102,6 +102,25 @@ impl NodeState {
         self.profile[i.max(1) - 1].1
     }
 
+    /// Marks resources busy now: GPU positions `gpus` (or everything, `whole`) and `cpu`,
+    /// `mem`. Returns what was taken, by count and as GPU positions.
+    pub fn take(&mut self, gpus: u64, cpu: u64, mem: u64, whole: bool) -> (Res, u64) {
+        let before = self.free;
+        let before_mask = self.free_mask;
+        if whole {
+            self.free = Res::default();
+            self.free_mask = 0;
+        } else {
+            self.free_mask &= !gpus;
+            self.free = Res {
+                gpus: self.free_mask.count_ones(),
+                cpu: self.free.cpu.saturating_sub(cpu),
+                mem: self.free.mem.saturating_sub(mem),
+            };
+        }
+        (before.minus(self.free), before_mask & !self.free_mask)
+    }
+
     fn rebuild_profile(&mut self, now: i64) {
         self.profile.clear();
         if self.claims.is_empty() {
@@ -808,19 +827,7 @@ impl<'a> Engine<'a> {
     pub fn hold(&mut self, n: NodeId, gpus: u64, cpu: u64, mem: u64, whole: bool) -> Res {
         self.save(n);
         let ns = &mut self.nodes[n as usize];
-        let before = ns.free;
-        if whole {
-            ns.free = Res::default();
-            ns.free_mask = 0;
-        } else {
-            ns.free_mask &= !gpus;
-            ns.free = Res {
-                gpus: ns.free_mask.count_ones(),
-                cpu: ns.free.cpu.saturating_sub(cpu),
-                mem: ns.free.mem.saturating_sub(mem),
-            };
-        }
-        let taken = before.minus(ns.free);
+        let (taken, _) = ns.take(gpus, cpu, mem, whole);
         let sched = ns.sched;
         if !ns.claims.is_empty() {
             ns.rebuild_profile(self.now);

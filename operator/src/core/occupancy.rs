@@ -72,8 +72,8 @@ impl RunInfo {
 ///
 /// It is tied to the [`Prepared`] trees and the snapshot nodes it was built from: build a new
 /// one when nodes change (including readiness, cordons and GPU health) or partitions change.
-/// [`schedule_incremental`] checks the node count and the trees and panics on a mismatch
-/// rather than schedule onto the wrong nodes.
+/// [`schedule_incremental`] checks the node count and the trees, and builds it again on a
+/// mismatch.
 #[derive(Clone, Debug)]
 pub struct Occupancy {
     nodes: Vec<NodeState>,
@@ -141,18 +141,7 @@ impl Occupancy {
                 (gpus, tree.nodes.len() as u64)
             })
             .collect();
-        let healthy = snap
-            .nodes
-            .iter()
-            .map(|n| {
-                if !n.ready {
-                    return None;
-                }
-                n.gpus.iter().try_fold(0u64, |m, g| {
-                    (g.index < 64).then(|| if g.healthy { m | 1 << g.index } else { m })
-                })
-            })
-            .collect();
+        let healthy = enforce::healthy_masks(&snap.nodes);
         let mut occ = Occupancy {
             nodes,
             part_free,
@@ -468,21 +457,7 @@ impl Occupancy {
         whole: bool,
     ) -> (Res, u64) {
         let ns = &mut self.nodes[n as usize];
-        let before = ns.free;
-        let before_mask = ns.free_mask;
-        if whole {
-            ns.free = Res::default();
-            ns.free_mask = 0;
-        } else {
-            ns.free_mask &= !gpus;
-            ns.free = Res {
-                gpus: ns.free_mask.count_ones(),
-                cpu: ns.free.cpu.saturating_sub(cpu),
-                mem: ns.free.mem.saturating_sub(mem),
-            };
-        }
-        let taken = before.minus(ns.free);
-        let taken_mask = before_mask & !ns.free_mask;
+        let (taken, taken_mask) = ns.take(gpus, cpu, mem, whole);
         if ns.sched {
             for &(p, _) in prep.member_of.of(n) {
                 let f = &mut self.part_free[p as usize];
@@ -640,8 +615,9 @@ impl Occupancy {
 /// start, end and are stopped). Same decisions as `schedule_prepared`; `occ` is unchanged
 /// afterwards (starts are not added: the caller adds them when it acts on them).
 ///
-/// # Panics
-/// If `occ` was built for other trees or another number of nodes.
+/// If `occ` was built for other trees or another number of nodes, it is built again from
+/// `snap` (and the call costs what `schedule_prepared` costs); if `prep` does not fit the
+/// snapshot either, this is [`schedule`](super::schedule()).
 pub fn schedule_incremental(
     prep: &Prepared,
     occ: &mut Occupancy,
@@ -649,9 +625,80 @@ pub fn schedule_incremental(
     now: i64,
     cfg: &Config,
 ) -> Decisions {
-    assert!(
-        occ.matches(prep, snap.nodes.len()),
-        "the occupancy was built for other nodes or partitions"
-    );
+    if !occ.matches(prep, snap.nodes.len()) {
+        if !prep.fits(snap) {
+            return super::schedule(snap, now, cfg);
+        }
+        *occ = Occupancy::new(prep, snap);
+    }
     super::schedule::run_cycle(snap, prep, occ, now, cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::cluster_spec::ClusterSpec;
+    use crate::core::model::{JobRequest, PendingJob};
+    use crate::core::schedule_prepared;
+
+    fn snap() -> Snapshot {
+        let spec = ClusterSpec::sandbox();
+        Snapshot::with_nodes(spec.nodes().unwrap(), spec.topology())
+    }
+
+    /// Starts `jobs` GPU requests on `s` at time 0 through the core.
+    fn start(s: &mut Snapshot, gpus: &[u32]) {
+        s.pending = gpus
+            .iter()
+            .enumerate()
+            .map(|(i, &g)| PendingJob::new(i as u64 + 1, 0, JobRequest::gpus(g).time(3600)))
+            .collect();
+        let d = crate::core::schedule(s, 0, &Config::default());
+        s.apply(&d, 0);
+        assert_eq!(s.running.len(), gpus.len(), "every job started");
+    }
+
+    #[test]
+    fn removing_every_job_gives_back_exactly_what_was_free() {
+        let mut s = snap();
+        let prep = Prepared::new(&s.nodes, &s.partitions);
+        let empty = Occupancy::new(&prep, &s);
+        start(&mut s, &[1, 3, 8, 16, 2]);
+        let mut occ = Occupancy::new(&prep, &s);
+        assert_eq!(occ.len(), 5);
+        assert!(occ.part_free[0] < empty.part_free[0]);
+        for j in &s.running {
+            assert!(occ.remove_job(&prep, j.id));
+        }
+        assert!(!occ.remove_job(&prep, 1), "a job is removed once");
+        assert!(occ.is_empty());
+        assert_eq!(occ.part_free, empty.part_free);
+        for (a, b) in occ.nodes.iter().zip(&empty.nodes) {
+            assert_eq!((a.free, a.free_mask), (b.free, b.free_mask));
+            assert!(a.releases.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_occupancy_for_other_nodes_is_built_again() {
+        let mut small = snap();
+        small.nodes.truncate(4);
+        let prep_small = Prepared::new(&small.nodes, &small.partitions);
+        let mut occ = Occupancy::new(&prep_small, &small);
+        let mut s = snap();
+        start(&mut s, &[8, 8]);
+        s.pending = vec![PendingJob::new(10, 5, JobRequest::gpus(4).time(60))];
+        let prep = Prepared::new(&s.nodes, &s.partitions);
+        let want = schedule_prepared(&prep, &s, 10, &Config::default());
+        assert_eq!(
+            schedule_incremental(&prep, &mut occ, &s, 10, &Config::default()),
+            want
+        );
+        assert_eq!(occ.len(), 2);
+        // Trees that do not fit the snapshot: a fresh cycle all the same.
+        assert_eq!(
+            schedule_incremental(&prep_small, &mut occ, &s, 10, &Config::default()),
+            want
+        );
+    }
 }
