@@ -4,8 +4,9 @@
 //! backoff) over Partitions, BatchJobs (all namespaces), task Pods (label
 //! `muster.dev/batchjob`), Nodes and GpuNodes, so a replica that does not lead keeps warm
 //! caches and takes over within one lease duration. Objects are trimmed before they are
-//! cached (managed fields, node images, pod specs beyond what the planner reads) to keep
-//! memory flat at 50,000 pods.
+//! cached (managed fields, node images, ...) and task pods are cached as the planner's
+//! [`PodObs`](super::plan::PodObs), read once per watch event, to keep memory flat at
+//! 50,000 pods.
 //!
 //! Only the leader schedules: on any watch event (debounced) and every `cycle_interval` it
 //! builds the world from the caches, runs [`plan`](super::plan::plan) and carries the plan
