@@ -525,11 +525,17 @@ pub async fn execute(
     concurrency: usize,
     finalizers: &(dyn Fn(&str) -> Vec<String> + Sync),
 ) -> ExecReport {
+    // Sized up front: grown by doubling, 45,000 created pods would briefly need room for
+    // 65,536 twice over while reallocating.
+    let mut report = ExecReport::default();
+    report
+        .created_pods
+        .reserve_exact(plan.jobs.iter().map(|j| j.create.len()).sum());
     let state = Ctx {
         api,
         faults,
         dead: AtomicBool::new(false),
-        report: std::sync::Mutex::new(ExecReport::default()),
+        report: std::sync::Mutex::new(report),
         pod_slots: tokio::sync::Semaphore::new(concurrency.max(1) * PODS_IN_FLIGHT_PER_JOB),
     };
     let ctx = &state;
