@@ -260,7 +260,16 @@ struct Ctx<'a> {
     faults: &'a dyn Faults,
     dead: AtomicBool,
     report: std::sync::Mutex<ExecReport>,
+    /// Pods being built or written, across jobs (see [`PODS_IN_FLIGHT_PER_JOB`]).
+    pod_slots: tokio::sync::Semaphore,
 }
+
+/// Pods in flight (built, being written) per job slot of the writer's concurrency. Each is a
+/// complete pod object, its request body and the server's answer (~20 KB): 64 jobs of 32 pods
+/// all at once were 50 MB, and a burst that size leaves the heap fragmented for good. Four
+/// per job slot (256 at the default) still keeps a gang's pods one round trip deep, and the
+/// API server busy.
+const PODS_IN_FLIGHT_PER_JOB: usize = 4;
 
 impl Ctx<'_> {
     /// Counts and gates one write; `Err` stops the caller.
@@ -389,6 +398,8 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
     // Each pod is built just before it is written (see `PodsToCreate`).
     let create = &jp.create;
     let creates = create.ranks().iter().map(|&rank| async move {
+        // Never closed, so acquiring only waits.
+        let _slot = ctx.pod_slots.acquire().await.ok();
         let p = match create.build(rank) {
             Ok(p) => p,
             Err(e) => {
@@ -514,11 +525,18 @@ pub async fn execute(
     concurrency: usize,
     finalizers: &(dyn Fn(&str) -> Vec<String> + Sync),
 ) -> ExecReport {
+    // Sized up front: grown by doubling, 45,000 created pods would briefly need room for
+    // 65,536 twice over while reallocating.
+    let mut report = ExecReport::default();
+    report
+        .created_pods
+        .reserve_exact(plan.jobs.iter().map(|j| j.create.len()).sum());
     let state = Ctx {
         api,
         faults,
         dead: AtomicBool::new(false),
-        report: std::sync::Mutex::new(ExecReport::default()),
+        report: std::sync::Mutex::new(report),
+        pod_slots: tokio::sync::Semaphore::new(concurrency.max(1) * PODS_IN_FLIGHT_PER_JOB),
     };
     let ctx = &state;
     stream::iter(plan.jobs)

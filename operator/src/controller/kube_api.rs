@@ -17,6 +17,13 @@ use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, Partition, PartitionStatus};
 
 use super::exec::{ApiError, ClusterApi};
+
+/// A written BatchJob as the cycle keeps it (until the watch delivers it): managed fields
+/// (a field list per manager, as large as the status for a 32-task gang) are never read.
+fn without_managed_fields(mut j: BatchJob) -> BatchJob {
+    j.metadata.managed_fields = None;
+    j
+}
 use super::plan::{JobEvent, StatusWrite};
 
 /// The field manager of every write.
@@ -86,6 +93,7 @@ impl ClusterApi for KubeApi {
                     &Patch::Merge(serde_json::json!({ "metadata": meta })),
                 )
                 .await
+                .map(without_managed_fields)
                 .map_err(api_error)
         }
         .boxed()
@@ -146,6 +154,7 @@ impl ClusterApi for KubeApi {
                     &Patch::Apply(body),
                 )
                 .await
+                .map(without_managed_fields)
                 .map_err(api_error)
         }
         .boxed()
@@ -154,8 +163,16 @@ impl ClusterApi for KubeApi {
     fn create_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            match api.create(&PostParams::default(), pod).await {
+            // `Api::create` would decode the created pod (several KB each, thousands in a
+            // big cycle) only to drop it: the answer is decoded into nothing instead.
+            #[derive(serde::Deserialize)]
+            struct Unread {}
+            let body = serde_json::to_vec(pod).map_err(|e| ApiError::Transport(e.to_string()))?;
+            let mut req = kube::core::Request::new(Pod::url_path(&(), Some(ns)))
+                .create(&PostParams::default(), body)
+                .map_err(|e| ApiError::Transport(e.to_string()))?;
+            req.extensions_mut().insert("create");
+            match self.client.request::<Unread>(req).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => Ok(()),
                 Err(e) => Err(api_error(e)),

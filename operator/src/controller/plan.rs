@@ -113,13 +113,13 @@ pub struct PodObs {
 }
 
 impl PodObs {
-    /// Reads a pod (which may have been trimmed by the reflector: labels, annotations, owner,
-    /// the first container's name and the status are what is used).
+    /// Reads a pod (labels, annotations, owner, the first container's name and the status
+    /// are what is used).
     pub fn from_pod(p: &Pod) -> Option<PodObs> {
         PodObs::from_task_pod(&TaskPod::from_pod(p))
     }
 
-    /// Reads a cached [`TaskPod`] (what the pod reflector keeps).
+    /// Reads a [`TaskPod`] (what the pod watch decodes; the pod store keeps the result).
     pub fn from_task_pod(p: &TaskPod) -> Option<PodObs> {
         let job = p.labels().get(labels::BATCHJOB)?.clone();
         let num = |k: &str| p.labels().get(k).and_then(|v| v.parse::<u32>().ok());

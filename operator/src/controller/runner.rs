@@ -4,8 +4,9 @@
 //! backoff) over Partitions, BatchJobs (all namespaces), task Pods (label
 //! `muster.dev/batchjob`), Nodes and GpuNodes, so a replica that does not lead keeps warm
 //! caches and takes over within one lease duration. Objects are trimmed before they are
-//! cached (managed fields, node images, pod specs beyond what the planner reads) to keep
-//! memory flat at 50,000 pods.
+//! cached (managed fields, node images, ...) and task pods are cached as the planner's
+//! [`PodObs`](super::plan::PodObs), read once per watch event, to keep memory flat at
+//! 50,000 pods.
 //!
 //! Only the leader schedules: on any watch event (debounced) and every `cycle_interval` it
 //! builds the world from the caches, runs [`plan`](super::plan::plan) and carries the plan
@@ -39,8 +40,7 @@ use super::kube_api::KubeApi;
 use super::leader::{LeaderElector, LeaseTimings};
 use super::metrics::Metrics;
 use super::plan::{self, Inputs, PlanMemory, PlanSettings, PodObs};
-use super::pods::TASK_ANNOTATION;
-use super::taskpod::TaskPod;
+use super::taskpod::{self, TaskPod};
 use super::translate::{self, NodeTable};
 use super::usage::Usage;
 
@@ -134,8 +134,8 @@ pub struct Stores {
     pub partitions: Store<Partition>,
     /// BatchJobs.
     pub jobs: Store<BatchJob>,
-    /// Task pods.
-    pub pods: Store<TaskPod>,
+    /// Task pods, as the planner reads them.
+    pub pods: Store<PodObs>,
     /// Nodes.
     pub nodes: Store<Node>,
     /// GpuNodes.
@@ -150,31 +150,6 @@ impl Stores {
         let _ = self.pods.wait_until_ready().await;
         let _ = self.nodes.wait_until_ready().await;
         let _ = self.gpunodes.wait_until_ready().await;
-    }
-}
-
-/// Trims a task pod to what the planner reads ([`TaskPod`] already dropped the rest of the
-/// spec and status while decoding).
-pub fn trim_pod(p: &mut TaskPod) {
-    // At 50,000 pods every kept field counts: keep what `PodObs::from_task_pod` reads.
-    p.metadata.managed_fields = None;
-    p.metadata.generate_name = None;
-    p.metadata.creation_timestamp = None;
-    if let Some(a) = p.metadata.annotations.as_mut() {
-        a.retain(|k, _| k == TASK_ANNOTATION);
-    }
-    if let Some(l) = p.metadata.labels.as_mut() {
-        l.retain(|k, _| k == labels::BATCHJOB || k == labels::ATTEMPT || k == labels::RANK);
-    }
-    if let Some(o) = p.metadata.owner_references.as_mut() {
-        o.retain(|r| r.controller == Some(true));
-        for r in o.iter_mut() {
-            r.api_version.clear();
-            r.kind.clear();
-        }
-    }
-    if let Some(cs) = p.spec.as_mut().and_then(|s| s.containers.as_mut()) {
-        cs.truncate(1);
     }
 }
 
@@ -207,22 +182,28 @@ fn trim_gpunode(g: &mut GpuNode) {
     }
 }
 
-fn reflect<K>(
+/// A reflector over `K` objects, each decoded and then cached as `S` (`K` trimmed, or read
+/// into a smaller type); `slim` may drop an event.
+fn reflect<K, S>(
     api: Api<K>,
     cfg: watcher::Config,
-    trim: fn(&mut K),
+    slim: fn(watcher::Event<K>) -> Option<watcher::Event<S>>,
     notify: Arc<Notify>,
     metrics: Metrics,
-) -> (Store<K>, JoinHandle<()>)
+) -> (Store<S>, JoinHandle<()>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: reflector::Lookup + Clone + Send + Sync + 'static,
+    S::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, cfg)
-        .default_backoff()
-        .modify(trim)
-        .reflect(writer);
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, cfg)
+            .default_backoff()
+            .filter_map(move |ev| std::future::ready(ev.map(slim).transpose())),
+    );
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
@@ -230,7 +211,7 @@ where
                 Ok(_) => notify.notify_one(),
                 Err(e) => {
                     metrics.error("watch");
-                    tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch error");
+                    tracing::warn!(error = %e, kind = %<K as Resource>::kind(&Default::default()), "watch error");
                 }
             }
         }
@@ -248,35 +229,35 @@ pub fn start_reflectors(
     let (partitions, t1) = reflect(
         Api::<Partition>::all(client.clone()),
         wc(),
-        trim_meta::<Partition>,
+        |e| Some(e.modify(trim_meta)),
         notify.clone(),
         metrics.clone(),
     );
     let (jobs, t2) = reflect(
         Api::<BatchJob>::all(client.clone()),
         wc(),
-        trim_meta::<BatchJob>,
+        |e| Some(e.modify(trim_meta)),
         notify.clone(),
         metrics.clone(),
     );
     let (pods, t3) = reflect(
         Api::<TaskPod>::all(client.clone()),
         wc().labels(labels::BATCHJOB),
-        trim_pod,
+        taskpod::slim_event,
         notify.clone(),
         metrics.clone(),
     );
     let (nodes, t4) = reflect(
         Api::<Node>::all(client.clone()),
         wc(),
-        trim_node,
+        |e| Some(e.modify(trim_node)),
         notify.clone(),
         metrics.clone(),
     );
     let (gpunodes, t5) = reflect(
         Api::<GpuNode>::all(client.clone()),
         wc(),
-        trim_gpunode,
+        |e| Some(e.modify(trim_gpunode)),
         notify,
         metrics.clone(),
     );
@@ -363,20 +344,29 @@ impl Recent {
     /// The pods to plan with: the cache, plus pods we created that it lacks, with pods we
     /// deleted marked as deleting.
     pub fn merge_pods(&mut self, mut cached: Vec<Arc<PodObs>>) -> Vec<Arc<PodObs>> {
-        let present: HashSet<(String, String)> = cached
-            .iter()
-            .map(|p| (p.namespace.clone(), p.name.clone()))
-            .collect();
-        self.created
-            .retain(|k, (_, t)| !present.contains(k) && t.elapsed() < EXPECT_TTL);
-        self.deleted
-            .retain(|k, t| present.contains(k) && t.elapsed() < EXPECT_TTL);
-        for p in &mut cached {
-            let k = (p.namespace.clone(), p.name.clone());
-            if !p.deleting && self.deleted.contains_key(&k) {
-                let mut q = (**p).clone();
-                q.deleting = true;
-                *p = Arc::new(q);
+        {
+            // Borrowed keys: 50,000 pods would otherwise mean 100,000 string copies a cycle.
+            let present: HashSet<(&str, &str)> = cached
+                .iter()
+                .map(|p| (p.namespace.as_str(), p.name.as_str()))
+                .collect();
+            let has = |k: &(String, String)| present.contains(&(k.0.as_str(), k.1.as_str()));
+            self.created
+                .retain(|k, (_, t)| !has(k) && t.elapsed() < EXPECT_TTL);
+            self.deleted
+                .retain(|k, t| has(k) && t.elapsed() < EXPECT_TTL);
+        }
+        if !self.deleted.is_empty() {
+            for p in &mut cached {
+                if !p.deleting
+                    && self
+                        .deleted
+                        .contains_key(&(p.namespace.clone(), p.name.clone()))
+                {
+                    let mut q = (**p).clone();
+                    q.deleting = true;
+                    *p = Arc::new(q);
+                }
             }
         }
         cached.extend(self.created.values().map(|(p, _)| p.clone()));
@@ -388,21 +378,20 @@ impl Recent {
         self.created_jobs.keys().cloned().collect()
     }
 
-    /// Records a cycle's writes.
-    pub fn record(&mut self, r: &exec::ExecReport) {
+    /// Records a cycle's writes, taking the written jobs and created pods out of the report
+    /// (moved, not copied: after a big cycle they are thousands of objects).
+    pub fn record(&mut self, r: &mut exec::ExecReport) {
         let now = Instant::now();
-        for w in &r.written {
+        for w in std::mem::take(&mut r.written) {
             if let Some(uid) = w.job.uid() {
-                let mut j = w.job.clone();
+                let mut j = w.job;
                 trim_meta(&mut j);
                 self.jobs.insert(uid, (Arc::new(j), 0));
             }
         }
-        for p in &r.created_pods {
-            self.created.insert(
-                (p.namespace.clone(), p.name.clone()),
-                (Arc::new(p.clone()), now),
-            );
+        for p in std::mem::take(&mut r.created_pods) {
+            self.created
+                .insert((p.namespace.clone(), p.name.clone()), (Arc::new(p), now));
         }
         for k in &r.deleted_pods {
             self.deleted.insert(k.clone(), now);
@@ -410,33 +399,6 @@ impl Recent {
         for k in &r.created_jobs {
             self.created_jobs.insert(k.clone(), now);
         }
-    }
-}
-
-/// Per-pod parse cache (the task annotation is JSON): by uid, valid for one resourceVersion.
-#[derive(Default)]
-struct PodCache {
-    by_uid: HashMap<String, (String, Arc<PodObs>)>,
-}
-
-impl PodCache {
-    fn observe(&mut self, pods: &[Arc<TaskPod>]) -> Vec<Arc<PodObs>> {
-        let mut out = Vec::with_capacity(pods.len());
-        let mut next = HashMap::with_capacity(pods.len());
-        for p in pods {
-            let uid = p.uid().unwrap_or_default();
-            let rv = p.resource_version().unwrap_or_default();
-            let obs = match self.by_uid.remove(&uid) {
-                Some((r, o)) if r == rv => Some(o),
-                _ => PodObs::from_task_pod(p).map(Arc::new),
-            };
-            if let Some(o) = obs {
-                out.push(o.clone());
-                next.insert(uid, (rv, o));
-            }
-        }
-        self.by_uid = next;
-        out
     }
 }
 
@@ -484,7 +446,6 @@ struct Leader {
     usage: Usage,
     mem: PlanMemory,
     recent: Recent,
-    pods: PodCache,
     nodes: NodeCache,
     last_running: Vec<crate::core::RunningJob>,
     /// When freed memory was last returned to the system.
@@ -617,7 +578,6 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Handle {
         ),
         mem: PlanMemory::default(),
         recent: Recent::default(),
-        pods: PodCache::default(),
         nodes: NodeCache::default(),
         last_running: Vec::new(),
         trimmed: Instant::now(),
@@ -753,8 +713,7 @@ async fn run_cycle(
         .nodes
         .table(&stores.nodes.state(), &stores.gpunodes.state());
     let jobs = leader.recent.merge_jobs(stores.jobs.state());
-    let observed = leader.pods.observe(&stores.pods.state());
-    let pods = leader.recent.merge_pods(observed);
+    let pods = leader.recent.merge_pods(stores.pods.state());
     let expected = leader.recent.expected_jobs();
 
     let need = plan::new_job_count(&jobs);
@@ -785,7 +744,7 @@ async fn run_cycle(
         .map(|j| (j.uid().unwrap_or_default(), j.finalizers().to_vec()))
         .collect();
     let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
-    let report = exec::execute(
+    let mut report = exec::execute(
         cp,
         &leader.api,
         settings.faults.as_ref(),
@@ -794,13 +753,18 @@ async fn run_cycle(
     )
     .await;
     metrics.record(&report);
-    leader.recent.record(&report);
+    for w in &report.written {
+        if let Some(uid) = w.job.uid() {
+            leader.mem.wrote_status(&uid, now);
+        }
+    }
+    leader.recent.record(&mut report);
     if !report.events.is_empty() {
         // Events are best effort and must not hold up the next cycle: published in the
         // background, at most a bounded number at once (older batches still in flight are
         // not waited for).
         let api = leader.api.clone();
-        let events = report.events.clone();
+        let events = std::mem::take(&mut report.events);
         let m = metrics.clone();
         let conc = settings.write_concurrency;
         tokio::spawn(async move {
@@ -812,11 +776,6 @@ async fn run_cycle(
                     .inc_by(v);
             }
         });
-    }
-    for w in &report.written {
-        if let Some(uid) = w.job.uid() {
-            leader.mem.wrote_status(&uid, now);
-        }
     }
     for n in &report.partitions_written {
         leader.mem.wrote_partition(n, now);
@@ -851,6 +810,7 @@ async fn run_cycle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::pods::TASK_ANNOTATION;
     use k8s_openapi::api::core::v1::{
         Container, ContainerStatus, NodeCondition, Pod, PodSpec, PodStatus,
     };
@@ -878,7 +838,7 @@ mod tests {
             job: (*job("u1", "5")).clone(),
             effects: vec![],
         });
-        r.record(&rep);
+        r.record(&mut rep.clone());
         let v = r.merge_jobs(vec![job("u1", "3"), job("u2", "1")]);
         assert_eq!(v[0].resource_version().as_deref(), Some("5"));
         assert_eq!(v[1].resource_version().as_deref(), Some("1"));
@@ -886,7 +846,7 @@ mod tests {
         assert_eq!(v[0].resource_version().as_deref(), Some("6"));
         assert!(r.jobs.is_empty());
         // Deleted objects are not resurrected.
-        r.record(&rep);
+        r.record(&mut rep.clone());
         assert!(r.merge_jobs(vec![]).is_empty());
     }
 
@@ -909,7 +869,7 @@ mod tests {
         let mut rep = exec::ExecReport::default();
         rep.created_pods.push(obs("new"));
         rep.deleted_pods.push(("ns".into(), "old".into()));
-        r.record(&rep);
+        r.record(&mut rep.clone());
         let v = r.merge_pods(vec![Arc::new(obs("old"))]);
         assert_eq!(v.len(), 2);
         assert!(v.iter().find(|p| p.name == "old").unwrap().deleting);
@@ -920,8 +880,10 @@ mod tests {
     }
 
     #[test]
-    fn trimming_keeps_what_the_planner_reads() {
+    fn caches_keep_what_the_planner_reads() {
         let mut p = Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.namespace = Some("ns".into());
         p.metadata.labels = Some([(labels::BATCHJOB.to_string(), "j".to_string())].into());
         p.metadata.annotations = Some(
             [
@@ -957,14 +919,26 @@ mod tests {
             ..Default::default()
         });
         let before = PodObs::from_pod(&p).unwrap();
-        let mut p = TaskPod::from_pod(&p);
-        trim_pod(&mut p);
-        assert_eq!(PodObs::from_task_pod(&p).unwrap(), before);
-        assert_eq!(p.metadata.annotations.as_ref().unwrap().len(), 1);
-        assert_eq!(
-            p.spec.as_ref().unwrap().containers.as_ref().unwrap().len(),
-            1
-        );
+        assert!(before.alloc.is_some());
+        // The watch decodes a TaskPod; the store keeps it as read by the planner, keyed by
+        // namespace and name.
+        let tp: TaskPod = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();
+        let (store, mut writer) = reflector::store::<PodObs>();
+        for ev in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(tp.clone()),
+            watcher::Event::InitDone,
+        ] {
+            writer.apply_watcher_event(&taskpod::slim_event(ev).unwrap());
+        }
+        assert_eq!(store.state().len(), 1);
+        assert_eq!(*store.state()[0], before);
+        // A pod without the job label is not kept (the watch selects on it anyway).
+        let mut other = tp.clone();
+        other.metadata.labels = None;
+        assert!(taskpod::slim_event(watcher::Event::Apply(other)).is_none());
+        writer.apply_watcher_event(&taskpod::slim_event(watcher::Event::Delete(tp)).unwrap());
+        assert!(store.state().is_empty());
 
         let mut n = translate::tests_support::kube_node("n1", true);
         n.status

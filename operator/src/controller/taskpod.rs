@@ -3,13 +3,20 @@
 //! A `k8s_openapi` `Pod` is several kilobytes even when its optional parts are `None` (the
 //! spec and status structs are stored inline), which at 50,000 cached pods is most of the
 //! operator's memory. The pod watch decodes straight into [`TaskPod`] instead: serde skips
-//! every field not named here, so nothing else is ever allocated.
+//! every field not named here, so nothing else is ever allocated. Even that is still ~2 KB a
+//! pod (an `ObjectMeta`, label and annotation maps), so the reflector does not keep it:
+//! each watch event is read at once into the planner's [`PodObs`] (a few hundred bytes) and
+//! the pod store holds those ([`slim_event`], and [`Lookup`] for `PodObs`).
 
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::Lookup;
+use kube::runtime::watcher::Event;
 use serde::{Deserialize, Serialize};
+
+use super::plan::PodObs;
 
 /// A task pod as cached: metadata (trimmed by the reflector), the first container's name and
 /// the status fields that say how a task ended.
@@ -141,6 +148,50 @@ impl kube::Resource for TaskPod {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
+}
+
+/// The pod store's key is (namespace, name); resource version and uid are left out of it
+/// (they would be two more strings per pod, and nothing looks them up).
+impl Lookup for PodObs {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.name))
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(&self.namespace))
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+/// A pod watch event as the pod store keeps it: the pod read into a [`PodObs`]. A pod the
+/// planner cannot read (no `muster.dev/batchjob` label, which the watch's selector already
+/// excludes) yields no event.
+pub fn slim_event(ev: Event<TaskPod>) -> Option<Event<PodObs>> {
+    Some(match ev {
+        Event::Apply(p) => Event::Apply(PodObs::from_task_pod(&p)?),
+        Event::Delete(p) => Event::Delete(PodObs::from_task_pod(&p)?),
+        Event::Init => Event::Init,
+        Event::InitApply(p) => Event::InitApply(PodObs::from_task_pod(&p)?),
+        Event::InitDone => Event::InitDone,
+    })
 }
 
 #[cfg(test)]

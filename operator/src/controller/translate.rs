@@ -20,7 +20,9 @@ use muster_crds::slurm::{
     ArraySpec, Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches,
     SyntaxError, TimeLimit, gpus_from_gres, parse_gres,
 };
-use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, GpuHealthState, GpuNode, Partition};
+use muster_crds::v1alpha1::{
+    BatchJob, BatchJobSpec, BatchJobStatus, GpuHealthState, GpuNode, Partition,
+};
 
 use crate::core::{
     self, ArrayTask, JobId, JobRequest, LabelSelector, Link, MemoryRequest, NodeId, PartitionId,
@@ -652,7 +654,8 @@ pub fn running_job(
     nodes: &NodeTable,
     stopping_since: Option<i64>,
 ) -> RunningJob {
-    let st = job.status.clone().unwrap_or_default();
+    let empty = BatchJobStatus::default();
+    let st = job.status.as_ref().unwrap_or(&empty);
     let tasks = st
         .tasks
         .iter()
