@@ -6,7 +6,7 @@
 //! | [`translate`] | CRD objects ⇄ core types (pure) |
 //! | [`pods`] | task pods and the headless Service (pure) |
 //! | [`status`] | status transitions and kstatus conditions (pure) |
-//! | [`deps`] | `--dependency` evaluation (pure) |
+//! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
 //! | [`kube_api`] | the writes over kube |
@@ -16,7 +16,6 @@
 //! | [`usage`] | fair-share usage persistence |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics` `/healthz` `/readyz` |
 
-pub mod deps;
 pub mod exec;
 pub mod http;
 pub mod jobids;

@@ -53,13 +53,13 @@ use crate::core::{
     self, ArrayTask, Decisions, JobId, PartitionId, RunningJob, Snapshot, TaskAlloc,
 };
 
-use super::deps::{self, Asker, DepIndex, DepJob, DepState};
 use super::pods::{self, JobContext};
 use super::status::{self, INVALID_SPEC, LAUNCH_FAILURE};
 use super::taskpod::{TaskContainerStatus, TaskPod};
 use super::translate::{
     self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
 };
+use crate::core::deps::{self, Asker, DepIndex, DepJob, DepState};
 
 /// A pod's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,479 +1,731 @@
-//! Job dependencies (`--dependency`), evaluated against the snapshot's jobs.
+//! Job dependencies (`--dependency`), evaluated on the jobs of the job's namespace: one
+//! evaluator for the operator (which indexes its BatchJobs, array parents with their
+//! elements) and the core's cycle (which indexes a snapshot's pending, running and finished
+//! jobs, [`DepIndex::from_snapshot`]), so `muster simulate` and `sbatch --test-only` judge a
+//! dependency as the operator does.
 //!
-//! A reference by id finds any job of the snapshot (pending, running or finished); a
-//! reference by name finds the BatchJob of that name in the dependent job's namespace.
+//! A reference is a BatchJob name or a numeric job id, always within the namespace. Meaning,
+//! as in sbatch(1):
 //!
-//! | type | satisfied when the target … | never satisfied when the target … |
-//! |---|---|---|
-//! | `after` | started (or ended without starting), + delay | — |
-//! | `afterany` | ended, in any state, + delay | — |
-//! | `afterok` | ended COMPLETED, + delay | ended in any other state |
-//! | `afternotok` | ended not COMPLETED, + delay | ended COMPLETED |
-//! | `aftercorr` | (an array) has its element with the same index COMPLETED | that element ended otherwise, or does not exist while the array does |
-//! | `singleton` | — (no job of the same name and namespace is running or starting this cycle) | — |
+//! - `after`: the job started (or ended without starting, e.g. cancelled) `+MINUTES` ago;
+//! - `afterany`: the job ended, in any state;
+//! - `afterok`: the job COMPLETED (every task exited 0); any other end can never satisfy it;
+//! - `afternotok`: the job ended in FAILED, TIMEOUT, NODE_FAIL, PREEMPTED or CANCELLED;
+//!   COMPLETED can never satisfy it;
+//! - `aftercorr`: for an array element, the element of the referenced array with the same
+//!   index COMPLETED (for a job that is not an array element: `afterok`);
+//! - `singleton`: no job of the namespace with the same Slurm job name and a lower job id is
+//!   pending or running.
 //!
-//! A target that is not found: by name, the job waits (`Dependency`) — in GitOps both jobs
-//! are often applied at once, in any order; by id, it can never be satisfied
-//! (`DependencyNeverSatisfied`), as ids are only handed out to existing jobs. A job that
-//! depends on itself never runs. With `,` every item and every listed job must be satisfied;
-//! with `?` any one satisfied job suffices (and it is never satisfiable only when none can
-//! be).
+//! `+MINUTES` delays any type, counted from the referenced job's start (`after`) or end.
+//! With `,` every item must hold; with `?` any one. A job that can never be satisfied stays
+//! PENDING with reason `DependencyNeverSatisfied`, as Slurm does without `kill_invalid_depend`.
+//! A reference to a job that does not exist (yet) waits: with GitOps, `eval` may be applied
+//! before `train`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 
-use muster_crds::slurm::{Combine, DepKind, DependencySpec, JobTarget};
+use muster_crds::slurm::{Combine, DepKind, DependencySpec, JobRef, JobTarget};
 
 use super::model::{JobId, JobState, PendingJob, Snapshot};
 
-/// What the dependency allows now.
+/// What a dependency needs to know about one job.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DepJob {
+    /// Namespace.
+    pub namespace: String,
+    /// BatchJob name.
+    pub name: String,
+    /// Slurm job name (`spec.jobName` or the BatchJob name).
+    pub slurm_name: String,
+    /// Job id, once assigned.
+    pub id: Option<u64>,
+    /// State (PENDING until the operator says otherwise).
+    pub state: Option<JobState>,
+    /// When it started.
+    pub start: Option<i64>,
+    /// When it ended.
+    pub end: Option<i64>,
+    /// For an array: its elements by index (state, end).
+    pub elements: BTreeMap<u32, (JobState, Option<i64>)>,
+    /// Whether this is an array (its elements are separate jobs).
+    pub is_array: bool,
+}
+
+impl DepJob {
+    fn state(&self) -> JobState {
+        self.state.unwrap_or(JobState::Pending)
+    }
+}
+
+/// The jobs dependencies may refer to.
+#[derive(Clone, Debug, Default)]
+pub struct DepIndex {
+    jobs: Vec<DepJob>,
+    by_name: HashMap<(String, String), usize>,
+    by_id: HashMap<u64, usize>,
+}
+
+impl DepIndex {
+    /// Indexes `jobs`.
+    pub fn new(jobs: Vec<DepJob>) -> Self {
+        let mut by_name = HashMap::with_capacity(jobs.len());
+        let mut by_id = HashMap::with_capacity(jobs.len());
+        for (i, j) in jobs.iter().enumerate() {
+            by_name.insert((j.namespace.clone(), j.name.clone()), i);
+            if let Some(id) = j.id {
+                by_id.insert(id, i);
+            }
+        }
+        DepIndex {
+            jobs,
+            by_name,
+            by_id,
+        }
+    }
+
+    /// Indexes a snapshot's finished, running and pending jobs. Array elements are jobs of
+    /// their own; each array also gets an entry under its array job id (which a reference
+    /// by that id finds) holding its elements: PENDING while none started, RUNNING while
+    /// any has not ended, then COMPLETED if every element did, else the state of the first
+    /// element (by index) that did not.
+    pub fn from_snapshot(snap: &Snapshot) -> DepIndex {
+        let mut jobs =
+            Vec::with_capacity(snap.finished.len() + snap.running.len() + snap.pending.len());
+        let mut arrays: BTreeMap<(String, JobId), DepJob> = BTreeMap::new();
+        let mut element = |ns: &str,
+                           name: &str,
+                           a: Option<(JobId, u32)>,
+                           st: JobState,
+                           start: Option<i64>,
+                           end: Option<i64>| {
+            let Some((aid, idx)) = a else { return };
+            let e = arrays
+                .entry((ns.to_string(), aid))
+                .or_insert_with(|| DepJob {
+                    namespace: ns.to_string(),
+                    name: String::new(),
+                    slurm_name: name.to_string(),
+                    id: Some(aid),
+                    is_array: true,
+                    ..Default::default()
+                });
+            e.elements.insert(idx, (st, end));
+            e.start = match (e.start, start) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            e.end = match (e.end, end) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        };
+        for j in &snap.finished {
+            element(
+                &j.namespace,
+                &j.name,
+                j.array_job_id.zip(j.array_task_id),
+                j.state,
+                j.start_time,
+                Some(j.end_time),
+            );
+            jobs.push(DepJob {
+                namespace: j.namespace.clone(),
+                name: j.name.clone(),
+                slurm_name: j.name.clone(),
+                id: Some(j.id),
+                state: Some(j.state),
+                start: j.start_time,
+                end: Some(j.end_time),
+                ..Default::default()
+            });
+        }
+        for j in &snap.running {
+            element(
+                &j.namespace,
+                j.slurm_name(),
+                j.array_job_id.zip(j.array_task_id),
+                JobState::Running,
+                Some(j.start_time),
+                None,
+            );
+            jobs.push(DepJob {
+                namespace: j.namespace.clone(),
+                name: j.name.clone(),
+                slurm_name: j.slurm_name().to_string(),
+                id: Some(j.id),
+                state: Some(JobState::Running),
+                start: Some(j.start_time),
+                ..Default::default()
+            });
+        }
+        for j in &snap.pending {
+            let a = j.array.as_ref().map(|a| (a.array_job_id, a.task_id));
+            element(
+                &j.namespace,
+                j.slurm_name(),
+                a,
+                JobState::Pending,
+                None,
+                None,
+            );
+            jobs.push(DepJob {
+                namespace: j.namespace.clone(),
+                name: j.name.clone(),
+                slurm_name: j.slurm_name().to_string(),
+                id: Some(j.id),
+                state: Some(JobState::Pending),
+                ..Default::default()
+            });
+        }
+        // The arrays last: a reference by the array job id means the whole array.
+        for (_, mut a) in arrays {
+            let states: Vec<JobState> = a.elements.values().map(|e| e.0).collect();
+            a.state = Some(if states.iter().all(|s| s.is_terminal()) {
+                states
+                    .iter()
+                    .copied()
+                    .find(|&s| s != JobState::Completed)
+                    .unwrap_or(JobState::Completed)
+            } else if states.iter().all(|&s| s == JobState::Pending) {
+                JobState::Pending
+            } else {
+                JobState::Running
+            });
+            if !a.state.is_some_and(JobState::is_terminal) {
+                a.end = None;
+            }
+            jobs.push(a);
+        }
+        DepIndex::new(jobs)
+    }
+
+    fn find(&self, ns: &str, t: &JobTarget) -> Option<&DepJob> {
+        let i = match t {
+            JobTarget::Name(n) => self.by_name.get(&(ns.to_string(), n.clone())),
+            JobTarget::Id(id) => self.by_id.get(id),
+        }?;
+        let j = &self.jobs[*i];
+        (j.namespace == ns).then_some(j)
+    }
+}
+
+/// Whether a job's dependency allows it to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DepStatus {
-    /// The job may run.
+pub enum DepState {
+    /// It may start.
     Satisfied,
-    /// Not yet; the message says what it waits for.
+    /// Not yet; why.
     Waiting(String),
-    /// It can never be satisfied; the message says why.
+    /// Never; why.
     Never(String),
 }
 
-/// One job as dependencies see it.
-#[derive(Clone, Debug)]
-struct Info {
-    id: JobId,
-    namespace: String,
-    /// `None` while pending or running.
-    ended: Option<(JobState, i64)>,
-    started: Option<i64>,
-    array: Option<(JobId, u32)>,
+/// The job asking.
+#[derive(Clone, Copy, Debug)]
+pub struct Asker<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its BatchJob name.
+    pub name: &'a str,
+    /// Its Slurm job name.
+    pub slurm_name: &'a str,
+    /// Its job id.
+    pub id: Option<u64>,
+    /// Its array index, for `aftercorr`.
+    pub array_index: Option<u32>,
 }
 
-/// Every job of a snapshot, indexed for dependency lookups.
-#[derive(Debug, Default)]
-pub struct JobTable {
-    by_id: BTreeMap<JobId, Info>,
-    by_name: BTreeMap<(String, String), JobId>,
-    /// `(array job id, index)` → job id.
-    by_element: BTreeMap<(JobId, u32), JobId>,
-    /// Array job ids that exist.
-    arrays: BTreeSet<JobId>,
-    /// `(namespace, Slurm job name)` of running jobs, for `singleton`.
-    running_names: BTreeSet<(String, String)>,
+impl<'a> Asker<'a> {
+    /// A pending job of a snapshot.
+    pub fn of(job: &'a PendingJob) -> Asker<'a> {
+        Asker {
+            namespace: &job.namespace,
+            name: &job.name,
+            slurm_name: job.slurm_name(),
+            id: Some(job.id),
+            array_index: job.array.as_ref().map(|a| a.task_id),
+        }
+    }
 }
 
-impl JobTable {
-    /// Indexes the snapshot's pending, running and finished jobs.
-    pub fn new(snap: &Snapshot) -> JobTable {
-        let mut t = JobTable::default();
-        let add = |t: &mut JobTable, info: Info, name: &str| {
-            if let Some((a, i)) = info.array {
-                t.by_element.insert((a, i), info.id);
-                t.arrays.insert(a);
-            }
-            if !name.is_empty() {
-                t.by_name
-                    .insert((info.namespace.clone(), name.to_string()), info.id);
-            }
-            t.by_id.insert(info.id, info);
-        };
-        for j in &snap.finished {
-            add(
-                &mut t,
-                Info {
-                    id: j.id,
-                    namespace: j.namespace.clone(),
-                    ended: Some((j.state, j.end_time)),
-                    started: j.start_time,
-                    array: j.array_job_id.zip(j.array_task_id),
-                },
-                &j.name,
-            );
-        }
-        for j in &snap.running {
-            t.running_names
-                .insert((j.namespace.clone(), j.slurm_name().to_string()));
-            add(
-                &mut t,
-                Info {
-                    id: j.id,
-                    namespace: j.namespace.clone(),
-                    ended: None,
-                    started: Some(j.start_time),
-                    array: j.array_job_id.zip(j.array_task_id),
-                },
-                &j.name,
-            );
-        }
-        for j in &snap.pending {
-            add(
-                &mut t,
-                Info {
-                    id: j.id,
-                    namespace: j.namespace.clone(),
-                    ended: None,
-                    started: None,
-                    array: j.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
-                },
-                &j.name,
-            );
-        }
-        t
-    }
+fn ended_ok(s: JobState) -> bool {
+    s == JobState::Completed
+}
 
-    /// Records that a job started this cycle (for `singleton`).
-    pub fn started(&mut self, namespace: &str, slurm_name: &str) {
-        self.running_names
-            .insert((namespace.to_string(), slurm_name.to_string()));
-    }
-
-    /// Whether `job`'s dependency allows it to run at `now`.
-    pub fn status(&self, job: &PendingJob, spec: &DependencySpec, now: i64) -> DepStatus {
-        // Per item: each listed job's status.
-        let mut all_waiting: Vec<String> = Vec::new();
-        let mut any_never: Option<String> = None;
-        let mut any_ok = false;
-        let mut all_never = true;
-        for item in &spec.items {
-            let results: Vec<DepStatus> = if item.kind == DepKind::Singleton {
-                if self
-                    .running_names
-                    .contains(&(job.namespace.clone(), job.slurm_name().to_string()))
-                {
-                    vec![DepStatus::Waiting(format!(
-                        "singleton: a job named {} is running",
-                        job.slurm_name()
-                    ))]
-                } else {
-                    vec![DepStatus::Satisfied]
+fn one(kind: DepKind, r: &JobRef, who: &Asker<'_>, idx: &DepIndex, now: i64) -> DepState {
+    let label = format!("{}:{}", kind, r.target);
+    let Some(j) = idx.find(who.namespace, &r.target) else {
+        return DepState::Waiting(format!(
+            "{label}: no such job in namespace {} (yet)",
+            who.namespace
+        ));
+    };
+    let delay = i64::from(r.delay_minutes.unwrap_or(0)) * 60;
+    let after = |base: Option<i64>| -> DepState {
+        let t = base.unwrap_or(now).saturating_add(delay);
+        if now >= t {
+            DepState::Satisfied
+        } else {
+            DepState::Waiting(format!("{label}: {}s to go", t - now))
+        }
+    };
+    // aftercorr on an array: the element with our index.
+    let (state, start, end) = if kind == DepKind::AfterCorr && j.is_array {
+        match who.array_index {
+            Some(i) => match j.elements.get(&i) {
+                Some((s, e)) => (*s, None, *e),
+                None if j.state().is_terminal() => {
+                    return DepState::Never(format!("{label}: array has no element {i}"));
                 }
+                None => return DepState::Waiting(format!("{label}: element {i} has not run yet")),
+            },
+            None => (j.state(), j.start, j.end),
+        }
+    } else {
+        (j.state(), j.start, j.end)
+    };
+    match kind {
+        DepKind::After => {
+            if state == JobState::Pending {
+                DepState::Waiting(format!("{label}: not started"))
             } else {
-                item.jobs
-                    .iter()
-                    .map(|r| {
-                        let delay = i64::from(r.delay_minutes.unwrap_or(0)) * 60;
-                        self.one(job, item.kind, &r.target, delay, now)
+                after(start.or(end))
+            }
+        }
+        DepKind::AfterAny => {
+            if state.is_terminal() {
+                after(end)
+            } else {
+                DepState::Waiting(format!("{label}: {state}"))
+            }
+        }
+        DepKind::AfterOk | DepKind::AfterCorr => {
+            if !state.is_terminal() {
+                DepState::Waiting(format!("{label}: {state}"))
+            } else if ended_ok(state) {
+                after(end)
+            } else {
+                DepState::Never(format!("{label}: ended {state}"))
+            }
+        }
+        DepKind::AfterNotOk => {
+            if !state.is_terminal() {
+                DepState::Waiting(format!("{label}: {state}"))
+            } else if ended_ok(state) {
+                DepState::Never(format!("{label}: COMPLETED"))
+            } else {
+                after(end)
+            }
+        }
+        DepKind::Singleton => DepState::Satisfied,
+    }
+}
+
+fn singleton(who: &Asker<'_>, idx: &DepIndex) -> DepState {
+    let blocker = idx.jobs.iter().find(|j| {
+        j.namespace == who.namespace
+            && j.slurm_name == who.slurm_name
+            && j.name != who.name
+            && !j.is_array
+            && !j.state().is_terminal()
+            && match (j.id, who.id) {
+                (Some(a), Some(b)) => a < b,
+                (Some(_), None) => true,
+                _ => false,
+            }
+    });
+    match blocker {
+        Some(b) => DepState::Waiting(format!(
+            "singleton: job {} ({}) named {} is {}",
+            b.id.unwrap_or(0),
+            b.name,
+            who.slurm_name,
+            b.state()
+        )),
+        None => DepState::Satisfied,
+    }
+}
+
+/// Evaluates `spec` for `who`.
+pub fn evaluate(spec: &DependencySpec, who: &Asker<'_>, idx: &DepIndex, now: i64) -> DepState {
+    let mut results = Vec::new();
+    for item in &spec.items {
+        if item.kind == DepKind::Singleton {
+            results.push(singleton(who, idx));
+            continue;
+        }
+        for r in &item.jobs {
+            results.push(one(item.kind, r, who, idx, now));
+        }
+    }
+    combine(spec.combine, results)
+}
+
+fn combine(c: Combine, results: Vec<DepState>) -> DepState {
+    match c {
+        Combine::All => {
+            if let Some(n) = results.iter().find(|r| matches!(r, DepState::Never(_))) {
+                return n.clone();
+            }
+            results
+                .into_iter()
+                .find(|r| matches!(r, DepState::Waiting(_)))
+                .unwrap_or(DepState::Satisfied)
+        }
+        Combine::Any => {
+            if results.is_empty() || results.contains(&DepState::Satisfied) {
+                return DepState::Satisfied;
+            }
+            if results.iter().all(|r| matches!(r, DepState::Never(_))) {
+                let why: Vec<String> = results
+                    .into_iter()
+                    .map(|r| match r {
+                        DepState::Never(m) | DepState::Waiting(m) => m,
+                        DepState::Satisfied => String::new(),
                     })
-                    .collect()
-            };
-            for r in results {
-                match r {
-                    DepStatus::Satisfied => {
-                        any_ok = true;
-                        all_never = false;
-                    }
-                    DepStatus::Waiting(m) => {
-                        all_never = false;
-                        all_waiting.push(m);
-                    }
-                    DepStatus::Never(m) => {
-                        if any_never.is_none() {
-                            any_never = Some(m);
-                        }
-                    }
-                }
+                    .collect();
+                return DepState::Never(why.join("; "));
             }
+            results
+                .into_iter()
+                .find(|r| matches!(r, DepState::Waiting(_)))
+                .unwrap_or(DepState::Satisfied)
         }
-        match spec.combine {
-            Combine::All => {
-                if let Some(m) = any_never {
-                    DepStatus::Never(m)
-                } else if let Some(m) = all_waiting.into_iter().next() {
-                    DepStatus::Waiting(m)
-                } else {
-                    DepStatus::Satisfied
-                }
-            }
-            Combine::Any => {
-                if any_ok {
-                    DepStatus::Satisfied
-                } else if all_never {
-                    DepStatus::Never(any_never.unwrap_or_else(|| "no dependency can be met".into()))
-                } else {
-                    DepStatus::Waiting(all_waiting.join("; "))
-                }
-            }
-        }
-    }
-
-    fn one(
-        &self,
-        job: &PendingJob,
-        kind: DepKind,
-        target: &JobTarget,
-        delay: i64,
-        now: i64,
-    ) -> DepStatus {
-        let id = match target {
-            JobTarget::Id(id) => {
-                if !self.by_id.contains_key(id) && !self.arrays.contains(id) {
-                    return DepStatus::Never(format!("{kind}:{id}: no job {id}"));
-                }
-                *id
-            }
-            JobTarget::Name(n) => match self.by_name.get(&(job.namespace.clone(), n.clone())) {
-                Some(id) => *id,
-                None => {
-                    return DepStatus::Waiting(format!(
-                        "{kind}:{n}: no job named {n} in namespace {} yet",
-                        job.namespace
-                    ));
-                }
-            },
-        };
-        if id == job.id {
-            return DepStatus::Never(format!("{kind}:{id}: a job cannot depend on itself"));
-        }
-        let after = |t: i64, what: &str| -> DepStatus {
-            if now >= t.saturating_add(delay) {
-                DepStatus::Satisfied
-            } else {
-                DepStatus::Waiting(format!(
-                    "{kind}:{id}: {what}; waiting {}s more",
-                    t + delay - now
-                ))
-            }
-        };
-        if kind == DepKind::AfterCorr {
-            let Some(index) = job.array.as_ref().map(|a| a.task_id) else {
-                return DepStatus::Never(format!(
-                    "aftercorr:{id}: the job is not an array element"
-                ));
-            };
-            let array = self
-                .by_id
-                .get(&id)
-                .and_then(|i| i.array.map(|a| a.0))
-                .unwrap_or(id);
-            let Some(elem) = self
-                .by_element
-                .get(&(array, index))
-                .and_then(|e| self.by_id.get(e))
-            else {
-                return DepStatus::Never(format!(
-                    "aftercorr:{id}: array {array} has no element {index}"
-                ));
-            };
-            return match elem.ended {
-                Some((JobState::Completed, t)) => after(t, "element completed"),
-                Some((s, _)) => {
-                    DepStatus::Never(format!("aftercorr:{id}: element {index} ended {s}"))
-                }
-                None => {
-                    DepStatus::Waiting(format!("aftercorr:{id}: element {index} has not ended"))
-                }
-            };
-        }
-        if self.arrays.contains(&id) {
-            // An array's id (as in Slurm, even when its first element has the same id): the
-            // dependency is on every element.
-            return self.array_status(job, kind, id, delay, now);
-        }
-        self.element(kind, id, delay, now)
-    }
-
-    /// The dependency on the single job `id` (not an array as a whole).
-    fn element(&self, kind: DepKind, id: JobId, delay: i64, now: i64) -> DepStatus {
-        let after = |t: i64, what: &str| -> DepStatus {
-            if now >= t.saturating_add(delay) {
-                DepStatus::Satisfied
-            } else {
-                DepStatus::Waiting(format!(
-                    "{kind}:{id}: {what}; waiting {}s more",
-                    t + delay - now
-                ))
-            }
-        };
-        let Some(info) = self.by_id.get(&id) else {
-            return DepStatus::Never(format!("{kind}:{id}: no job {id}"));
-        };
-        match (kind, info.ended) {
-            (DepKind::After, _) => match (info.started, info.ended) {
-                (Some(t), _) => after(t, "started"),
-                (None, Some((_, t))) => after(t, "ended before starting"),
-                (None, None) => DepStatus::Waiting(format!("after:{id}: job {id} has not started")),
-            },
-            (DepKind::AfterAny, Some((_, t))) => after(t, "ended"),
-            (DepKind::AfterOk, Some((JobState::Completed, t))) => after(t, "completed"),
-            (DepKind::AfterOk, Some((s, _))) => {
-                DepStatus::Never(format!("afterok:{id}: job {id} ended {s}"))
-            }
-            (DepKind::AfterNotOk, Some((JobState::Completed, _))) => {
-                DepStatus::Never(format!("afternotok:{id}: job {id} completed"))
-            }
-            (DepKind::AfterNotOk, Some((_, t))) => after(t, "did not complete"),
-            (_, None) => DepStatus::Waiting(format!("{kind}:{id}: job {id} has not ended")),
-            // Handled above (aftercorr) or never reaching here (singleton has no jobs).
-            (DepKind::AfterCorr | DepKind::Singleton, Some(_)) => DepStatus::Satisfied,
-        }
-    }
-
-    /// A dependency on an array job id (no job has that id itself): every element.
-    fn array_status(
-        &self,
-        job: &PendingJob,
-        kind: DepKind,
-        array: JobId,
-        delay: i64,
-        now: i64,
-    ) -> DepStatus {
-        let elems: Vec<JobId> = self
-            .by_element
-            .range((array, 0)..=(array, u32::MAX))
-            .map(|(_, &id)| id)
-            .collect();
-        let mut waiting = None;
-        for e in elems {
-            if e == job.id {
-                continue;
-            }
-            match self.element(kind, e, delay, now) {
-                DepStatus::Satisfied => {}
-                DepStatus::Never(m) => return DepStatus::Never(m),
-                DepStatus::Waiting(m) => waiting = waiting.or(Some(m)),
-            }
-        }
-        waiting.map_or(DepStatus::Satisfied, DepStatus::Waiting)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::model::{ArrayTask, FinishedJob, JobRequest, RunningJob};
+    use crate::core::model::{ArrayTask, FinishedJob, RunningJob};
 
-    fn finished(id: JobId, name: &str, state: JobState, end: i64) -> FinishedJob {
-        FinishedJob {
-            id,
+    fn job(name: &str, id: u64, state: JobState) -> DepJob {
+        DepJob {
+            namespace: "ml".into(),
             name: name.into(),
-            namespace: "default".into(),
-            state,
-            start_time: Some(end - 10),
-            end_time: end,
-            array_job_id: None,
-            array_task_id: None,
+            slurm_name: name.into(),
+            id: Some(id),
+            state: Some(state),
+            start: Some(100),
+            end: state.is_terminal().then_some(200),
+            ..Default::default()
         }
     }
 
-    fn pending(id: JobId, dep: &str) -> PendingJob {
-        let mut j = PendingJob::new(id, 0, JobRequest::gpus(1));
+    fn who(id: u64) -> Asker<'static> {
+        Asker {
+            namespace: "ml",
+            name: "eval",
+            slurm_name: "eval",
+            id: Some(id),
+            array_index: None,
+        }
+    }
+
+    fn ev(dep: &str, jobs: Vec<DepJob>, now: i64) -> DepState {
+        evaluate(
+            &DependencySpec::parse(dep).unwrap(),
+            &who(99),
+            &DepIndex::new(jobs),
+            now,
+        )
+    }
+
+    #[test]
+    fn afterok_chain() {
+        assert!(matches!(
+            ev(
+                "afterok:train",
+                vec![job("train", 1, JobState::Running)],
+                300
+            ),
+            DepState::Waiting(_)
+        ));
+        assert_eq!(
+            ev(
+                "afterok:train",
+                vec![job("train", 1, JobState::Completed)],
+                300
+            ),
+            DepState::Satisfied
+        );
+        assert_eq!(
+            ev("afterok:1", vec![job("train", 1, JobState::Completed)], 300),
+            DepState::Satisfied
+        );
+        let never = ev(
+            "afterok:train",
+            vec![job("train", 1, JobState::Failed)],
+            300,
+        );
+        assert!(
+            matches!(&never, DepState::Never(m) if m.contains("FAILED")),
+            "{never:?}"
+        );
+        // A requeued dependency waits again.
+        assert!(matches!(
+            ev(
+                "afterok:train",
+                vec![job("train", 1, JobState::Pending)],
+                300
+            ),
+            DepState::Waiting(_)
+        ));
+    }
+
+    #[test]
+    fn afternotok_afterany_after() {
+        let failed = || vec![job("train", 1, JobState::Timeout)];
+        assert_eq!(ev("afternotok:train", failed(), 300), DepState::Satisfied);
+        assert!(matches!(
+            ev(
+                "afternotok:train",
+                vec![job("train", 1, JobState::Completed)],
+                300
+            ),
+            DepState::Never(_)
+        ));
+        assert_eq!(ev("afterany:train", failed(), 300), DepState::Satisfied);
+        assert!(matches!(
+            ev(
+                "afterany:train",
+                vec![job("train", 1, JobState::Running)],
+                300
+            ),
+            DepState::Waiting(_)
+        ));
+        // after: started 100; +10 minutes -> 700.
+        assert_eq!(
+            ev("after:train", vec![job("train", 1, JobState::Running)], 150),
+            DepState::Satisfied
+        );
+        assert!(matches!(
+            ev("after:train+10", vec![job("train", 1, JobState::Running)], 650),
+            DepState::Waiting(m) if m.contains("50s")
+        ));
+        assert_eq!(
+            ev(
+                "after:train+10",
+                vec![job("train", 1, JobState::Running)],
+                700
+            ),
+            DepState::Satisfied
+        );
+        assert!(matches!(
+            ev("after:train", vec![job("train", 1, JobState::Pending)], 150),
+            DepState::Waiting(_)
+        ));
+    }
+
+    #[test]
+    fn all_and_any() {
+        let jobs = || {
+            vec![
+                job("a", 1, JobState::Completed),
+                job("b", 2, JobState::Failed),
+                job("c", 3, JobState::Running),
+            ]
+        };
+        assert!(matches!(
+            ev("afterok:a,afterok:b", jobs(), 300),
+            DepState::Never(_)
+        ));
+        assert!(matches!(
+            ev("afterok:a,afterok:c", jobs(), 300),
+            DepState::Waiting(_)
+        ));
+        assert_eq!(ev("afterok:b?afterok:a", jobs(), 300), DepState::Satisfied);
+        assert!(matches!(
+            ev("afterok:b?afterok:c", jobs(), 300),
+            DepState::Waiting(_)
+        ));
+        assert!(matches!(
+            ev("afterok:b?afternotok:a", jobs(), 300),
+            DepState::Never(_)
+        ));
+        assert_eq!(
+            ev("afterok:a:2?afterany:3", jobs(), 300),
+            DepState::Satisfied
+        );
+    }
+
+    #[test]
+    fn references_stay_in_the_namespace_and_may_appear_later() {
+        let mut other = job("train", 1, JobState::Completed);
+        other.namespace = "other".into();
+        assert!(matches!(
+            ev("afterok:train", vec![other.clone()], 300),
+            DepState::Waiting(m) if m.contains("no such job")
+        ));
+        assert!(matches!(
+            ev("afterok:1", vec![other], 300),
+            DepState::Waiting(_)
+        ));
+    }
+
+    #[test]
+    fn singleton_waits_for_earlier_namesakes() {
+        let mut prev = job("eval-old", 5, JobState::Running);
+        prev.slurm_name = "eval".into();
+        assert!(matches!(
+            ev("singleton", vec![prev.clone()], 300),
+            DepState::Waiting(_)
+        ));
+        let mut later = prev.clone();
+        later.id = Some(150);
+        assert_eq!(ev("singleton", vec![later], 300), DepState::Satisfied);
+        prev.state = Some(JobState::Completed);
+        assert_eq!(ev("singleton", vec![prev], 300), DepState::Satisfied);
+    }
+
+    #[test]
+    fn aftercorr_uses_the_same_index() {
+        let mut arr = job("prep", 10, JobState::Running);
+        arr.is_array = true;
+        arr.elements.insert(0, (JobState::Completed, Some(150)));
+        arr.elements.insert(1, (JobState::Failed, Some(150)));
+        let idx = DepIndex::new(vec![arr]);
+        let spec = DependencySpec::parse("aftercorr:prep").unwrap();
+        let mut w = who(99);
+        w.array_index = Some(0);
+        assert_eq!(evaluate(&spec, &w, &idx, 300), DepState::Satisfied);
+        w.array_index = Some(1);
+        assert!(matches!(evaluate(&spec, &w, &idx, 300), DepState::Never(_)));
+        w.array_index = Some(2);
+        assert!(matches!(
+            evaluate(&spec, &w, &idx, 300),
+            DepState::Waiting(_)
+        ));
+    }
+
+    fn finished(id: u64, name: &str, state: JobState, array: Option<(u64, u32)>) -> FinishedJob {
+        FinishedJob {
+            id,
+            name: name.into(),
+            namespace: "ml".into(),
+            state,
+            start_time: Some(100),
+            end_time: 200,
+            array_job_id: array.map(|a| a.0),
+            array_task_id: array.map(|a| a.1),
+        }
+    }
+
+    fn pending(id: u64, name: &str, dep: &str) -> PendingJob {
+        let mut j = PendingJob::new(id, 0, Default::default());
+        j.name = name.into();
+        j.namespace = "ml".into();
         j.dependency = Some(DependencySpec::parse(dep).unwrap());
         j
     }
 
-    fn status(s: &Snapshot, j: &PendingJob, now: i64) -> DepStatus {
-        JobTable::new(s).status(j, j.dependency.as_ref().unwrap(), now)
+    fn ask(snap: &Snapshot, job: &PendingJob, now: i64) -> DepState {
+        let idx = DepIndex::from_snapshot(snap);
+        evaluate(job.dependency.as_ref().unwrap(), &Asker::of(job), &idx, now)
     }
 
     #[test]
-    fn afterok_and_afternotok_follow_the_end_state() {
-        let mut s = Snapshot::default();
-        s.finished
-            .push(finished(1, "train", JobState::Completed, 100));
-        s.finished.push(finished(2, "bad", JobState::Failed, 100));
-        assert_eq!(
-            status(&s, &pending(10, "afterok:train"), 200),
-            DepStatus::Satisfied
-        );
-        assert!(matches!(
-            status(&s, &pending(10, "afterok:2"), 200),
-            DepStatus::Never(_)
-        ));
-        assert_eq!(
-            status(&s, &pending(10, "afternotok:bad"), 200),
-            DepStatus::Satisfied
-        );
-        assert!(matches!(
-            status(&s, &pending(10, "afternotok:1"), 200),
-            DepStatus::Never(_)
-        ));
-        assert_eq!(
-            status(&s, &pending(10, "afterany:1:2"), 200),
-            DepStatus::Satisfied
-        );
-        // `?`: one satisfied item is enough even when another can never be.
-        assert_eq!(
-            status(&s, &pending(10, "afterok:2?afterok:1"), 200),
-            DepStatus::Satisfied
-        );
-        // Delay: +5 minutes after the end.
-        assert!(matches!(
-            status(&s, &pending(10, "afterok:1+5"), 200),
-            DepStatus::Waiting(_)
-        ));
-        assert_eq!(
-            status(&s, &pending(10, "afterok:1+5"), 400),
-            DepStatus::Satisfied
-        );
-    }
-
-    #[test]
-    fn unknown_names_wait_and_unknown_ids_never_run() {
-        let s = Snapshot::default();
-        assert!(matches!(
-            status(&s, &pending(10, "afterok:later"), 0),
-            DepStatus::Waiting(_)
-        ));
-        assert!(matches!(
-            status(&s, &pending(10, "afterok:99"), 0),
-            DepStatus::Never(_)
-        ));
-        assert!(matches!(
-            status(&s, &pending(10, "afterok:10"), 0),
-            DepStatus::Never(_)
-        ));
-    }
-
-    #[test]
-    fn after_needs_a_start_and_singleton_a_free_name() {
-        let mut s = Snapshot::default();
-        s.running.push(RunningJob {
-            id: 1,
-            name: "prep".into(),
-            namespace: "default".into(),
-            start_time: 50,
+    fn a_snapshot_is_judged_as_the_operator_judges_its_jobs() {
+        let mut s = Snapshot {
+            finished: vec![
+                finished(1, "train", JobState::Completed, None),
+                finished(2, "prep", JobState::Failed, None),
+                // Array 10: element 0 completed, element 1 failed, element 2 still pending.
+                finished(10, "sweep", JobState::Completed, Some((10, 0))),
+                finished(11, "sweep", JobState::Failed, Some((10, 1))),
+            ],
             ..Default::default()
-        });
-        s.pending.push(PendingJob::new(2, 0, JobRequest::gpus(1)));
-        assert_eq!(
-            status(&s, &pending(10, "after:prep"), 60),
-            DepStatus::Satisfied
-        );
-        assert!(matches!(
-            status(&s, &pending(10, "after:2"), 60),
-            DepStatus::Waiting(_)
-        ));
-        assert!(matches!(
-            status(&s, &pending(10, "afterany:prep"), 60),
-            DepStatus::Waiting(_)
-        ));
-        let mut single = pending(10, "singleton");
-        single.name = "prep".into();
-        assert!(matches!(status(&s, &single, 60), DepStatus::Waiting(_)));
-        single.namespace = "other".into();
-        assert_eq!(status(&s, &single, 60), DepStatus::Satisfied);
-    }
-
-    #[test]
-    fn aftercorr_matches_array_indices() {
-        let mut s = Snapshot::default();
-        for (i, st) in [(0, JobState::Completed), (1, JobState::Failed)] {
-            let mut f = finished(100 + i as u64, "", st, 10);
-            f.array_job_id = Some(100);
-            f.array_task_id = Some(i);
-            s.finished.push(f);
-        }
-        let mut j = pending(200, "aftercorr:100");
-        j.array = Some(ArrayTask {
-            array_job_id: 200,
-            task_id: 0,
+        };
+        let mut el2 = PendingJob::new(12, 0, Default::default());
+        el2.name = "sweep".into();
+        el2.namespace = "ml".into();
+        el2.array = Some(ArrayTask {
+            array_job_id: 10,
+            task_id: 2,
             max_running: None,
         });
-        assert_eq!(status(&s, &j, 20), DepStatus::Satisfied);
-        j.array.as_mut().unwrap().task_id = 1;
-        assert!(matches!(status(&s, &j, 20), DepStatus::Never(_)));
-        j.array.as_mut().unwrap().task_id = 7;
-        assert!(matches!(status(&s, &j, 20), DepStatus::Never(_)));
-        // afterok on the whole array: every element must complete.
-        let j = pending(300, "afterok:100");
-        assert!(matches!(status(&s, &j, 20), DepStatus::Never(_)));
+        s.pending.push(el2);
+        let ok = |d| matches!(d, DepState::Satisfied);
+        let never = |d| matches!(d, DepState::Never(_));
+        let waits = |d| matches!(d, DepState::Waiting(_));
+        assert!(ok(ask(&s, &pending(20, "eval", "afterok:train"), 300)));
+        assert!(ok(ask(&s, &pending(20, "eval", "afterok:1"), 300)));
+        assert!(never(ask(&s, &pending(20, "eval", "afterok:prep"), 300)));
+        assert!(ok(ask(&s, &pending(20, "eval", "afternotok:2"), 300)));
+        // +5 minutes after the end at 200.
+        assert!(waits(ask(&s, &pending(20, "eval", "afterok:train+5"), 300)));
+        assert!(ok(ask(&s, &pending(20, "eval", "afterok:train+5"), 500)));
+        // The array id means the whole array: not over while element 2 waits.
+        assert!(waits(ask(&s, &pending(20, "eval", "afterany:10"), 300)));
+        // An unknown reference may be applied later (GitOps): it waits.
+        assert!(waits(ask(&s, &pending(20, "eval", "afterok:77"), 300)));
+        // Other namespaces are not visible.
+        let mut other = pending(20, "eval", "afterok:train");
+        other.namespace = "team-b".into();
+        assert!(waits(ask(&s, &other, 300)));
+    }
+
+    #[test]
+    fn snapshot_arrays_answer_aftercorr_and_end_with_their_worst_element() {
+        let s = Snapshot {
+            finished: vec![
+                finished(10, "sweep", JobState::Completed, Some((10, 0))),
+                finished(11, "sweep", JobState::Failed, Some((10, 1))),
+            ],
+            ..Default::default()
+        };
+        let corr = |idx: u32| {
+            let mut j = pending(30 + u64::from(idx), "post", "aftercorr:10");
+            j.array = Some(ArrayTask {
+                array_job_id: 30,
+                task_id: idx,
+                max_running: None,
+            });
+            j
+        };
+        assert_eq!(ask(&s, &corr(0), 300), DepState::Satisfied);
+        assert!(matches!(ask(&s, &corr(1), 300), DepState::Never(_)));
+        assert!(matches!(ask(&s, &corr(5), 300), DepState::Never(_)));
+        // Every element ended, one failed: afterok on the array can never hold.
+        assert!(matches!(
+            ask(&s, &pending(40, "eval", "afterok:10"), 300),
+            DepState::Never(_)
+        ));
+        assert_eq!(
+            ask(&s, &pending(40, "eval", "afterany:10"), 300),
+            DepState::Satisfied
+        );
+    }
+
+    #[test]
+    fn snapshot_singletons_wait_for_lower_ids_pending_or_running() {
+        let mut s = Snapshot {
+            pending: vec![
+                pending(5, "nightly", "singleton"),
+                pending(6, "nightly", "singleton"),
+            ],
+            ..Default::default()
+        };
+        // Different BatchJob names, one Slurm name: the later one waits for the earlier.
+        s.pending[1].name = "nightly-2".into();
+        s.pending[1].job_name = Some("nightly".into());
+        s.pending[0].job_name = Some("nightly".into());
+        assert_eq!(ask(&s, &s.pending[0].clone(), 0), DepState::Satisfied);
+        assert!(matches!(
+            ask(&s, &s.pending[1].clone(), 0),
+            DepState::Waiting(_)
+        ));
+        s.running.push(RunningJob {
+            id: 3,
+            name: "nightly-0".into(),
+            job_name: Some("nightly".into()),
+            namespace: "ml".into(),
+            ..Default::default()
+        });
+        assert!(matches!(
+            ask(&s, &s.pending[0].clone(), 0),
+            DepState::Waiting(_)
+        ));
     }
 }

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::deps::{DepStatus, JobTable};
+use super::deps::{self, Asker, DepIndex, DepState};
 use super::engine::{
     Claim, Engine, LeafAgg, LeafView, NEVER, Prepared, SelectInput, Selection, select,
 };
@@ -79,7 +79,7 @@ struct Cycle<'a> {
     /// The lowest tier of a running job that may still be preempted (`u32::MAX`: none).
     lowest_preemptable_tier: u32,
     /// Jobs for dependency lookups (built when some pending job has a dependency).
-    deps: Option<JobTable>,
+    deps: Option<DepIndex>,
     out: Decisions,
     buf: Vec<(u32, LeafAgg)>,
     /// Each pending job's normalized request, from ordering (by pending index).
@@ -161,7 +161,7 @@ pub(crate) fn run_cycle(
             .pending
             .iter()
             .any(|j| j.dependency.is_some())
-            .then(|| JobTable::new(snap)),
+            .then(|| DepIndex::from_snapshot(snap)),
     };
     cycle.plan(&sizes, &fs);
     let Cycle {
@@ -209,9 +209,6 @@ impl<'a> Cycle<'a> {
                     if let Some(start) = self.consider(job, &jc, &mut info) {
                         if let Some(a) = &job.array {
                             *self.array_running.entry(a.array_job_id).or_insert(0) += 1;
-                        }
-                        if let Some(t) = &mut self.deps {
-                            t.started(&job.namespace, job.slurm_name());
                         }
                         self.out.starts.push(start);
                     } else {
@@ -276,11 +273,11 @@ impl<'a> Cycle<'a> {
         if job.hold {
             return Err((Reason::JobHeldUser, "held".into()));
         }
-        if let (Some(spec), Some(table)) = (&job.dependency, &self.deps) {
-            match table.status(job, spec, self.now) {
-                DepStatus::Satisfied => {}
-                DepStatus::Waiting(m) => return Err((Reason::Dependency, m)),
-                DepStatus::Never(m) => return Err((Reason::DependencyNeverSatisfied, m)),
+        if let (Some(spec), Some(index)) = (&job.dependency, &self.deps) {
+            match deps::evaluate(spec, &Asker::of(job), index, self.now) {
+                DepState::Satisfied => {}
+                DepState::Waiting(m) => return Err((Reason::Dependency, m)),
+                DepState::Never(m) => return Err((Reason::DependencyNeverSatisfied, m)),
             }
         }
         let Some(pi) = job
