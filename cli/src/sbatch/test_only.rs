@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
+use muster_operator::controller::status::NOT_QUEUED;
 use muster_operator::controller::translate::{self, NodeTable, join_errors, secs};
 use muster_operator::controller::usage;
 use muster_operator::core::{self, JobId, Snapshot};
@@ -83,15 +84,6 @@ pub struct World<'a> {
     /// The operator's persisted fair-share usage, when readable.
     pub usage: Option<&'a usage::Record>,
 }
-
-/// Reasons that keep a waiting job out of the operator's queue (it never passes them to the
-/// core): they must not hold a place ahead of the job under test either.
-const NOT_QUEUED: &[&str] = &[
-    "Dependency",
-    "DependencyNeverSatisfied",
-    "InvalidSpec",
-    "JobHeldUser",
-];
 
 /// Estimate `job`'s start at `now` on `world`.
 pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, TestOnlyError> {

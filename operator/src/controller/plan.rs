@@ -54,7 +54,7 @@ use crate::core::{
 };
 
 use super::pods::{self, JobContext};
-use super::status::{self, INVALID_SPEC, LAUNCH_FAILURE};
+use super::status::{self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE};
 use super::taskpod::{TaskContainerStatus, TaskPod};
 use super::translate::{
     self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
@@ -1362,11 +1362,11 @@ fn queue_pending(
         match deps::evaluate(dep, &who, dep_index, now) {
             DepState::Satisfied => {}
             DepState::Waiting(m) => {
-                set_pending(w, "Dependency", &m);
+                set_pending(w, DEPENDENCY, &m);
                 return;
             }
             DepState::Never(m) => {
-                set_pending(w, "DependencyNeverSatisfied", &m);
+                set_pending(w, DEPENDENCY_NEVER, &m);
                 return;
             }
         }
@@ -1751,11 +1751,11 @@ fn step_parent(
                 match deps::evaluate(dep, &who, dep_index, now) {
                     DepState::Satisfied => {}
                     DepState::Waiting(m) => {
-                        dep_wait.get_or_insert(("Dependency".into(), m));
+                        dep_wait.get_or_insert((DEPENDENCY.into(), m));
                         continue;
                     }
                     DepState::Never(m) => {
-                        dep_wait.get_or_insert(("DependencyNeverSatisfied".into(), m));
+                        dep_wait.get_or_insert((DEPENDENCY_NEVER.into(), m));
                         continue;
                     }
                 }
@@ -1804,7 +1804,7 @@ fn step_parent(
             format!("{} element(s) running", sum.running),
         )
     } else if hold {
-        (JobState::Pending, Some("JobHeldUser".into()), "held".into())
+        (JobState::Pending, Some(HELD.into()), "held".into())
     } else if let Some((r, m)) = dep_wait.filter(|_| active == 0) {
         (JobState::Pending, Some(r), m)
     } else if throttled && first_pending_reason.is_none() {

@@ -40,6 +40,16 @@ pub const NEEDS_CHANGE: &[&str] = &[
 pub const LAUNCH_FAILURE: &str = "JobLaunchFailure";
 /// Reason of a pending job whose spec does not parse (the message names the field).
 pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Reason of a job whose dependency does not hold yet.
+pub const DEPENDENCY: &str = "Dependency";
+/// Reason of a job whose dependency can never hold.
+pub const DEPENDENCY_NEVER: &str = "DependencyNeverSatisfied";
+/// Reason of a held job (`--hold`, `scontrol hold`).
+pub const HELD: &str = "JobHeldUser";
+/// Reasons the planner gives before the scheduling core sees a job: a job waiting for one of
+/// them is not in the core's queue, so it holds no place ahead of others (`sbatch
+/// --test-only` leaves such jobs out as well).
+pub const NOT_QUEUED: &[&str] = &[DEPENDENCY, DEPENDENCY_NEVER, INVALID_SPEC, HELD];
 
 /// Longest status message written (longer ones are cut, with `…`).
 pub const MAX_MESSAGE: usize = 2048;
