@@ -10,6 +10,13 @@
 //! changes before returning (an undo log of the nodes it touched), so the occupancy always
 //! describes the running jobs alone.
 //!
+//! Three more things are kept for the next cycle, each tested against a derivation from
+//! scratch (`operator/tests/core_props.rs`): every partition's future releases, sorted
+//! (changes are merged in linearly instead of sorting every release again); every job class's
+//! capacity with each node idle (it depends on the nodes alone); and every class's units per
+//! leaf as a cycle left them, with a log of the leaves changed since, so a later cycle reads
+//! only those leaves again.
+//!
 //! [`schedule_prepared`](super::schedule_prepared) builds a fresh one each call, so both
 //! entry points run the same code.
 
