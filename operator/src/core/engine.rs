@@ -270,6 +270,26 @@ pub struct CachedBase {
 /// Class bases kept between cycles, by the same key as [`StaticsCache`].
 pub type BaseCache = HashMap<(ClassKey, String, String), CachedBase, FnvBuild>;
 
+/// Log entries after which the leaf log and the class bases are dropped (and rebuilt by
+/// later cycles), so a long replay does not grow the log without bound.
+const LEAF_LOG_MAX: usize = 1 << 20;
+
+/// What an [`Occupancy`](super::occupancy::Occupancy) keeps between cycles and lends each
+/// cycle's engine ([`Engine::from_base`], [`Engine::into_carried`]).
+#[derive(Clone, Debug, Default)]
+pub struct Carried {
+    /// Every node with the running jobs laid on it.
+    pub nodes: Vec<NodeState>,
+    /// Job classes' capacities with every node idle.
+    pub statics: StaticsCache,
+    /// Each partition's future releases, sorted (empty: derived in each cycle).
+    pub events: Vec<BaseEvents>,
+    /// Job classes' per-leaf units as cycles left them.
+    pub bases: BaseCache,
+    /// Per partition, leaves whose nodes changed (cached bases' `seen` points into it).
+    pub leaf_log: Vec<Vec<u32>>,
+}
+
 /// Per-class state.
 #[derive(Clone, Debug)]
 pub struct Class {
@@ -601,24 +621,24 @@ pub struct Engine<'a> {
     /// `(partition, GPU type, constraint key)` of each filter; few, so searched linearly
     /// without allocating.
     filter_keys: Vec<(u32, String, String)>,
-    /// When the nodes came from an [`Occupancy`](super::occupancy::Occupancy): each node's
-    /// state before this cycle first changed it, so the base is restored in time
-    /// proportional to what the cycle touched (see [`Engine::into_base`]).
+    /// Each node's state before this cycle first changed it, so the occupancy's base is
+    /// restored in time proportional to what the cycle touched (see
+    /// [`Engine::into_carried`]).
     undo: Vec<(NodeId, NodeState)>,
-    /// Which nodes `undo` holds (empty when not tracking).
+    /// Which nodes `undo` holds.
     saved: Vec<bool>,
     /// Idle capacities of classes, kept across cycles by an occupancy.
-    pub statics_cache: StaticsCache,
-    /// Each partition's releases before the cycle (from an occupancy; empty otherwise).
-    pub base_events: Vec<BaseEvents>,
+    statics_cache: StaticsCache,
+    /// Each partition's releases before the cycle (empty for an uncached occupancy).
+    base_events: Vec<BaseEvents>,
     /// Changes of future free room made by this cycle, by node (when tracking), for
     /// partitions whose events are built from `base_events` later.
     event_log: Vec<(NodeId, Event)>,
-    /// Class bases from earlier cycles (from an occupancy; empty otherwise).
-    pub base_cache: BaseCache,
+    /// Class bases from earlier cycles.
+    base_cache: BaseCache,
     /// Per partition, the leaves whose nodes changed since cached bases were taken (the
     /// occupancy's log; `CachedBase::seen` indexes it).
-    pub leaf_log: Vec<Vec<u32>>,
+    leaf_log: Vec<Vec<u32>>,
 }
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
@@ -728,34 +748,16 @@ pub fn part_free_gpus(prep: &Prepared, nodes: &[NodeState]) -> Vec<u64> {
 }
 
 impl<'a> Engine<'a> {
-    /// Builds node states and partition trees from the snapshot (allocations are applied by
-    /// the caller with [`Engine::hold`]).
-    pub fn new(snap: &'a Snapshot, prep: &'a Prepared, now: i64) -> Engine<'a> {
-        let nodes = base_nodes(&snap.nodes, prep);
-        let free = part_free_gpus(prep, &nodes);
-        Engine::assemble(snap, prep, now, nodes, &free, false)
-    }
-
-    /// An engine over node states with running jobs already laid on them (an
-    /// [`Occupancy`](super::occupancy::Occupancy)'s), which records what it changes so
-    /// [`Engine::into_base`] gives the states back as they came.
+    /// An engine over what an [`Occupancy`](super::occupancy::Occupancy) lends a cycle:
+    /// node states with the running jobs laid on them and the caches kept between cycles.
+    /// It records what it changes so [`Engine::into_carried`] gives everything back as it
+    /// came.
     pub fn from_base(
         snap: &'a Snapshot,
         prep: &'a Prepared,
         now: i64,
-        nodes: Vec<NodeState>,
+        carried: Carried,
         part_free: &[u64],
-    ) -> Engine<'a> {
-        Engine::assemble(snap, prep, now, nodes, part_free, true)
-    }
-
-    fn assemble(
-        snap: &'a Snapshot,
-        prep: &'a Prepared,
-        now: i64,
-        nodes: Vec<NodeState>,
-        part_free: &[u64],
-        track: bool,
     ) -> Engine<'a> {
         let parts = prep
             .trees
@@ -777,21 +779,24 @@ impl<'a> Engine<'a> {
                 }
             })
             .collect();
+        let Carried {
+            nodes,
+            statics,
+            events,
+            bases,
+            leaf_log,
+        } = carried;
         Engine {
             plain_filter: vec![None; snap.partitions.len()],
             snap,
             now,
-            saved: if track {
-                vec![false; nodes.len()]
-            } else {
-                Vec::new()
-            },
+            saved: vec![false; nodes.len()],
             undo: Vec::new(),
-            statics_cache: HashMap::with_hasher(FnvBuild),
-            base_events: Vec::new(),
+            statics_cache: statics,
+            base_events: events,
             event_log: Vec::new(),
-            base_cache: HashMap::with_hasher(FnvBuild),
-            leaf_log: Vec::new(),
+            base_cache: bases,
+            leaf_log,
             nodes,
             gpu_trees: &prep.gpu_trees,
             parts,
@@ -803,7 +808,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// Keeps node `n`'s state as it was before this cycle first changes it (when tracking).
+    /// Keeps node `n`'s state as it was before this cycle first changes it.
     fn save(&mut self, n: NodeId) {
         if let Some(s) = self.saved.get_mut(n as usize)
             && !*s
@@ -813,13 +818,56 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The node states as [`Engine::from_base`] received them: every change of the cycle
-    /// undone.
-    pub fn into_base(mut self) -> (Vec<NodeState>, StaticsCache, Vec<BaseEvents>) {
+    /// What [`Engine::from_base`] received, every change of the cycle undone; with
+    /// `keep_bases`, the cycle's class bases join the cache and the leaves the cycle changed
+    /// or held are logged (their bases are not those of the running jobs alone).
+    pub fn into_carried(mut self, keep_bases: bool) -> Carried {
         for (n, st) in self.undo.drain(..) {
             self.nodes[n as usize] = st;
         }
-        (self.nodes, self.statics_cache, self.base_events)
+        let mut bases = std::mem::take(&mut self.base_cache);
+        let mut log = std::mem::take(&mut self.leaf_log);
+        if keep_bases {
+            // Bases as this cycle left them have seen the log up to its present end.
+            let seen: Vec<usize> = log.iter().map(Vec::len).collect();
+            for c in std::mem::take(&mut self.classes) {
+                if c.base_seen == usize::MAX {
+                    continue;
+                }
+                let k = self.cache_key(&c.key);
+                let seen = seen.get(c.part as usize).copied().unwrap_or(0);
+                bases.insert(
+                    k,
+                    CachedBase {
+                        base: c.base,
+                        node_units: c.node_units,
+                        seen,
+                    },
+                );
+            }
+            for (l, ps) in log.iter_mut().zip(&self.parts) {
+                let mut d: Vec<u32> = ps
+                    .changed
+                    .iter()
+                    .chain(&ps.claimed_leaves)
+                    .copied()
+                    .collect();
+                d.sort_unstable();
+                d.dedup();
+                l.extend(d);
+            }
+            if log.iter().map(Vec::len).sum::<usize>() > LEAF_LOG_MAX {
+                log.iter_mut().for_each(Vec::clear);
+                bases.clear();
+            }
+        }
+        Carried {
+            nodes: self.nodes,
+            statics: self.statics_cache,
+            events: self.base_events,
+            bases,
+            leaf_log: log,
+        }
     }
 
     /// Marks resources of node `n` busy now (an existing allocation, or a start), returning
@@ -914,9 +962,7 @@ impl<'a> Engine<'a> {
     }
 
     fn push_event(&mut self, n: NodeId, e: Event) {
-        if !self.saved.is_empty() {
-            self.event_log.push((n, e));
-        }
+        self.event_log.push((n, e));
         for &(p, pos) in self.member_of.of(n) {
             let ps = &mut self.parts[p as usize];
             if ps.events.is_some() {
@@ -1011,15 +1057,13 @@ impl<'a> Engine<'a> {
     pub fn claim(&mut self, n: NodeId, c: Claim) {
         self.save(n);
         let now = self.now;
-        if !self.saved.is_empty() {
-            if c.start > now {
-                self.event_log
-                    .push((n, Event::new(c.start, 0, Res::default(), c.res)));
-            }
-            if c.end > now && c.end != NEVER {
-                self.event_log
-                    .push((n, Event::new(c.end, 0, c.res, Res::default())));
-            }
+        if c.start > now {
+            self.event_log
+                .push((n, Event::new(c.start, 0, Res::default(), c.res)));
+        }
+        if c.end > now && c.end != NEVER {
+            self.event_log
+                .push((n, Event::new(c.end, 0, c.res, Res::default())));
         }
         let ns = &mut self.nodes[n as usize];
         ns.claims.push(c);
@@ -1192,39 +1236,6 @@ impl<'a> Engine<'a> {
             ty.clone(),
             ck.clone(),
         )
-    }
-
-    /// Hands the cycle's class bases back for later cycles (`seen`: the leaf log's length
-    /// before this cycle's own changes are logged), with the leaves this cycle changed or
-    /// held (whose bases are not those of the running jobs alone), by partition.
-    pub fn take_bases(&mut self, seen: &[usize]) -> (BaseCache, Vec<Vec<u32>>) {
-        let mut cache = std::mem::take(&mut self.base_cache);
-        for c in std::mem::take(&mut self.classes) {
-            if c.base_seen == usize::MAX {
-                continue;
-            }
-            let k = self.cache_key(&c.key);
-            cache.insert(
-                k,
-                CachedBase {
-                    base: c.base,
-                    node_units: c.node_units,
-                    seen: seen.get(c.part as usize).copied().unwrap_or(0),
-                },
-            );
-        }
-        let dirty = self
-            .parts
-            .iter()
-            .map(|ps| {
-                let mut d: Vec<u32> = ps.changed.clone();
-                d.extend_from_slice(&ps.claimed_leaves);
-                d.sort_unstable();
-                d.dedup();
-                d
-            })
-            .collect();
-        (cache, dirty)
     }
 
     /// Units of class `c` that fit on tree position `pos` given `avail` (by count) and the

@@ -25,10 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use super::enforce;
-use super::engine::{
-    BaseCache, BaseEvents, Engine, Event, NEVER, NodeState, Prepared, StaticsCache, base_nodes,
-    part_free_gpus,
-};
+use super::engine::{BaseEvents, Carried, Event, NEVER, Prepared, base_nodes, part_free_gpus};
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
 use super::shape::Res;
@@ -83,7 +80,8 @@ impl RunInfo {
 /// mismatch.
 #[derive(Clone, Debug)]
 pub struct Occupancy {
-    nodes: Vec<NodeState>,
+    /// Node states with the running jobs laid on, and the caches cycles keep.
+    carried: Carried,
     part_free: Vec<u64>,
     /// Healthy GPUs and nodes of each partition (the priority's job-size factor).
     part_size: Vec<(u64, u64)>,
@@ -107,21 +105,9 @@ pub struct Occupancy {
     ns_count: Vec<u32>,
     ns_index: BTreeMap<String, u32>,
     names: (usize, u64),
-    /// Job classes' capacities with every node idle (they depend on the nodes alone).
-    statics: StaticsCache,
-    /// Each partition's future releases, sorted.
-    events: Vec<BaseEvents>,
-    /// Job classes' per-leaf units as cycles left them.
-    bases: BaseCache,
-    /// Per partition, leaves whose nodes changed (indexes of cached bases point into it).
-    leaf_log: Vec<Vec<u32>>,
     /// Built by [`Occupancy::new_uncached`]: nothing is cached between cycles.
     uncached: bool,
 }
-
-/// Log entries after which the leaf log and the class bases are dropped (and rebuilt by
-/// later cycles), so a long replay does not grow the log without bound.
-const LEAF_LOG_MAX: usize = 1 << 20;
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
     match limit {
@@ -150,7 +136,12 @@ impl Occupancy {
             .collect();
         let healthy = enforce::healthy_masks(&snap.nodes);
         let mut occ = Occupancy {
-            nodes,
+            carried: Carried {
+                nodes,
+                events: vec![BaseEvents::default(); prep.trees.len()],
+                leaf_log: vec![Vec::new(); prep.trees.len()],
+                ..Default::default()
+            },
             part_free,
             part_size,
             healthy,
@@ -166,10 +157,6 @@ impl Occupancy {
             ns_count: Vec::new(),
             ns_index: BTreeMap::new(),
             names: prep.names(),
-            statics: StaticsCache::default(),
-            events: vec![BaseEvents::default(); prep.trees.len()],
-            bases: BaseCache::default(),
-            leaf_log: vec![Vec::new(); prep.trees.len()],
             uncached: false,
         };
         let mut order: Vec<&RunningJob> = snap.running.iter().collect();
@@ -185,7 +172,7 @@ impl Occupancy {
     #[doc(hidden)]
     pub fn new_uncached(prep: &Prepared, snap: &Snapshot) -> Occupancy {
         let mut occ = Occupancy::new(prep, snap);
-        occ.events.clear();
+        occ.carried.events.clear();
         occ.uncached = true;
         occ
     }
@@ -239,7 +226,7 @@ impl Occupancy {
             if t.node as usize >= snap.nodes.len() {
                 continue;
             }
-            let gt = &prep.gpu_trees[self.nodes[t.node as usize].gtree as usize];
+            let gt = &prep.gpu_trees[self.carried.nodes[t.node as usize].gtree as usize];
             let mut mask = 0u64;
             for g in &t.gpus {
                 if let Some(p) = gt.position(*g) {
@@ -260,7 +247,9 @@ impl Occupancy {
         for &(n, mask, cpu, mem) in &per_node {
             let (res, taken_mask) = self.hold(prep, n, mask, cpu, mem, j.exclusive);
             if res != Res::default() {
-                self.nodes[n as usize].releases.push((release, res, slot));
+                self.carried.nodes[n as usize]
+                    .releases
+                    .push((release, res, slot));
             }
             nodes.push(Held {
                 node: n,
@@ -323,7 +312,7 @@ impl Occupancy {
         self.release_events(prep, &held, release, false);
         self.log_leaves(prep, &held);
         for h in &held {
-            let ns = &mut self.nodes[h.node as usize];
+            let ns = &mut self.carried.nodes[h.node as usize];
             ns.releases.retain(|r| r.2 != slot);
             ns.free_mask |= h.mask;
             ns.free = Res {
@@ -355,45 +344,15 @@ impl Occupancy {
 
     /// Logs the leaves of the nodes of `held` as changed (for cached class bases).
     fn log_leaves(&mut self, prep: &Prepared, held: &[Held]) {
-        if self.bases.is_empty() {
+        if self.carried.bases.is_empty() {
             return;
         }
         for h in held {
             for &(p, pos) in prep.member_of.of(h.node) {
                 let leaf = prep.trees[p as usize].0.leaf_of[pos as usize];
-                self.leaf_log[p as usize].push(leaf);
+                self.carried.leaf_log[p as usize].push(leaf);
             }
         }
-    }
-
-    /// Takes the class bases and the leaf log out for a cycle's engine.
-    pub(crate) fn lend_bases(&mut self, e: &mut Engine<'_>) {
-        if self.uncached {
-            return;
-        }
-        e.base_cache = std::mem::take(&mut self.bases);
-        e.leaf_log = std::mem::take(&mut self.leaf_log);
-    }
-
-    /// Takes the class bases back from a cycle's engine, with the leaves the cycle changed
-    /// logged (its starts and holds are not the running jobs').
-    pub(crate) fn return_bases(&mut self, e: &mut Engine<'_>) {
-        if self.uncached {
-            return;
-        }
-        let mut log = std::mem::take(&mut e.leaf_log);
-        let seen: Vec<usize> = log.iter().map(Vec::len).collect();
-        let (bases, dirty) = e.take_bases(&seen);
-        for (l, d) in log.iter_mut().zip(dirty) {
-            l.extend(d);
-        }
-        if log.iter().map(Vec::len).sum::<usize>() > LEAF_LOG_MAX {
-            log.iter_mut().for_each(Vec::clear);
-            self.bases = BaseCache::default();
-        } else {
-            self.bases = bases;
-        }
-        self.leaf_log = log;
     }
 
     /// Records (or takes back) the release events of holds `held` at `release`.
@@ -408,9 +367,9 @@ impl Occupancy {
             for &(p, pos) in prep.member_of.of(h.node) {
                 let e = Event::new(release, pos, h.res, Res::default());
                 if add {
-                    self.events[p as usize].add(e);
+                    self.carried.events[p as usize].add(e);
                 } else {
-                    self.events[p as usize].remove(e);
+                    self.carried.events[p as usize].remove(e);
                 }
             }
         }
@@ -439,7 +398,7 @@ impl Occupancy {
         r.release = r.end.min(since.saturating_add(r.grace));
         let release = r.release;
         for h in &r.nodes {
-            for x in &mut self.nodes[h.node as usize].releases {
+            for x in &mut self.carried.nodes[h.node as usize].releases {
                 if x.2 == slot {
                     x.0 = release;
                 }
@@ -463,7 +422,7 @@ impl Occupancy {
         mem: u64,
         whole: bool,
     ) -> (Res, u64) {
-        let ns = &mut self.nodes[n as usize];
+        let ns = &mut self.carried.nodes[n as usize];
         let (taken, taken_mask) = ns.take(gpus, cpu, mem, whole);
         if ns.sched {
             for &(p, _) in prep.member_of.of(n) {
@@ -586,26 +545,19 @@ impl Occupancy {
         self.part_size.get(p).copied().unwrap_or((0, 0))
     }
 
-    /// Moves the node states, partition free counts, the statics cache and the release
-    /// events out for a cycle.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn take_nodes(&mut self) -> (Vec<NodeState>, &[u64], StaticsCache, Vec<BaseEvents>) {
-        (
-            std::mem::take(&mut self.nodes),
-            &self.part_free,
-            std::mem::take(&mut self.statics),
-            std::mem::take(&mut self.events),
-        )
+    /// Lends the node states and caches to a cycle, with the partitions' free GPUs.
+    pub(crate) fn take_carried(&mut self) -> (Carried, &[u64]) {
+        (std::mem::take(&mut self.carried), &self.part_free)
     }
 
-    /// Puts what [`Occupancy::take_nodes`] took back after a cycle.
-    pub(crate) fn put_nodes(
-        &mut self,
-        (nodes, statics, events): (Vec<NodeState>, StaticsCache, Vec<BaseEvents>),
-    ) {
-        self.nodes = nodes;
-        self.statics = statics;
-        self.events = events;
+    /// Takes back what [`Occupancy::take_carried`] lent.
+    pub(crate) fn put_carried(&mut self, carried: Carried) {
+        self.carried = carried;
+    }
+
+    /// Whether cycles should keep their class bases (not for [`Occupancy::new_uncached`]).
+    pub(crate) fn keeps_bases(&self) -> bool {
+        !self.uncached
     }
 
     /// Whether this was built for `prep` and a snapshot with `nodes` nodes.
@@ -680,7 +632,7 @@ mod tests {
         assert!(!occ.remove_job(&prep, 1), "a job is removed once");
         assert!(occ.is_empty());
         assert_eq!(occ.part_free, empty.part_free);
-        for (a, b) in occ.nodes.iter().zip(&empty.nodes) {
+        for (a, b) in occ.carried.nodes.iter().zip(&empty.carried.nodes) {
             assert_eq!((a.free, a.free_mask), (b.free, b.free_mask));
             assert!(a.releases.is_empty());
         }

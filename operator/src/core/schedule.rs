@@ -115,19 +115,13 @@ pub(crate) fn run_cycle(
     let stopped: Vec<u32> = stops.iter().map(|&(_, s)| s).collect();
     let lowest_preemptable_tier = occ.lowest_preemptable_tier(&stopped);
     let array_running = occ.arrays().clone();
-    let mut sizes = Vec::with_capacity(snap.partitions.len());
-    for p in 0..prep.trees.len() {
-        sizes.push(occ.part_size(p));
-    }
+    let sizes: Vec<(u64, u64)> = (0..prep.trees.len()).map(|p| occ.part_size(p)).collect();
     let mut active: Vec<&str> = occ.namespaces().collect();
     active.extend(snap.pending.iter().map(|j| j.namespace.as_str()));
     let fs = fair_share_factors(&snap.usage, active, cfg);
     let mut run = std::mem::take(&mut occ.run);
-    let (nodes, part_free, statics, events) = occ.take_nodes();
-    let mut e = Engine::from_base(snap, prep, now, nodes, part_free);
-    e.statics_cache = statics;
-    e.base_events = events;
-    occ.lend_bases(&mut e);
+    let (carried, part_free) = occ.take_carried();
+    let mut e = Engine::from_base(snap, prep, now, carried, part_free);
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
         let r = &mut run[s as usize];
@@ -165,18 +159,17 @@ pub(crate) fn run_cycle(
     };
     cycle.plan(&sizes, &fs);
     let Cycle {
-        mut e,
+        e,
         mut run,
         stopped_now,
         out,
         ..
     } = cycle;
-    occ.return_bases(&mut e);
     for s in stopped_now {
         run[s as usize].stopping = false;
     }
     occ.run = run;
-    occ.put_nodes(e.into_base());
+    occ.put_carried(e.into_carried(occ.keeps_bases()));
     out
 }
 
