@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
 use muster_crds::v1alpha1::JobState;
-use muster_e2e::apiserver::FaultRule;
+use muster_e2e::apiserver::{FaultRule, Verbs};
 use muster_operator::controller::exec::CrashAfter;
 use operator_support::{Env, batchjob, cluster};
 use serde_json::json;
@@ -101,6 +101,14 @@ async fn ten_percent_api_errors_every_job_ends_right() {
     let env = Env::start().await;
     env.add_cluster(&cluster(4, 4), 4).await;
     env.default_partition().await;
+    // The first two pod creates (only the operator creates pods) fail for certain, so the
+    // error metric is exercised whatever the 10% draw gives the operator's own requests.
+    env.server.faults().add(
+        FaultRule::new(500, 1.0)
+            .resource("pods")
+            .verbs(Verbs::Only(vec!["create".into()]))
+            .times(2),
+    );
     env.server.faults().add(FaultRule::new(500, 0.10));
     let op = env.start_operator(env.settings());
     // The test's own calls retry through the faults.

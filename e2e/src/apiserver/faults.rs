@@ -47,6 +47,9 @@ pub struct FaultRule {
     pub verbs: Verbs,
     /// Resource (plural, e.g. `pods`) it applies to; all when `None`.
     pub resource: Option<String>,
+    /// Fires at most this many times, then is spent; unlimited when `None`. With rate 1.0 this
+    /// makes a fault certain rather than likely (the first N matching requests fail).
+    pub times: Option<u32>,
 }
 
 impl FaultRule {
@@ -57,6 +60,7 @@ impl FaultRule {
             rate,
             verbs: Verbs::All,
             resource: None,
+            times: None,
         }
     }
     /// Restrict to verbs.
@@ -67,6 +71,11 @@ impl FaultRule {
     /// Restrict to one resource (plural name).
     pub fn resource(mut self, plural: &str) -> Self {
         self.resource = Some(plural.to_string());
+        self
+    }
+    /// Fire at most `n` times.
+    pub fn times(mut self, n: u32) -> Self {
+        self.times = Some(n);
         self
     }
 }
@@ -113,12 +122,16 @@ impl FaultState {
             let latency = g.latency;
             let mut err = None;
             let Inner { rng, rules, .. } = &mut *g;
-            for r in rules.iter() {
-                if r.verbs.matches(verb)
+            for r in rules.iter_mut() {
+                if r.times != Some(0)
+                    && r.verbs.matches(verb)
                     && r.resource.as_deref().is_none_or(|x| x == resource)
                     && rng.random_bool(r.rate.clamp(0.0, 1.0))
                 {
                     err = Some(r.code);
+                    if let Some(n) = &mut r.times {
+                        *n -= 1;
+                    }
                     break;
                 }
             }
