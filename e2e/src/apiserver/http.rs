@@ -34,6 +34,8 @@ pub fn router(sh: Arc<Shared>) -> axum::Router {
 }
 
 struct Req {
+    /// Who sent it.
+    user: super::auth::UserInfo,
     method: Method,
     path: String,
     query: HashMap<String, String>,
@@ -112,7 +114,12 @@ async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Response {
             .unwrap_or("")
             .to_string()
     };
+    let user = match sh.tokens.authenticate(&parts.headers) {
+        Ok(u) => u,
+        Err(e) => return err_resp(&e),
+    };
     let req = Req {
+        user,
         method: parts.method.clone(),
         path: parts.uri.path().to_string(),
         query,
@@ -136,6 +143,11 @@ async fn dispatch(sh: &Arc<Shared>, req: &Req) -> Response {
     let get = req.method == Method::GET;
     match segs.as_slice() {
         ["version"] if get => return json_resp(200, &discovery::version()),
+        ["apis", "authentication.k8s.io", v @ ("v1" | "v1beta1"), "selfsubjectreviews"]
+            if req.method == Method::POST =>
+        {
+            return json_resp(201, &super::auth::self_subject_review(&req.user, v));
+        }
         ["healthz" | "readyz" | "livez", ..] if get => {
             return response(200, "text/plain", "ok", &[]);
         }
@@ -409,6 +421,7 @@ fn write_opts(req: &Req) -> Result<WriteOpts, ApiError> {
         force: req.flag("force"),
         is_put: false,
         apply: false,
+        user: Some(req.user.clone()),
     })
 }
 
@@ -495,8 +508,16 @@ async fn resource(
                         return Err(ApiError::not_found_path());
                     }
                     let fmt = negotiate(&req.accept)?;
-                    let body = view.inp(parse_body(req)?);
-                    let w = sh.create(&rt, ns, body, &opts, false)?;
+                    let raw = parse_body(req)?;
+                    if view == View::EventV1 {
+                        let errs = builtin::validate_event_v1_create(&raw);
+                        if !errs.is_empty() {
+                            let name = raw["metadata"]["name"].as_str().unwrap_or("");
+                            return Err(ApiError::invalid(&t.rt, name, &errs));
+                        }
+                    }
+                    let body = view.inp(raw);
+                    let w = sh.create(&rt, ns, body, &opts, false).await?;
                     Ok(obj_resp(201, &t.rt, view, &fmt, &w.body, &w.warnings))
                 }
                 (Some(name), Some("binding")) => {
@@ -521,7 +542,7 @@ async fn resource(
                     let b = parse_body(req)?;
                     let mut d = delete_opts(req, Some(&b["deleteOptions"]))?;
                     d.dry_run |= opts.dry_run;
-                    sh.delete(&rt, ns, name, &d)?;
+                    sh.delete(&rt, ns, name, &d).await?;
                     Ok(json_resp(
                         201,
                         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -543,11 +564,13 @@ async fn resource(
             opts.is_put = true;
             let body = view.inp(parse_body(req)?);
             let create_ok = rt.create_on_update && part == Part::Main;
-            let w = sh.update(&rt, ns, name, part, &opts, &mut |cur| match cur {
-                Some(_) => Ok(Mutation::Update(body.clone())),
-                None if create_ok => Ok(Mutation::Create(body.clone())),
-                None => Err(ApiError::not_found(&rt, name)),
-            })?;
+            let w = sh
+                .update(&rt, ns, name, part, &opts, &mut |cur| match cur {
+                    Some(_) => Ok(Mutation::Update(body.clone())),
+                    None if create_ok => Ok(Mutation::Create(body.clone())),
+                    None => Err(ApiError::not_found(&rt, name)),
+                })
+                .await?;
             Ok(obj_resp(
                 if w.created { 201 } else { 200 },
                 &t.rt,
@@ -564,7 +587,7 @@ async fn resource(
                 )
             })?;
             let fmt = negotiate(&req.accept)?;
-            patch_object(sh, &rt, &t.rt, view, ns, name, part, req, &fmt)
+            patch_object(sh, &rt, &t.rt, view, ns, name, part, req, &fmt).await
         }
         "delete" => {
             let name = name.expect("delete has a name");
@@ -575,7 +598,7 @@ async fn resource(
                 serde_json::from_slice(&req.body).ok()
             };
             let d = delete_opts(req, body.as_ref())?;
-            match sh.delete(&rt, ns, name, &d)? {
+            match sh.delete(&rt, ns, name, &d).await? {
                 Deleted::Pending(b) => Ok(obj_resp(200, &t.rt, view, &fmt, &b, &[])),
                 Deleted::Gone(b) => {
                     if rt.crd.is_some() || rt.builtin == Builtin::Pod {
@@ -608,7 +631,7 @@ async fn resource(
             let mut items = Vec::new();
             for s in page.items {
                 let ins = (!s.meta.ns.is_empty()).then_some(&*s.meta.ns);
-                match sh.delete(&rt, ins, &s.meta.name, &d) {
+                match sh.delete(&rt, ins, &s.meta.name, &d).await {
                     Ok(Deleted::Gone(b) | Deleted::Pending(b)) => items.push(view.out(b.value())),
                     Err(e) if e.code == 404 => {}
                     Err(e) => return Err(e),
@@ -631,6 +654,7 @@ async fn resource(
 }
 
 fn delete_opts(req: &Req, body: Option<&Value>) -> Result<DeleteOpts, ApiError> {
+    let user = Some(req.user.clone());
     let empty = Value::Null;
     let b = body.unwrap_or(&empty);
     let grace = match req.q("gracePeriodSeconds") {
@@ -670,6 +694,7 @@ fn delete_opts(req: &Req, body: Option<&Value>) -> Result<DeleteOpts, ApiError> 
             .as_str()
             .map(str::to_string),
         dry_run: dry,
+        user,
     })
 }
 
@@ -854,7 +879,7 @@ fn list(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn patch_object(
+async fn patch_object(
     sh: &Shared,
     rt: &ResourceType,
     served: &ResourceType,
@@ -905,7 +930,8 @@ fn patch_object(
                 };
                 res.map_err(|e| ApiError::new(422, "Invalid", e))?;
                 Ok(Mutation::Update(view.inp(doc)))
-            })?
+            })
+            .await?
         }
         "application/apply-patch+yaml" => {
             let manager = opts
@@ -979,7 +1005,8 @@ fn patch_object(
                     None => Mutation::Create(out),
                     Some(_) => Mutation::Update(out),
                 })
-            })?
+            })
+            .await?
         }
         _ => {
             return Err(ApiError::unsupported_media_type(format!(

@@ -4,8 +4,15 @@
 //! `127.0.0.1:<random port>`, so the operator, the node agent, the CLI and the real `kubectl`
 //! talk to it exactly as to a cluster: discovery, CRUD, watch, patch (merge, JSON, strategic,
 //! server-side apply), dry run, CRD schema and CEL validation, Tables for `kubectl get`,
-//! finalizers, owner garbage collection and fault injection. `e2e/README.md` lists what is
-//! served and every simplification.
+//! finalizers, owner garbage collection, authentication (bearer tokens, impersonation,
+//! anonymous; [`auth`]), admission webhooks ([`admission`](self#admission-webhooks)) and
+//! fault injection. `e2e/README.md` lists what is served and every simplification.
+//!
+//! # Admission webhooks
+//! Mutating and validating webhook configurations are called on every create, update and
+//! delete as kube-apiserver calls them (matching rules and selectors, AdmissionReview v1 with
+//! the request's userInfo, TLS verified against `caBundle`, services resolved through their
+//! Endpoints, failure policy, timeouts, JSON patches, warnings); see the `admission` module.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -18,7 +25,9 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod apply;
+pub mod auth;
 mod builtin;
 mod discovery;
 mod error;
@@ -134,6 +143,7 @@ impl ApiServer {
             next_ip: AtomicU32::new(10),
             addr: addr.to_string(),
             logs: Default::default(),
+            tokens: auth::Tokens::with_admin(),
         });
         let cat = shared.registry.catalog();
         let wo = WriteOpts::default();
@@ -143,6 +153,7 @@ impl ApiServer {
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
                 shared
                     .create(&rt, None, obj, &wo, false)
+                    .await
                     .map_err(|e| StartError::Crd {
                         name: ns.into(),
                         error: e,
@@ -159,6 +170,7 @@ impl ApiServer {
                     "description": "Used for system critical pods that must not be moved from their current node."});
                 shared
                     .create(&rt, None, obj, &wo, false)
+                    .await
                     .map_err(|e| StartError::Crd {
                         name: name.into(),
                         error: e,
@@ -174,6 +186,7 @@ impl ApiServer {
                 })?;
                 shared
                     .create(&rt, None, obj, &wo, false)
+                    .await
                     .map_err(|error| StartError::Crd { name, error })?;
             }
         }
@@ -207,14 +220,35 @@ impl ApiServer {
         self.addr
     }
 
-    /// A kube-rs configuration for this server (no TLS, no authentication, namespace
-    /// `default`), to adjust before building a client (e.g. `default_retry = false`).
+    /// A kube-rs configuration for this server (no TLS, namespace `default`, the default user
+    /// `kubernetes-admin` through its bearer token), to adjust before building a client (e.g.
+    /// `default_retry = false`).
     pub fn config(&self) -> kube::Config {
+        self.config_with_token(Some(auth::ADMIN_TOKEN))
+    }
+
+    /// [`ApiServer::config`] authenticating with `token` (`None`: anonymous).
+    pub fn config_with_token(&self, token: Option<&str>) -> kube::Config {
         let uri: axum::http::Uri = self
             .url()
             .parse()
             .expect("a socket address makes a valid URI");
-        kube::Config::new(uri)
+        let mut c = kube::Config::new(uri);
+        c.auth_info.token = token.map(|t| t.to_string().into());
+        c
+    }
+
+    /// Accept `token` as `user` from now on (what a token file line does).
+    pub fn add_token(&self, token: &str, user: auth::UserInfo) {
+        self.shared.tokens.add(token, user);
+    }
+
+    /// A client authenticated as `user` (a token is made for it).
+    pub fn client_as(&self, user: auth::UserInfo) -> kube::Client {
+        let token = format!("token-{}", uuid::Uuid::new_v4());
+        self.add_token(&token, user);
+        kube::Client::try_from(self.config_with_token(Some(&token)))
+            .expect("a plain-HTTP kube client always builds")
     }
 
     /// A kube-rs client for this server. Like every kube-rs client it retries 429, 503 and 504
@@ -223,10 +257,16 @@ impl ApiServer {
         kube::Client::try_from(self.config()).expect("a plain-HTTP kube client always builds")
     }
 
-    /// A kubeconfig pointing at this server, accepted by kube-rs and kubectl.
+    /// A kubeconfig pointing at this server, accepted by kube-rs and kubectl, for the default
+    /// user `kubernetes-admin`.
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_token(auth::ADMIN_USER, auth::ADMIN_TOKEN)
+    }
+
+    /// A kubeconfig whose user `user_name` authenticates with `token`.
+    pub fn kubeconfig_with_token(&self, user_name: &str, token: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: muster-test\n  cluster:\n    server: {}\ncontexts:\n- name: muster-test\n  context:\n    cluster: muster-test\n    user: muster-test\n    namespace: default\ncurrent-context: muster-test\nusers:\n- name: muster-test\n  user: {{}}\npreferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: muster-test\n  cluster:\n    server: {}\ncontexts:\n- name: muster-test\n  context:\n    cluster: muster-test\n    user: {user_name}\n    namespace: default\ncurrent-context: muster-test\nusers:\n- name: {user_name}\n  user:\n    token: {token}\npreferences: {{}}\n",
             self.url()
         )
     }

@@ -9,6 +9,7 @@
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
+//! | [`events`] | core/v1 Events with `eventTime`, `lastTimestamp` and series |
 //! | [`kube_api`] | the writes over kube |
 //! | [`runner`] | reflectors, the leader's loop, own-write overlay |
 //! | [`leader`] | Lease-based leader election |
@@ -16,6 +17,7 @@
 //! | [`usage`] | fair-share usage persistence |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics` `/healthz` `/readyz` |
 
+pub mod events;
 pub mod exec;
 pub mod http;
 pub mod jobids;

@@ -2083,16 +2083,16 @@ fn partition_statuses(
             ));
         }
         if table.default_conflict.contains(&name) {
-            conds.push(mk(
-                "DefaultConflict",
-                true,
-                "SeveralDefaults",
-                format!(
-                    "partitions {} all claim default: true; jobs without a partition go to {}",
-                    table.default_conflict.join(", "),
-                    table.default_conflict[0]
-                ),
-            ));
+            let msg = format!(
+                "partitions {} all claim default: true; new jobs without a partition go to {} (pending jobs keep theirs)",
+                table.default_conflict.join(", "),
+                table.default_conflict[0]
+            );
+            // Shown in `kubectl get partitions` (the Ready column) as well as in its own
+            // condition.
+            conds.retain(|c| c.type_ != "Ready");
+            conds.push(mk("Ready", false, "DefaultConflict", msg.clone()));
+            conds.push(mk("DefaultConflict", true, "SeveralDefaults", msg));
         }
         st.conditions = conds;
         let write = match prev {
