@@ -1364,10 +1364,7 @@ async fn events_k8s_io_refuses_deprecated_fields_and_core_events_carry_both() {
         "deprecatedLastTimestamp": "2026-01-01T00:00:00Z"}))
     .unwrap();
     let err = v1.create(&PostParams::default(), &ev).await.unwrap_err();
-    assert!(
-        err.to_string().contains("deprecatedLastTimestamp"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("deprecatedLastTimestamp"), "{err}");
     ev.deprecated_last_timestamp = None;
     v1.create(&PostParams::default(), &ev).await.unwrap();
     let core: Api<CoreEvent> = Api::default_namespaced(c.clone());

@@ -92,7 +92,10 @@ pub struct Attributes<'a> {
     pub old: Option<&'a Value>,
 }
 
-const MUTATING: (&str, &str) = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations");
+const MUTATING: (&str, &str) = (
+    "admissionregistration.k8s.io",
+    "mutatingwebhookconfigurations",
+);
 const VALIDATING: (&str, &str) = (
     "admissionregistration.k8s.io",
     "validatingwebhookconfigurations",
@@ -124,12 +127,9 @@ fn webhooks(sh: &Shared, which: (&str, &str)) -> Vec<Value> {
 
 /// Whether any webhook is configured (cheap: lets writes skip admission entirely).
 pub fn any(sh: &Shared) -> bool {
-    [MUTATING, VALIDATING].iter().any(|w| {
-        sh.store
-            .collection(&GroupResource::new(w.0, w.1))
-            .len()
-            > 0
-    })
+    [MUTATING, VALIDATING]
+        .iter()
+        .any(|w| sh.store.collection(&GroupResource::new(w.0, w.1)).len() > 0)
 }
 
 fn strs(v: &Value) -> Vec<&str> {
@@ -307,7 +307,11 @@ fn resolve(sh: &Shared, cc: &Value, timeout: u64) -> Result<Target, String> {
     let s = s.value();
     let sp = s["spec"]["ports"]
         .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["port"].as_u64() == Some(port)).cloned())
+        .and_then(|ps| {
+            ps.iter()
+                .find(|p| p["port"].as_u64() == Some(port))
+                .cloned()
+        })
         .ok_or_else(|| format!("no service port {port} found for service \"{name}\""))?;
     let port_name = sp["name"].as_str().unwrap_or("");
     let endpoints = sh.store.collection(&GroupResource::new("", "endpoints"));
@@ -423,12 +427,7 @@ async fn ask(sh: &Shared, w: &Value, review: &Value, uid: &str) -> Result<Answer
     let body = serde_json::to_vec(review).map_err(|e| e.to_string())?;
     let answer = tokio::time::timeout(Duration::from_secs(timeout), call(&target, ca, body))
         .await
-        .map_err(|_| {
-            format!(
-                "Post \"{}\": context deadline exceeded",
-                target.url
-            )
-        })?
+        .map_err(|_| format!("Post \"{}\": context deadline exceeded", target.url))?
         .map_err(|e| format!("Post \"{}\": {e}", target.url))?;
     let v: Value = serde_json::from_slice(&answer)
         .map_err(|e| format!("received invalid webhook response: {e}"))?;
@@ -446,12 +445,26 @@ async fn ask(sh: &Shared, w: &Value, review: &Value, uid: &str) -> Result<Answer
             r["uid"].as_str().unwrap_or("")
         ));
     }
-    let patch = match (r["patch"].as_str(), r["patchType"].as_str()) {
-        (None, _) => None,
-        (Some(p), Some("JSONPatch")) => {
-            let raw = base64::engine::general_purpose::STANDARD
+    // `patch` is a Go []byte: a base64 string, or (as Go's JSON decoder also takes it, and
+    // kube-rs writes it) an array of byte values.
+    let raw: Option<Vec<u8>> = match &r["patch"] {
+        Value::Null => None,
+        Value::String(p) => Some(
+            base64::engine::general_purpose::STANDARD
                 .decode(p)
-                .map_err(|e| format!("invalid patch: {e}"))?;
+                .map_err(|e| format!("invalid patch: {e}"))?,
+        ),
+        Value::Array(a) => Some(
+            a.iter()
+                .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+                .collect::<Option<Vec<u8>>>()
+                .ok_or("invalid patch: not bytes")?,
+        ),
+        other => return Err(format!("invalid patch: {other}")),
+    };
+    let patch = match (raw, r["patchType"].as_str()) {
+        (None, _) => None,
+        (Some(raw), Some("JSONPatch")) => {
             Some(serde_json::from_slice(&raw).map_err(|e| format!("invalid patch: {e}"))?)
         }
         (Some(_), t) => {
@@ -465,7 +478,10 @@ async fn ask(sh: &Shared, w: &Value, review: &Value, uid: &str) -> Result<Answer
         allowed: r["allowed"].as_bool().unwrap_or(false),
         status: r["status"].clone(),
         patch,
-        warnings: strs(&r["warnings"]).into_iter().map(str::to_string).collect(),
+        warnings: strs(&r["warnings"])
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
     })
 }
 
@@ -495,7 +511,11 @@ fn denied(name: &str, status: &Value) -> ApiError {
         (_, Some(r)) if !r.is_empty() => format!("{by}: {r}"),
         _ => format!("{by} without explanation"),
     };
-    let mut e = ApiError::new(code, reason(status["reason"].as_str().unwrap_or("")), message);
+    let mut e = ApiError::new(
+        code,
+        reason(status["reason"].as_str().unwrap_or("")),
+        message,
+    );
     if let Some(d) = status.get("details").filter(|d| d.is_object()) {
         e.details = Some(d.clone());
     }
@@ -509,10 +529,7 @@ fn call_failed(name: &str, why: &str) -> ApiError {
 }
 
 fn dry_run_ok(w: &Value) -> bool {
-    matches!(
-        w["sideEffects"].as_str(),
-        Some("None" | "NoneOnDryRun")
-    )
+    matches!(w["sideEffects"].as_str(), Some("None" | "NoneOnDryRun"))
 }
 
 /// Runs the mutating webhooks on `obj` (CREATE, UPDATE); returns it patched, with warnings.
@@ -544,9 +561,8 @@ pub async fn mutate(
                     return Err(denied(name, &ans.status));
                 }
                 if let Some(p) = ans.patch {
-                    let patch: json_patch::Patch = serde_json::from_value(p).map_err(|e| {
-                        call_failed(name, &format!("invalid JSON patch: {e}"))
-                    })?;
+                    let patch: json_patch::Patch = serde_json::from_value(p)
+                        .map_err(|e| call_failed(name, &format!("invalid JSON patch: {e}")))?;
                     json_patch::patch(&mut obj, &patch)
                         .map_err(|e| call_failed(name, &format!("JSON patch failed: {e}")))?;
                 }
@@ -640,21 +656,39 @@ mod tests {
         let main = at(None, Operation::Create);
         let status = at(Some("status"), Operation::Update);
         assert!(rule_matches(&rule(&["batchjobs"], &["CREATE"], "*"), &main));
-        assert!(!rule_matches(&rule(&["batchjobs"], &["UPDATE"], "*"), &main));
+        assert!(!rule_matches(
+            &rule(&["batchjobs"], &["UPDATE"], "*"),
+            &main
+        ));
         assert!(!rule_matches(&rule(&["batchjobs"], &["*"], "*"), &status));
         assert!(!rule_matches(&rule(&["*"], &["*"], "*"), &status));
         assert!(rule_matches(&rule(&["*/*"], &["*"], "*"), &status));
-        assert!(rule_matches(&rule(&["batchjobs/status"], &["*"], "*"), &status));
+        assert!(rule_matches(
+            &rule(&["batchjobs/status"], &["*"], "*"),
+            &status
+        ));
         assert!(rule_matches(&rule(&["*/status"], &["*"], "*"), &status));
-        assert!(!rule_matches(&rule(&["batchjobs"], &["*"], "Cluster"), &main));
-        assert!(rule_matches(&rule(&["batchjobs"], &["*"], "Namespaced"), &main));
+        assert!(!rule_matches(
+            &rule(&["batchjobs"], &["*"], "Cluster"),
+            &main
+        ));
+        assert!(rule_matches(
+            &rule(&["batchjobs"], &["*"], "Namespaced"),
+            &main
+        ));
     }
 
     #[test]
     fn label_selectors_follow_kubernetes() {
         let labels = json!({"team": "ml", "tier": "gold"});
-        assert!(selector_matches(&json!({"matchLabels": {"team": "ml"}}), &labels));
-        assert!(!selector_matches(&json!({"matchLabels": {"team": "hpc"}}), &labels));
+        assert!(selector_matches(
+            &json!({"matchLabels": {"team": "ml"}}),
+            &labels
+        ));
+        assert!(!selector_matches(
+            &json!({"matchLabels": {"team": "hpc"}}),
+            &labels
+        ));
         assert!(selector_matches(
             &json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]},
                                          {"key": "x", "operator": "DoesNotExist"}]}),

@@ -380,10 +380,10 @@ pub fn validate_event_v1_create(v1: &Value) -> Vec<FieldError> {
             errs.push(FieldError::invalid(k, json!(""), "needs to be unset"));
         }
     }
-    if v1["deprecatedSource"]
-        .as_object()
-        .is_some_and(|s| s.values().any(|v| v.as_str().is_some_and(|x| !x.is_empty())))
-    {
+    if v1["deprecatedSource"].as_object().is_some_and(|s| {
+        s.values()
+            .any(|v| v.as_str().is_some_and(|x| !x.is_empty()))
+    }) {
         errs.push(FieldError::invalid(
             "deprecatedSource",
             json!(""),

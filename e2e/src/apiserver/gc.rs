@@ -104,27 +104,28 @@ async fn collect_if_orphaned(sh: &Shared, gr: &GroupResource, key: &Key) {
                 .await;
         }
     } else if alive.iter().any(|a| !a) {
-        let _ = sh.update(
-            &rt,
-            ns_of(key),
-            &key.name,
-            Part::Main,
-            &WriteOpts::default(),
-            &mut |c| {
-                let mut v: Value = c
-                    .cloned()
-                    .ok_or_else(|| super::error::ApiError::not_found(&rt, &key.name))?;
-                if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
-                    refs.retain(|r| {
-                        r["uid"]
-                            .as_str()
-                            .is_some_and(|u| sh.store.by_uid(u).is_some())
-                    });
-                }
-                Ok(super::ops::Mutation::Update(v))
-            },
-        )
-        .await;
+        let _ = sh
+            .update(
+                &rt,
+                ns_of(key),
+                &key.name,
+                Part::Main,
+                &WriteOpts::default(),
+                &mut |c| {
+                    let mut v: Value = c
+                        .cloned()
+                        .ok_or_else(|| super::error::ApiError::not_found(&rt, &key.name))?;
+                    if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
+                        refs.retain(|r| {
+                            r["uid"]
+                                .as_str()
+                                .is_some_and(|u| sh.store.by_uid(u).is_some())
+                        });
+                    }
+                    Ok(super::ops::Mutation::Update(v))
+                },
+            )
+            .await;
     }
 }
 
@@ -221,16 +222,17 @@ async fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
                 if !d.meta.deleting
                     && let Some(drt) = sh.registry.catalog().by_storage(&dep.gr)
                 {
-                    let _ = sh.delete(
-                        &drt,
-                        ns_of(&dep.key),
-                        &dep.key.name,
-                        &DeleteOpts {
-                            propagation: Some("Foreground".into()),
-                            ..Default::default()
-                        },
-                    )
-                    .await;
+                    let _ = sh
+                        .delete(
+                            &drt,
+                            ns_of(&dep.key),
+                            &dep.key.name,
+                            &DeleteOpts {
+                                propagation: Some("Foreground".into()),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
                 }
             }
             if blocking == 0 {

@@ -143,9 +143,12 @@ async fn dispatch(sh: &Arc<Shared>, req: &Req) -> Response {
     let get = req.method == Method::GET;
     match segs.as_slice() {
         ["version"] if get => return json_resp(200, &discovery::version()),
-        ["apis", "authentication.k8s.io", v @ ("v1" | "v1beta1"), "selfsubjectreviews"]
-            if req.method == Method::POST =>
-        {
+        [
+            "apis",
+            "authentication.k8s.io",
+            v @ ("v1" | "v1beta1"),
+            "selfsubjectreviews",
+        ] if req.method == Method::POST => {
             return json_resp(201, &super::auth::self_subject_review(&req.user, v));
         }
         ["healthz" | "readyz" | "livez", ..] if get => {

@@ -977,23 +977,24 @@ impl Shared {
                 continue;
             };
             let ns = (!dep.key.ns.is_empty()).then_some(dep.key.ns.as_str());
-            let _ = self.update(
-                &rt,
-                ns,
-                &dep.key.name,
-                Part::Main,
-                &WriteOpts::default(),
-                &mut |cur| {
-                    let mut v = cur
-                        .cloned()
-                        .ok_or_else(|| ApiError::not_found(&rt, &dep.key.name))?;
-                    if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
-                        refs.retain(|r| r["uid"] != owner_uid);
-                    }
-                    Ok(Mutation::Update(v))
-                },
-            )
-            .await;
+            let _ = self
+                .update(
+                    &rt,
+                    ns,
+                    &dep.key.name,
+                    Part::Main,
+                    &WriteOpts::default(),
+                    &mut |cur| {
+                        let mut v = cur
+                            .cloned()
+                            .ok_or_else(|| ApiError::not_found(&rt, &dep.key.name))?;
+                        if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
+                            refs.retain(|r| r["uid"] != owner_uid);
+                        }
+                        Ok(Mutation::Update(v))
+                    },
+                )
+                .await;
         }
     }
 
@@ -1005,21 +1006,22 @@ impl Shared {
         name: &str,
         fin: &str,
     ) {
-        let _ = self.update(
-            rt,
-            ns,
-            name,
-            Part::Main,
-            &WriteOpts::default(),
-            &mut |cur| {
-                let mut v = cur.cloned().ok_or_else(|| ApiError::not_found(rt, name))?;
-                if let Some(f) = v["metadata"]["finalizers"].as_array_mut() {
-                    f.retain(|x| x != fin);
-                }
-                Ok(Mutation::Update(v))
-            },
-        )
-        .await;
+        let _ = self
+            .update(
+                rt,
+                ns,
+                name,
+                Part::Main,
+                &WriteOpts::default(),
+                &mut |cur| {
+                    let mut v = cur.cloned().ok_or_else(|| ApiError::not_found(rt, name))?;
+                    if let Some(f) = v["metadata"]["finalizers"].as_array_mut() {
+                        f.retain(|x| x != fin);
+                    }
+                    Ok(Mutation::Update(v))
+                },
+            )
+            .await;
     }
 
     /// Bind a pod to a node (`pods/binding`).

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Event, EventSeries, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::Mutex;
 
 /// Repeats closer than this to the previous occurrence join its series.
@@ -69,8 +69,17 @@ pub struct Occurrence<'a> {
 }
 
 /// The core/v1 Event for the first occurrence at `now`.
-pub fn new_event(o: &Occurrence<'_>, controller: &str, instance: &str, now: jiff::Timestamp) -> Event {
-    let ns = o.regarding.namespace.clone().unwrap_or_else(|| "default".into());
+pub fn new_event(
+    o: &Occurrence<'_>,
+    controller: &str,
+    instance: &str,
+    now: jiff::Timestamp,
+) -> Event {
+    let ns = o
+        .regarding
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let base = o
         .regarding
         .name
@@ -130,7 +139,11 @@ impl Recorder {
     pub async fn publish(&self, o: &Occurrence<'_>) -> Result<(), kube::Error> {
         let now = jiff::Timestamp::now();
         let window = jiff::SignedDuration::try_from(SERIES_WINDOW).unwrap_or_default();
-        let ns = o.regarding.namespace.clone().unwrap_or_else(|| "default".into());
+        let ns = o
+            .regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         let key = Key {
             namespace: ns.clone(),
             uid: o.regarding.uid.clone().unwrap_or_default(),

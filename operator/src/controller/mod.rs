@@ -4,6 +4,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`translate`] | CRD objects ⇄ core types (pure) |
+//! | [`admission`] | the admission webhooks' answers and configurations (pure) |
 //! | [`pods`] | task pods and the headless Service (pure) |
 //! | [`status`] | status transitions and kstatus conditions (pure) |
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
@@ -15,8 +16,11 @@
 //! | [`leader`] | Lease-based leader election |
 //! | [`jobids`] | the job id counter (ConfigMap, blocks) |
 //! | [`usage`] | fair-share usage persistence |
+//! | [`validate`] | what submission refuses: shared by sbatch, `--test-only` and admission (pure) |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics` `/healthz` `/readyz` |
+//! | [`webhook`] | the admission webhooks over HTTPS, their certificate and `caBundle` |
 
+pub mod admission;
 pub mod events;
 pub mod exec;
 pub mod http;
@@ -32,6 +36,8 @@ pub mod status;
 pub mod taskpod;
 pub mod translate;
 pub mod usage;
+pub mod validate;
+pub mod webhook;
 
 pub use runner::{Clock, Handle, Settings, start};
 
