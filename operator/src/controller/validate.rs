@@ -130,7 +130,10 @@ pub fn submission(job: &BatchJob, namespace: &str, w: World<'_>) -> Result<Vec<S
     let missing = pods::container_without_image(job);
     feasible::check(&parsed.request, cp, &w.nodes.nodes, missing.as_deref()).map_err(|e| {
         Refusal {
-            slurm: NODE_CONFIG_UNAVAILABLE,
+            slurm: match e.shortfall {
+                feasible::Shortfall::Image { .. } | feasible::Shortfall::Request(_) => INVALID_SPEC,
+                _ => NODE_CONFIG_UNAVAILABLE,
+            },
             resource: e.shortfall.resource(),
             detail: e.to_string(),
         }
