@@ -13,10 +13,11 @@
 //! - **Validating, Partition CREATE and UPDATE** ([`validate_partition`]): refuses a second
 //!   `default: true`.
 //!
-//! The webhooks fail closed (`failurePolicy: Fail`): a submission whose user could not be
-//! recorded must not be admitted, and both operator replicas serve them. They cover only
-//! `batchjobs` and `partitions` (not their status), so nothing else in the cluster depends on
-//! the operator being up.
+//! The BatchJob webhooks fail closed (`failurePolicy: Fail`): a submission whose user could
+//! not be recorded must not be admitted, and both operator replicas serve them. The Partition
+//! webhook fails open: Helm creates the chart's Partitions in the install that starts the
+//! operator. They cover only `batchjobs` and `partitions` (not their status), so nothing else
+//! in the cluster depends on the operator being up.
 
 use std::collections::BTreeMap;
 
@@ -294,11 +295,11 @@ pub fn mutating_configuration(c: &WebhookConfig) -> MutatingWebhookConfiguration
 
 /// The ValidatingWebhookConfiguration (its `caBundle` is set by the operator).
 pub fn validating_configuration(c: &WebhookConfig) -> ValidatingWebhookConfiguration {
-    let hook = |name: &str, path: &str, resource: &str| ValidatingWebhook {
+    let hook = |name: &str, path: &str, resource: &str, policy: &str| ValidatingWebhook {
         name: name.into(),
         admission_review_versions: vec!["v1".into()],
         client_config: client(c, path),
-        failure_policy: Some(c.failure_policy.clone()),
+        failure_policy: Some(policy.to_string()),
         match_policy: Some("Equivalent".into()),
         rules: Some(vec![rule(resource)]),
         side_effects: "None".into(),
@@ -311,8 +312,21 @@ pub fn validating_configuration(c: &WebhookConfig) -> ValidatingWebhookConfigura
             ..Default::default()
         },
         webhooks: Some(vec![
-            hook(VALIDATING_BATCHJOBS, VALIDATE_BATCHJOBS, "batchjobs"),
-            hook(VALIDATING_PARTITIONS, VALIDATE_PARTITIONS, "partitions"),
+            hook(
+                VALIDATING_BATCHJOBS,
+                VALIDATE_BATCHJOBS,
+                "batchjobs",
+                &c.failure_policy,
+            ),
+            // Fails open: Helm creates the chart's Partitions in the same install as the
+            // operator, before any replica can answer; a conflict the webhook could not refuse
+            // is still shown on the partitions (Ready: DefaultConflict).
+            hook(
+                VALIDATING_PARTITIONS,
+                VALIDATE_PARTITIONS,
+                "partitions",
+                "Ignore",
+            ),
         ]),
     }
 }
