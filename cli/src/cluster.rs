@@ -198,7 +198,12 @@ pub async fn whoami(client: &Client) -> Option<String> {
 /// and scancel, a node list for sinfo), unlike kubectl's namespace. When `value` found no
 /// `what` but names a namespace, one line for standard error says so; `None` otherwise (or
 /// when namespaces may not be read).
-pub async fn dash_n_hint(cluster: &Cluster, command: &str, what: &str, value: &str) -> Option<String> {
+pub async fn dash_n_hint(
+    cluster: &Cluster,
+    command: &str,
+    what: &str,
+    value: &str,
+) -> Option<String> {
     use k8s_openapi::api::core::v1::Namespace;
     let api: kube::Api<Namespace> = kube::Api::all(cluster.client.clone());
     match api.get_opt(value).await {

@@ -138,7 +138,10 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
     };
     let nodes = cluster.nodes();
     let gpus: usize = nodes.iter().map(|n| n.gpus.len()).sum();
-    let url = cluster.api_server().map(|s| s.url()).unwrap_or_default();
+    let url = cluster
+        .api_server()
+        .map(|s| s.https_url())
+        .unwrap_or_default();
     let shown = path.canonicalize().unwrap_or(path.clone());
     let k = shown.display();
     let out = &mut io.out;

@@ -433,7 +433,9 @@ pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyh
     let (parts, node_rows) = crate::rows::cluster_rows(&partitions, &nodes, &gpunodes, &jobs);
     if let Some(v) = &args.nodes
         && !v.contains(['[', ','])
-        && !nodes.iter().any(|n| n.metadata.name.as_deref() == Some(v.as_str()))
+        && !nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(v.as_str()))
         && let Some(h) = crate::cluster::dash_n_hint(&cluster, "sinfo", "node list", v).await
     {
         writeln!(io.err, "{h}")?;

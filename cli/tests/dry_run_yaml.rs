@@ -81,9 +81,7 @@ fn dry_run(argv: &[&str]) -> BatchJob {
         &args,
         None,
         &|_: &str| None::<String>,
-        &muster_cli::sbatch::manifest::Submitter {
-            namespace: None,
-        },
+        &muster_cli::sbatch::manifest::Submitter { namespace: None },
     )
     .unwrap()
     .job

@@ -327,9 +327,7 @@ impl TestCluster {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
-        let path = self
-            .kubeconfig
-            .with_file_name(format!("kubeconfig-{safe}"));
+        let path = self.kubeconfig.with_file_name(format!("kubeconfig-{safe}"));
         std::fs::write(&path, server.kubeconfig_with_token(&user.username, &token)).map_err(
             |e| ClusterError::Kubeconfig {
                 path: path.clone(),

@@ -359,7 +359,10 @@ fn webhooks_are_the_operators_configurations() {
     };
     assert!(r.all("MutatingWebhookConfiguration").is_empty());
     assert!(r.all("ValidatingWebhookConfiguration").is_empty());
-    let a = args(container(r.get("Deployment", "muster-operator"), "operator"));
+    let a = args(container(
+        r.get("Deployment", "muster-operator"),
+        "operator",
+    ));
     assert!(a.contains(&"--no-webhook".to_string()), "{a:?}");
     assert!(
         !perms(r.get("Role", "muster-operator"))

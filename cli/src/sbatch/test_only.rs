@@ -18,8 +18,8 @@ use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
 use muster_operator::controller::status::NOT_QUEUED;
 use muster_operator::controller::translate::{self, NodeTable, join_errors, secs};
-use muster_operator::controller::validate::{self, Refusal};
 use muster_operator::controller::usage;
+use muster_operator::controller::validate::{self, Refusal};
 use muster_operator::core::{self, JobId, Snapshot};
 
 /// Where and when the job would start.

@@ -68,9 +68,7 @@ pub fn ours(
             text,
         }),
         &lookup,
-        &Submitter {
-            namespace: None,
-        },
+        &Submitter { namespace: None },
     )
 }
 

@@ -255,6 +255,67 @@ impl Sim {
         }
     }
 
+    /// Run the real `kubectl ARGS...` as `dana` (`admin`: as the cluster's admin, who may
+    /// impersonate with `--as`), with `stdin`: (success, stdout, stderr). `None` when kubectl
+    /// is not installed (the test then skips, unless `MUSTER_REQUIRE_KUBECTL=1`).
+    pub async fn kubectl(
+        &self,
+        admin: bool,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Option<(bool, String, String)> {
+        use std::process::Stdio;
+        use tokio::io::AsyncWriteExt;
+        let present = std::process::Command::new("kubectl")
+            .args(["version", "--client"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !present {
+            assert!(
+                std::env::var("MUSTER_REQUIRE_KUBECTL").as_deref() != Ok("1"),
+                "kubectl is not on PATH and MUSTER_REQUIRE_KUBECTL=1"
+            );
+            eprintln!("note: kubectl not on PATH; skipping");
+            return None;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let kubeconfig = if admin {
+            self.cluster.kubeconfig().to_path_buf()
+        } else {
+            self.kubeconfig.clone()
+        };
+        let mut child = tokio::process::Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", home.path())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl runs");
+        if let Some(input) = stdin {
+            let mut s = child.stdin.take().unwrap();
+            s.write_all(input.as_bytes()).await.unwrap();
+            drop(s);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .expect("kubectl finishes")
+            .unwrap();
+        Some((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
     /// Stop the operator and the cluster.
     pub async fn stop(mut self) {
         if let Some(h) = self.operator.take() {

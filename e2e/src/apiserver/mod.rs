@@ -43,6 +43,7 @@ mod schema;
 mod selectors;
 mod store;
 mod table;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -63,6 +64,9 @@ use ops::{Shared, WriteOpts};
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The serving certificate could not be made.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Binding the listener failed.
     #[error("binding 127.0.0.1:0: {0}")]
     Bind(#[from] std::io::Error),
@@ -117,6 +121,9 @@ impl ApiServerOptions {
 /// A running API server double. Dropping it stops it.
 pub struct ApiServer {
     addr: SocketAddr,
+    tls_addr: SocketAddr,
+    ca_pem: String,
+    tls: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     server: Option<JoinHandle<()>>,
@@ -130,6 +137,9 @@ impl ApiServer {
     pub async fn start(opts: ApiServerOptions) -> Result<ApiServer, StartError> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
+        let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let tls_addr = tls_listener.local_addr()?;
+        let cert = tls::ServingCert::issue().map_err(StartError::Tls)?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (gc_tx, gc_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -192,6 +202,14 @@ impl ApiServer {
         }
         let gc = tokio::spawn(gc::run(shared.clone(), gc_rx));
         let app = http::router(shared.clone());
+        let tls_app = app.clone();
+        let tls_stop = shutdown_rx.clone();
+        let ca_pem = cert.ca_pem.clone();
+        let tls = tokio::spawn(async move {
+            if let Err(e) = tls::serve(tls_listener, &cert, tls_app, tls_stop).await {
+                tracing::error!(error = %e, "API server double's HTTPS listener stopped");
+            }
+        });
         let mut stop = shutdown_rx;
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -203,6 +221,9 @@ impl ApiServer {
         });
         Ok(ApiServer {
             addr,
+            tls_addr,
+            ca_pem,
+            tls: Some(tls),
             shared,
             shutdown: shutdown_tx,
             server: Some(server),
@@ -210,9 +231,20 @@ impl ApiServer {
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`: the plain-HTTP listener, for in-process clients.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `https://127.0.0.1:PORT`: the HTTPS listener (what kubeconfig files point at; its
+    /// certificate is signed by [`ApiServer::ca_pem`]).
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.tls_addr)
+    }
+
+    /// The CA of the HTTPS listener's certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     /// The listening address.
@@ -263,11 +295,14 @@ impl ApiServer {
         self.kubeconfig_with_token(auth::ADMIN_USER, auth::ADMIN_TOKEN)
     }
 
-    /// A kubeconfig whose user `user_name` authenticates with `token`.
+    /// A kubeconfig (the HTTPS listener, its CA) whose user `user_name` authenticates with
+    /// `token`.
     pub fn kubeconfig_with_token(&self, user_name: &str, token: &str) -> String {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: muster-test\n  cluster:\n    server: {}\ncontexts:\n- name: muster-test\n  context:\n    cluster: muster-test\n    user: {user_name}\n    namespace: default\ncurrent-context: muster-test\nusers:\n- name: {user_name}\n  user:\n    token: {token}\npreferences: {{}}\n",
-            self.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: muster-test\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\ncontexts:\n- name: muster-test\n  context:\n    cluster: muster-test\n    user: {user_name}\n    namespace: default\ncurrent-context: muster-test\nusers:\n- name: {user_name}\n  user:\n    token: {token}\npreferences: {{}}\n",
+            self.https_url()
         )
     }
 
@@ -337,6 +372,9 @@ impl ApiServer {
         if let Some(g) = self.gc.take() {
             g.abort();
         }
+        if let Some(t) = self.tls.take() {
+            t.abort();
+        }
     }
 }
 
@@ -348,6 +386,9 @@ impl Drop for ApiServer {
         }
         if let Some(g) = self.gc.take() {
             g.abort();
+        }
+        if let Some(t) = self.tls.take() {
+            t.abort();
         }
     }
 }
