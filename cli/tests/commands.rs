@@ -244,11 +244,10 @@ fn sbatch_dry_run_from_the_command_line() {
     );
     // The client never claims a submitter: admission records who the API server authenticated.
     assert!(
-        j.metadata
+        !j.metadata
             .annotations
             .unwrap_or_default()
-            .get("muster.dev/user")
-            .is_none()
+            .contains_key("muster.dev/user")
     );
     // sbatch as argv[0] (a symlink named sbatch) and errors in Slurm's words, naming the line.
     let (code, _, err) = run(&["sbatch", "--dry-run", "typed_gpu_constraint.sh"], &[]);

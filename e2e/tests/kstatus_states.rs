@@ -20,10 +20,13 @@ fn job(state: JobState, reason: Option<&str>, known: Option<Why>) -> serde_json:
            "metadata": {"name": "j", "generation": 3}, "status": st})
 }
 
+/// A state, its Slurm reason, what the planner knows besides, kstatus' verdict and reason.
+type Case<'a> = (JobState, Option<&'a str>, Option<Why>, Status, &'a str);
+
 #[test]
 fn every_state_reads_as_gitops_tools_expect() {
     use JobState::*;
-    let cases: &[(JobState, Option<&str>, Option<Why>, Status, &str)] = &[
+    let cases: &[Case<'_>] = &[
         (
             Pending,
             Some("Resources"),

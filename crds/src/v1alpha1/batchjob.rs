@@ -469,8 +469,10 @@ pub struct BatchJobStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Standard conditions: `Ready`, `Reconciling` and `Stalled` (kstatus), plus `Admitted`
-    /// and `Complete`.
+    /// Conditions as `batch/v1` Job and kstatus define them: `Complete` (succeeded), `Failed`
+    /// (ended otherwise, with the Slurm reason), `Suspended` (held), `Ready` (running),
+    /// `Reconciling` (will start by itself), `Stalled` (cannot without a change, or ended
+    /// badly), and `Admitted` (holds an allocation). Reasons are CamelCase and say why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

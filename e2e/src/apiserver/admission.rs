@@ -104,7 +104,7 @@ const VALIDATING: (&str, &str) = (
 /// Whether requests on `rt` may be sent to webhooks at all (never the admission
 /// configuration objects themselves, as in kube-apiserver).
 fn admissible(rt: &ResourceType) -> bool {
-    !(rt.group == "admissionregistration.k8s.io")
+    rt.group != "admissionregistration.k8s.io"
 }
 
 /// The webhooks of every configuration of one kind, in call order.

@@ -76,14 +76,14 @@ pub fn submission(job: &BatchJob, namespace: &str, w: World<'_>) -> Result<Vec<S
                 )
             });
             // Only what depends on the spec alone can be judged.
-            if let Err(e) = pods::check_buildable(job, None, "") {
-                if !matches!(e, pods::BuildError::NoImage { .. }) {
-                    return Err(Refusal {
-                        slurm: INVALID_SPEC,
-                        detail: e.to_string(),
-                        resource: "",
-                    });
-                }
+            if let Err(e) = pods::check_buildable(job, None, "")
+                && !matches!(e, pods::BuildError::NoImage { .. })
+            {
+                return Err(Refusal {
+                    slurm: INVALID_SPEC,
+                    detail: e.to_string(),
+                    resource: "",
+                });
             }
             return Ok(warnings);
         }

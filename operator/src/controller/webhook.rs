@@ -356,7 +356,7 @@ pub async fn inject_ca(client: &Client, s: &WebhookSettings, ca: &str) -> Result
                 ]
             })
             .collect();
-            (!ops.is_empty()).then(|| serde_json::Value::Array(ops))
+            (!ops.is_empty()).then_some(serde_json::Value::Array(ops))
         };
     let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     if let Some(m) = mapi
@@ -446,13 +446,13 @@ fn review_response(r: AdmissionResponse) -> Response {
     axum::Json(r.into_review()).into_response()
 }
 
-fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Response> {
+fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Box<Response>> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
-        .map_err(|e| review_response(AdmissionResponse::invalid(e.to_string())))?;
+        .map_err(|e| Box::new(review_response(AdmissionResponse::invalid(e.to_string()))))?;
     review
         .try_into()
         .map_err(|e: kube::core::admission::ConvertAdmissionReviewError| {
-            review_response(AdmissionResponse::invalid(e.to_string()))
+            Box::new(review_response(AdmissionResponse::invalid(e.to_string())))
         })
 }
 
@@ -462,7 +462,7 @@ async fn mutate_batchjobs(
 ) -> Response {
     match decode(&body) {
         Ok(req) => review_response(admission::mutate_batchjob(&req, st.operator.as_deref())),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -475,7 +475,7 @@ async fn validate_batchjobs(
     }
     let req = match decode(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let parts = st.stores.partitions.state();
     let objs: Vec<&Partition> = parts.iter().map(|p| p.as_ref()).collect();
@@ -505,7 +505,7 @@ async fn validate_partitions(
     }
     let req = match decode(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let parts = st.stores.partitions.state();
     let objs: Vec<&Partition> = parts.iter().map(|p| p.as_ref()).collect();
