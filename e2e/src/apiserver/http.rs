@@ -310,11 +310,18 @@ fn verb_of(req: &Req, t: &Target) -> &'static str {
 #[derive(Clone, Debug, PartialEq)]
 enum Format {
     Object,
-    Table(String),
+    Table(String, table::Include),
     Partial,
 }
 
-fn negotiate(accept: &str) -> Result<Format, ApiError> {
+fn negotiate(req: &Req) -> Result<Format, ApiError> {
+    let accept = req.accept.as_str();
+    // What each Table row carries as `object` (`includeObject`): metadata unless asked.
+    let include = match req.q("includeObject") {
+        Some("None") => table::Include::None,
+        Some("Object") => table::Include::Object,
+        _ => table::Include::Metadata,
+    };
     for a in accept.split(',') {
         let a = a.trim();
         if a.contains("as=Table") && a.contains("g=meta.k8s.io") {
@@ -323,7 +330,7 @@ fn negotiate(accept: &str) -> Result<Format, ApiError> {
             } else {
                 "meta.k8s.io/v1"
             };
-            return Ok(Format::Table(v.into()));
+            return Ok(Format::Table(v.into(), include));
         }
         if a.contains("as=PartialObjectMetadata") {
             return Ok(Format::Partial);
@@ -436,7 +443,7 @@ fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Vec<u8> {
             let out = match fmt {
                 Format::Object => v,
                 Format::Partial => table::partial(&v),
-                Format::Table(av) => {
+                Format::Table(av, include) => {
                     let rv = v["metadata"]["resourceVersion"].clone();
                     table::table(
                         rt,
@@ -444,6 +451,7 @@ fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Vec<u8> {
                         json!({"resourceVersion": rv}),
                         true,
                         av,
+                        *include,
                     )
                 }
             };
@@ -497,7 +505,7 @@ async fn resource(
             if t.sub.as_deref() == Some("log") {
                 return pod_log(sh, &rt, ns, name, req);
             }
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             let s = sh.get(&rt, ns, name)?;
             Ok(obj_resp(200, &t.rt, view, &fmt, &Body::Stored(s), &[]))
         }
@@ -510,7 +518,7 @@ async fn resource(
                     if rt.namespaced && ns.is_none() {
                         return Err(ApiError::not_found_path());
                     }
-                    let fmt = negotiate(&req.accept)?;
+                    let fmt = negotiate(req)?;
                     let raw = parse_body(req)?;
                     if view == View::EventV1 {
                         let errs = builtin::validate_event_v1_create(&raw);
@@ -562,7 +570,7 @@ async fn resource(
                     "the server does not allow this method on the requested resource",
                 )
             })?;
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             let mut opts = write_opts(req)?;
             opts.is_put = true;
             let body = view.inp(parse_body(req)?);
@@ -589,12 +597,12 @@ async fn resource(
                     "the server does not allow this method on the requested resource",
                 )
             })?;
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             patch_object(sh, &rt, &t.rt, view, ns, name, part, req, &fmt).await
         }
         "delete" => {
             let name = name.expect("delete has a name");
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             let body: Option<Value> = if req.body.is_empty() {
                 None
             } else {
@@ -795,7 +803,7 @@ fn list(
     ns: Option<&str>,
     req: &Req,
 ) -> Result<Response, ApiError> {
-    let fmt = negotiate(&req.accept)?;
+    let fmt = negotiate(req)?;
     let sel = selectors(req, served)?;
     let limit = match req.q("limit") {
         Some(l) if !l.is_empty() => Some(
@@ -873,7 +881,7 @@ fn list(
                     json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": lm,
                     "items": objs.iter().map(table::partial).collect::<Vec<_>>()})
                 }
-                Format::Table(av) => table::table(served, &objs, lm, true, av),
+                Format::Table(av, include) => table::table(served, &objs, lm, true, av, *include),
             };
             serde_json::to_vec(&v).unwrap_or_default()
         }
@@ -1128,7 +1136,7 @@ impl WatchCtx {
         let out = match &self.fmt {
             Format::Object => v,
             Format::Partial => table::partial(&v),
-            Format::Table(av) => {
+            Format::Table(av, include) => {
                 let with = !self.sent_columns;
                 self.sent_columns = true;
                 let rv = v["metadata"]["resourceVersion"].clone();
@@ -1138,6 +1146,7 @@ impl WatchCtx {
                     json!({"resourceVersion": rv}),
                     with,
                     av,
+                    *include,
                 )
             }
         };
@@ -1297,7 +1306,7 @@ fn watch(
     name: Option<&str>,
     req: &Req,
 ) -> Result<Response, ApiError> {
-    let fmt = negotiate(&req.accept)?;
+    let fmt = negotiate(req)?;
     let mut sel = selectors(req, served)?;
     if let Some(n) = name {
         let extra = FieldSelector::parse(&format!("metadata.name={n}"), &[], false)
