@@ -537,6 +537,36 @@ async fn the_submitter_is_who_the_api_server_authenticated() {
     let mut all: Vec<&str> = out.lines().collect();
     all.sort();
     assert_eq!(all, ["hers|erin", "mine|dana"]);
+    // An array's elements, which the operator creates, keep their array's submitter.
+    let (ok, _, err) = sim
+        .run(&["sbatch", "--array=0-1", "-J", "arr", "--wrap", "hostname"])
+        .await;
+    assert!(ok, "{err}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let arr: Vec<BatchJob> = batchjobs(&sim)
+            .await
+            .into_iter()
+            .filter(|j| j.job_name() == "arr")
+            .collect();
+        if arr.len() == 3 {
+            for j in &arr {
+                assert_eq!(
+                    j.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("muster.dev/user"))
+                        .map(String::as_str),
+                    Some("dana"),
+                    "{:?}",
+                    j.metadata.name
+                );
+            }
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{}", arr.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     sim.stop().await;
 }
 
@@ -695,8 +725,9 @@ async fn a_job_impossible_later_stays_pending_and_stalled() {
         .metadata
         .name
         .unwrap();
-    let wide = until(&sim, &name, "stalled", |j| {
+    let wide = until(&sim, &name, "stalled on 6 nodes", |j| {
         j["status"]["reason"] == "BadConstraints"
+            && j["status"]["message"] == "nodes: 8 requested, partition blackwell has 6"
     })
     .await;
     assert_eq!(wide["status"]["state"], "PENDING");

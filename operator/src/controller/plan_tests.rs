@@ -814,3 +814,30 @@ fn killed_at_every_admission_write_leaves_no_partial_gang() {
     }
     assert!(iterations >= 100, "{iterations} crash points exercised");
 }
+
+/// An array whose spec cannot run ends FAILED (it never had elements); cancelled, it ends
+/// CANCELLED — never pending forever.
+#[test]
+fn an_invalid_array_ends_and_a_cancelled_one_is_cancelled() {
+    let mut h = harness(2, 8);
+    let mut spec = gpus(1);
+    spec.array = Some(IntOrString::String("0-3".into()));
+    spec.constraint = Some("a&(b".into());
+    h.cluster.submit(job("bad-sweep", spec.clone(), 10, None));
+    spec.cancel = Some(true);
+    h.cluster.submit(job("gone-sweep", spec, 10, None));
+    h.cycle();
+    let st = h.cluster.job("bad-sweep").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Failed));
+    assert_eq!(st.reason.as_deref(), Some("InvalidSpec"));
+    assert!(st.message.unwrap().starts_with("spec.constraint"));
+    assert_eq!(h.cluster.state("gone-sweep"), JobState::Cancelled);
+    h.step(5);
+    let s = h.cluster.lock();
+    assert!(
+        !s.jobs
+            .values()
+            .any(|j| j.labels().contains_key(labels::ARRAY_PARENT)),
+        "no elements were created"
+    );
+}

@@ -94,14 +94,19 @@ pub enum Shortfall {
         /// `node` or `task`.
         per: &'static str,
     },
-    /// More nodes than the partition has (that can hold the job's share of one node).
+    /// More nodes than the partition has (that match the job's GPU type and constraint and
+    /// can hold the job's share of one node).
     Nodes {
         /// Nodes asked for.
         asked: u32,
         /// Nodes that can hold one node's share.
         fitting: u32,
+        /// Nodes that match the job's GPU type and constraint.
+        matching: u32,
         /// Nodes of the partition.
         total: u32,
+        /// What the matching nodes match (`constraint ib`, `GPU type a100`), empty for none.
+        filter: String,
     },
     /// More GPUs in total than the partition's nodes hold (within the job's node limit).
     Gpus {
@@ -246,15 +251,25 @@ impl fmt::Display for Infeasible {
             Shortfall::Nodes {
                 asked,
                 fitting,
+                matching,
                 total,
+                filter,
             } => {
-                if fitting == total {
-                    write!(f, "nodes: {asked} requested, partition {p} has {total}")
-                } else {
-                    write!(
+                write!(f, "nodes: {asked} requested, ")?;
+                match (fitting == total, fitting == matching, filter.is_empty()) {
+                    (true, _, _) => write!(f, "partition {p} has {total}"),
+                    (false, true, false) => write!(
                         f,
-                        "nodes: {asked} requested, {fitting} of partition {p}'s {total} nodes can hold one node's share of the job"
-                    )
+                        "{fitting} of partition {p}'s {total} nodes match {filter}"
+                    ),
+                    (false, false, false) => write!(
+                        f,
+                        "{fitting} of partition {p}'s {total} nodes match {filter} and can hold one node's share of the job"
+                    ),
+                    (false, _, true) => write!(
+                        f,
+                        "{fitting} of partition {p}'s {total} nodes can hold one node's share of the job"
+                    ),
                 }
             }
             Shortfall::Gpus { asked, largest } => write!(
@@ -434,10 +449,19 @@ pub fn shortfall(
     }
     let fitting = units.len() as u32;
     if fitting < d.min_nodes {
+        let mut filter = Vec::new();
+        if let Some(t) = &req.gpu_type {
+            filter.push(format!("GPU type {t}"));
+        }
+        if let Some(c) = &req.constraint {
+            filter.push(format!("constraint {c}"));
+        }
         return Some(Shortfall::Nodes {
             asked: d.min_nodes,
             fitting,
+            matching: cands.len() as u32,
             total: members.len() as u32,
+            filter: filter.join(" and "),
         });
     }
     if let Mode::Units { total, merge, .. } = d.mode {
