@@ -121,3 +121,44 @@ async fn what_can_never_run_is_refused_at_apply() {
     );
     op.shutdown().await.unwrap();
 }
+
+/// What admission costs a submission: BatchJobs created one after another through kube-rs,
+/// with the operator's two webhooks (TLS, the validating check over its caches) and without.
+/// Prints figures; run with `cargo test -p muster-e2e --test operator_admission -- --ignored
+/// --nocapture` (add `--release` for release figures).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures"]
+async fn admission_cost() {
+    const N: usize = 300;
+    for admission in [false, true] {
+        let env = Env::start().await;
+        env.add_nodes(
+            &(1..=16)
+                .map(|i| NodeDef::new(Box::leak(format!("gpu{i:03}").into_boxed_str()), 8, "leaf1"))
+                .collect::<Vec<_>>(),
+        )
+        .await;
+        env.default_partition().await;
+        let op = muster_e2e::operator::start(&env.server, env.settings(), admission)
+            .await
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        for i in 0..N {
+            let j: BatchJob = serde_json::from_value(batchjob(
+                &format!("j{i}"),
+                json!({"gpusPerNode": 8, "nodes": 2}),
+                1,
+            ))
+            .unwrap();
+            env.jobs().create(&PostParams::default(), &j).await.unwrap();
+        }
+        let dt = t0.elapsed();
+        println!(
+            "admission {}: {N} BatchJobs created in {:.2} s ({:.2} ms each)",
+            if admission { "on " } else { "off" },
+            dt.as_secs_f64(),
+            dt.as_secs_f64() * 1000.0 / N as f64
+        );
+        op.shutdown().await.unwrap();
+    }
+}
