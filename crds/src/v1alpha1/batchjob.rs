@@ -438,6 +438,10 @@ pub struct BatchJobStatus {
     /// Where each task runs, rank by rank. Written before any pod is created.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskAllocation>,
+    /// How this admission's pods get their GPUs (`dra`: a ResourceClaim per pod; `env`:
+    /// `NVIDIA_VISIBLE_DEVICES`), fixed when the allocation is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_binding: Option<super::GpuBinding>,
     /// Which admission this allocation belongs to; bumps on every requeue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,

@@ -29,6 +29,7 @@ use super::rules;
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
     ),
+    printcolumn(name = "Binding", type_ = "string", json_path = ".status.gpuBinding"),
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpusTotal"),
     printcolumn(name = "Alloc", type_ = "integer", json_path = ".status.gpusAllocated"),
@@ -136,6 +137,23 @@ pub struct PartitionSpec {
     #[x_kube(validation = rules::rule(rules::DNS_SUBDOMAIN, "runtimeClassName must be a RuntimeClass name"))]
     pub runtime_class_name: Option<String>,
 
+    /// How the GPUs Muster assigns are given to the pods: `dra` (a ResourceClaim per pod,
+    /// pinned to the assigned GPUs' UUIDs, that kube-scheduler and the kubelet enforce), `env`
+    /// (`NVIDIA_VISIBLE_DEVICES`, which the NVIDIA container toolkit honours only where
+    /// unprivileged environment requests are accepted) or `auto` (the default: `dra` where the
+    /// API server serves `resource.k8s.io/v1` and the DeviceClass exists, else `env`).
+    /// `status.gpuBinding` shows what the partition uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "auto"))]
+    pub gpu_binding: Option<GpuBindingMode>,
+
+    /// DeviceClass of the GPUs in `dra` mode (the NVIDIA DRA driver's, `gpu.nvidia.com`, when
+    /// omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(rules::DNS_SUBDOMAIN, "deviceClassName must be a DeviceClass name"))]
+    #[schemars(length(max = 253))]
+    pub device_class_name: Option<String>,
+
     /// Image for task containers that give none (what `muster sbatch` uses without `--image`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_image: Option<String>,
@@ -186,6 +204,45 @@ pub enum PreemptMode {
     Cancel,
 }
 
+/// How a partition's pods get their GPUs (`spec.gpuBinding`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuBindingMode {
+    /// `dra` where the cluster has it (resource.k8s.io/v1 served and the DeviceClass present),
+    /// else `env`.
+    #[default]
+    Auto,
+    /// A ResourceClaim per pod, one request per assigned GPU pinned by its UUID.
+    Dra,
+    /// `NVIDIA_VISIBLE_DEVICES` set to the assigned GPUs' UUIDs.
+    Env,
+}
+
+/// The binding a partition (or one admission of a job) actually uses.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuBinding {
+    /// Dynamic Resource Allocation: the pod references a ResourceClaim for its GPUs.
+    Dra,
+    /// The `NVIDIA_VISIBLE_DEVICES` environment variable.
+    #[default]
+    Env,
+}
+
+impl GpuBinding {
+    /// `dra` or `env`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuBinding::Dra => "dra",
+            GpuBinding::Env => "env",
+        }
+    }
+}
+
 /// What the operator sees of the partition.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -211,6 +268,10 @@ pub struct PartitionStatus {
     /// Jobs running in the partition.
     #[serde(default)]
     pub running_jobs: u32,
+    /// The GPU binding the partition's jobs get (`spec.gpuBinding` with `auto` resolved):
+    /// `dra` or `env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_binding: Option<GpuBinding>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

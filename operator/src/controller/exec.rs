@@ -3,10 +3,13 @@
 //! [`super::kube_api`], and in memory by the unit tests' fake cluster).
 //!
 //! Per job, strictly in order: add finalizer → write status (server-side apply, with the
-//! resourceVersion precondition) → create the Service → create pods → delete pods → create
-//! array elements → patch elements → remove finalizer → events. A failed finalizer or status
-//! write skips the job's remaining steps (pods exist only for a recorded allocation; pods are
-//! deleted only once the reason is recorded). Jobs run concurrently (bounded).
+//! resourceVersion precondition) → create the Service → create the gang group (Workload or
+//! PodGroup, where served) → create the ResourceClaims (`dra` mode) → create pods → delete
+//! pods → delete claims and groups → create array elements → patch elements → remove
+//! finalizer → events. A failed finalizer or status write skips the job's remaining steps
+//! (claims and pods exist only for a recorded allocation; they are deleted only once the
+//! reason is recorded); a failed claim creation skips the pods (a pod never exists before
+//! its claim). Jobs run concurrently (bounded).
 //!
 //! # Crash injection
 //! [`Faults`] is consulted before every write: returning [`Fault::Crash`] stops the whole
@@ -22,6 +25,8 @@ use futures::stream::{self, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use muster_crds::v1alpha1::{BatchJob, PartitionStatus};
 
+use super::dra::ResourceClaim;
+use super::gang::{GangApi, GangRef};
 use super::plan::{CyclePlan, Effect, JobEvent, JobPlan, PodObs, StatusWrite};
 
 /// Why an API call failed.
@@ -91,8 +96,34 @@ pub trait ClusterApi: Send + Sync {
         name: &'a str,
         w: &'a StatusWrite,
     ) -> BoxFuture<'a, Result<BatchJob, ApiError>>;
-    /// Creates a pod.
-    fn create_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Creates a pod; `gang` names the group it belongs to (added to its spec as the served
+    /// gang API spells it).
+    fn create_pod<'a>(
+        &'a self,
+        pod: &'a Pod,
+        gang: Option<&'a GangRef>,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Creates a ResourceClaim.
+    fn create_claim<'a>(&'a self, claim: &'a ResourceClaim) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Deletes a ResourceClaim.
+    fn delete_claim<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Creates a gang group (a Workload or PodGroup object, as JSON).
+    fn create_group<'a>(
+        &'a self,
+        api: GangApi,
+        group: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Deletes a gang group.
+    fn delete_group<'a>(
+        &'a self,
+        ns: &'a str,
+        api: GangApi,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Deletes a pod (its own grace period).
     fn delete_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Creates a Service.
@@ -135,6 +166,12 @@ pub enum WriteKind {
     PodDelete,
     /// Service created.
     Service,
+    /// ResourceClaim created.
+    ClaimCreate,
+    /// ResourceClaim deleted.
+    ClaimDelete,
+    /// Gang group (Workload/PodGroup) created or deleted.
+    Group,
     /// BatchJob created (array element).
     BatchJobCreate,
     /// BatchJob spec patched (array element cancel/hold).
@@ -158,6 +195,9 @@ impl WriteKind {
             WriteKind::PodCreate => "pod_create",
             WriteKind::PodDelete => "pod_delete",
             WriteKind::Service => "service",
+            WriteKind::ClaimCreate => "claim_create",
+            WriteKind::ClaimDelete => "claim_delete",
+            WriteKind::Group => "gang_group",
             WriteKind::BatchJobCreate => "batchjob_create",
             WriteKind::BatchJobPatch => "batchjob_patch",
             WriteKind::PartitionStatus => "partition_status",
@@ -246,6 +286,8 @@ pub struct ExecReport {
     pub created_jobs: Vec<(String, String)>,
     /// Pods deleted (namespace, name).
     pub deleted_pods: Vec<(String, String)>,
+    /// ResourceClaims deleted (namespace, name).
+    pub deleted_claims: Vec<(String, String)>,
     /// Partitions whose status was written.
     pub partitions_written: Vec<String>,
     /// Events to publish (namespace, name, uid, event): for jobs whose writes went through.
@@ -394,9 +436,53 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             ctx.fail(&e);
         }
     }
+    if let Some(g) = &jp.group {
+        let api = jp.create.gang().map(|g| g.api);
+        if let Some(api) = api {
+            if ctx.gate(WriteKind::Group, name).is_err() {
+                return;
+            }
+            if let Err(e) = ctx.api.create_group(api, g).await {
+                // Kubernetes' gang is a safety net: Muster's own placement stands without it,
+                // and the pods wait for the group (the next cycle creates it) rather than
+                // start without.
+                ctx.fail(&e);
+                return;
+            }
+        }
+    }
+    // A pod's claim exists before the pod: every claim of the admission first (concurrently),
+    // and no pod unless all were created.
+    let create = &jp.create;
+    let claims = create.claim_ranks().iter().map(|&rank| async move {
+        let c = match create.build_claim(rank) {
+            Ok(Some(c)) => c,
+            Ok(None) => return true,
+            Err(e) => {
+                ctx.fail(&ApiError::Status {
+                    code: 422,
+                    message: e.to_string(),
+                });
+                return false;
+            }
+        };
+        let cname = c.metadata.name.clone().unwrap_or_default();
+        if ctx.gate(WriteKind::ClaimCreate, &cname).is_err() {
+            return false;
+        }
+        match ctx.api.create_claim(&c).await {
+            Ok(()) => true,
+            Err(e) => {
+                ctx.fail(&e);
+                false
+            }
+        }
+    });
+    if futures::future::join_all(claims).await.iter().any(|ok| !ok) {
+        return;
+    }
     // Pods of one gang are created concurrently: a gang of 32 is one round trip deep.
     // Each pod is built just before it is written (see `PodsToCreate`).
-    let create = &jp.create;
     let creates = create.ranks().iter().map(|&rank| async move {
         // Never closed, so acquiring only waits.
         let _slot = ctx.pod_slots.acquire().await.ok();
@@ -415,7 +501,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         if ctx.gate(WriteKind::PodCreate, &pname).is_err() {
             return false;
         }
-        match ctx.api.create_pod(&p).await {
+        match ctx.api.create_pod(&p, create.gang()).await {
             Ok(()) => {
                 if let Some(o) = PodObs::from_pod(&p) {
                     ctx.with(|r| r.created_pods.push(o));
@@ -448,6 +534,31 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         .any(|ok| !ok)
     {
         return;
+    }
+    let claim_deletes = jp.delete_claims.iter().map(|c| async move {
+        if ctx.gate(WriteKind::ClaimDelete, c).is_err() {
+            return false;
+        }
+        match ctx.api.delete_claim(ns, c).await {
+            Ok(()) => ctx.with(|r| r.deleted_claims.push((ns.to_string(), c.clone()))),
+            Err(e) => ctx.fail(&e),
+        }
+        true
+    });
+    if futures::future::join_all(claim_deletes)
+        .await
+        .iter()
+        .any(|ok| !ok)
+    {
+        return;
+    }
+    for (api, g) in &jp.delete_groups {
+        if ctx.gate(WriteKind::Group, g).is_err() {
+            return;
+        }
+        if let Err(e) = ctx.api.delete_group(ns, *api, g).await {
+            ctx.fail(&e);
+        }
     }
     for c in &jp.children {
         if ctx.gate(WriteKind::BatchJobCreate, name).is_err() {

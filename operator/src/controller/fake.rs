@@ -5,6 +5,12 @@
 //!
 //! Template annotations drive the kubelet: `sim/runtime` (seconds a task runs, default 60),
 //! `sim/exit` (exit code of the rank in `sim/fail-rank`, default rank 0).
+//!
+//! With [`Harness::dra`] the cluster serves ResourceClaims as Kubernetes does for Muster's
+//! claims: a pod with a claim starts only once the claim exists and can be allocated (the
+//! devices its selectors pin, none allocated to another claim: kube-scheduler's check); the
+//! allocation is released when the pod ends, and a deleted claim lingers until its pod is
+//! gone (the delete-protection finalizer).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -18,9 +24,42 @@ use kube::ResourceExt;
 use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition, PartitionStatus};
 
+use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::exec::{self, ApiError, ClusterApi, ExecReport, Faults, NoFaults};
+use super::gang::{GangApi, GangRef};
 use super::plan::{self, Inputs, JobEvent, PlanMemory, PlanSettings, PodObs, StatusWrite};
 use super::translate::{self, NodeTable, time};
+
+/// A ResourceClaim in the fake cluster.
+#[derive(Clone, Debug)]
+pub struct FakeClaim {
+    pub claim: ResourceClaim,
+    /// Allocated devices: (node, NVML index).
+    pub allocated: Vec<(String, u32)>,
+    /// The pod it is reserved for.
+    pub reserved_for: Option<(String, String)>,
+    /// Deletion requested (kept while its pod lives).
+    pub deleting: bool,
+}
+
+impl FakeClaim {
+    fn obs(&self) -> ClaimObs {
+        let mut o = ClaimObs::from_claim(&self.claim);
+        o.deleting = self.deleting;
+        o.devices = self
+            .allocated
+            .iter()
+            .map(|(n, g)| {
+                (
+                    dra::NVIDIA_DRIVER.to_string(),
+                    n.clone(),
+                    format!("gpu-{g}"),
+                )
+            })
+            .collect();
+        o
+    }
+}
 
 /// The cluster's objects.
 #[derive(Default)]
@@ -39,6 +78,97 @@ pub struct State {
     /// Pods started (name → start time).
     pub started: HashMap<(String, String), i64>,
     pub now: i64,
+    /// ResourceClaims.
+    pub claims: BTreeMap<(String, String), FakeClaim>,
+    /// Gang groups created: (namespace, name).
+    pub groups: BTreeSet<(String, String)>,
+    /// Pods refused for want of their claim (name → why), as kube-scheduler would report.
+    pub unschedulable: BTreeMap<(String, String), String>,
+}
+
+impl State {
+    /// The (node, index) of the GPU with `uuid`.
+    fn gpu_by_uuid(&self, uuid: &str) -> Option<(String, u32)> {
+        self.gpunodes.iter().find_map(|(n, g)| {
+            g.status
+                .as_ref()?
+                .gpus
+                .iter()
+                .find(|x| x.uuid == uuid)
+                .map(|x| (n.clone(), x.index))
+        })
+    }
+
+    /// kube-scheduler's DRA check for pod `key`: its claim exists, is not being deleted, and
+    /// every device its selectors pin is free (or already its own); then it is allocated and
+    /// reserved for the pod. `Ok(())` also for a pod without a claim.
+    fn allocate_for(&mut self, key: &(String, String)) -> Result<(), String> {
+        let Some(claim) = self
+            .pods
+            .get(key)
+            .and_then(|p| dra::pod_claim(p).map(str::to_string))
+        else {
+            return Ok(());
+        };
+        let ck = (key.0.clone(), claim.clone());
+        let Some(c) = self.claims.get(&ck) else {
+            return Err(format!(
+                "resourceclaim.resource.k8s.io \"{claim}\" not found"
+            ));
+        };
+        if c.deleting {
+            return Err(format!("resourceclaim \"{claim}\" is being deleted"));
+        }
+        if !c.allocated.is_empty() {
+            self.claims.get_mut(&ck).unwrap().reserved_for = Some(key.clone());
+            return Ok(());
+        }
+        let mut want = Vec::new();
+        for uuid in dra::pinned_uuids(&c.claim) {
+            let dev = self
+                .gpu_by_uuid(&uuid)
+                .ok_or_else(|| "cannot allocate all claims".to_string())?;
+            want.push(dev);
+        }
+        let taken = self
+            .claims
+            .values()
+            .any(|o| o.allocated.iter().any(|d| want.contains(d)));
+        if taken {
+            return Err("cannot allocate all claims".into());
+        }
+        let c = self.claims.get_mut(&ck).unwrap();
+        c.allocated = want;
+        c.reserved_for = Some(key.clone());
+        Ok(())
+    }
+
+    /// The resourceclaim controller: a claim whose pod is gone or done is released, and
+    /// removed if deleted.
+    fn release_claims(&mut self) {
+        let keys: Vec<(String, String)> = self.claims.keys().cloned().collect();
+        for k in keys {
+            let c = &self.claims[&k];
+            let live = c.reserved_for.as_ref().is_some_and(|pk| {
+                self.pods.get(pk).is_some_and(|p| {
+                    !matches!(
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded") | Some("Failed")
+                    )
+                })
+            });
+            if live {
+                continue;
+            }
+            if c.deleting {
+                self.claims.remove(&k);
+            } else if c.reserved_for.is_some() {
+                let c = self.claims.get_mut(&k).unwrap();
+                c.reserved_for = None;
+                c.allocated.clear();
+            }
+        }
+    }
 }
 
 /// The fake API.
@@ -233,6 +363,11 @@ impl FakeCluster {
             let phase = p.status.as_ref().and_then(|st| st.phase.clone());
             match phase.as_deref() {
                 None | Some("Pending") if ready.contains(&node) && !s.stuck.contains(&node) => {
+                    if let Err(why) = s.allocate_for(&k) {
+                        s.unschedulable.insert(k.clone(), why);
+                        continue;
+                    }
+                    s.unschedulable.remove(&k);
                     s.started.insert(k.clone(), now);
                     let p = s.pods.get_mut(&k).unwrap();
                     p.status = Some(PodStatus {
@@ -279,6 +414,57 @@ impl FakeCluster {
                 _ => {}
             }
         }
+        // Claims: owner GC, then the resourceclaim controller.
+        let gone: Vec<(String, String)> = s
+            .claims
+            .iter()
+            .filter(|(_, c)| {
+                c.claim
+                    .owner_references()
+                    .iter()
+                    .any(|o| !uids.contains(&o.uid))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            s.claims.get_mut(&k).unwrap().deleting = true;
+        }
+        s.release_claims();
+    }
+
+    /// Every running pod with a claim has exactly the GPUs its allocation records, and no
+    /// device is allocated to two claims.
+    pub fn check_claims(&self) -> Result<(), String> {
+        let s = self.lock();
+        let mut owner: BTreeMap<(String, u32), String> = BTreeMap::new();
+        for ((_, name), c) in &s.claims {
+            for d in &c.allocated {
+                if let Some(o) = owner.insert(d.clone(), name.clone()) {
+                    return Err(format!("device {d:?} allocated to {o} and {name}"));
+                }
+            }
+        }
+        for (k, p) in &s.pods {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let Some(cn) = dra::pod_claim(p) else {
+                continue;
+            };
+            if !running {
+                continue;
+            }
+            let a = super::pods::pod_allocation(p).unwrap();
+            let want: BTreeSet<(String, u32)> =
+                a.gpus.iter().map(|g| (a.node.clone(), *g)).collect();
+            let c = s
+                .claims
+                .get(&(k.0.clone(), cn.to_string()))
+                .ok_or_else(|| format!("running pod {} without its claim {cn}", k.1))?;
+            let got: BTreeSet<(String, u32)> = c.allocated.iter().cloned().collect();
+            if got != want {
+                return Err(format!("pod {} has {got:?}, allocation {want:?}", k.1));
+            }
+        }
+        Ok(())
     }
 
     /// Every GPU is held by at most one (job, attempt): RUNNING allocations and live pods.
@@ -459,9 +645,19 @@ impl ClusterApi for FakeCluster {
         done(r)
     }
 
-    fn create_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), ApiError>> {
+    fn create_pod<'a>(
+        &'a self,
+        pod: &'a Pod,
+        _gang: Option<&'a GangRef>,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
         let mut s = self.lock();
         let key = (pod.namespace().unwrap(), pod.name_any());
+        if let Some(c) = dra::pod_claim(pod)
+            && !s.claims.contains_key(&(key.0.clone(), c.to_string()))
+        {
+            // The contract the planner keeps: never a pod before its claim.
+            panic!("pod {} created before its claim {c}", key.1);
+        }
         if !s.pods.contains_key(&key) {
             let mut p = pod.clone();
             p.metadata.uid = Some(s.new_uid());
@@ -486,6 +682,56 @@ impl ClusterApi for FakeCluster {
                 p.metadata.deletion_timestamp = Some(ts(now));
             }
         }
+        done(Ok(()))
+    }
+
+    fn create_claim<'a>(&'a self, claim: &'a ResourceClaim) -> BoxFuture<'a, Result<(), ApiError>> {
+        let mut s = self.lock();
+        let key = (claim.namespace().unwrap(), claim.name_any());
+        s.claims.entry(key).or_insert_with(|| FakeClaim {
+            claim: claim.clone(),
+            allocated: Vec::new(),
+            reserved_for: None,
+            deleting: false,
+        });
+        done(Ok(()))
+    }
+
+    fn delete_claim<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        let mut s = self.lock();
+        if let Some(c) = s.claims.get_mut(&(ns.to_string(), name.to_string())) {
+            c.deleting = true;
+        }
+        s.release_claims();
+        done(Ok(()))
+    }
+
+    fn create_group<'a>(
+        &'a self,
+        _api: GangApi,
+        group: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        let m = &group["metadata"];
+        self.lock().groups.insert((
+            m["namespace"].as_str().unwrap_or_default().to_string(),
+            m["name"].as_str().unwrap_or_default().to_string(),
+        ));
+        done(Ok(()))
+    }
+
+    fn delete_group<'a>(
+        &'a self,
+        ns: &'a str,
+        _api: GangApi,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        self.lock()
+            .groups
+            .remove(&(ns.to_string(), name.to_string()));
         done(Ok(()))
     }
 
@@ -561,6 +807,10 @@ pub struct Harness {
     pub writes: BTreeMap<exec::WriteKind, u64>,
     /// Jobs written concurrently.
     pub concurrency: usize,
+    /// The cluster serves DRA with the NVIDIA DeviceClass (`gpuBinding: auto` is `dra`).
+    pub dra: bool,
+    /// The gang API the cluster serves.
+    pub gang: Option<GangApi>,
 }
 
 impl Harness {
@@ -574,20 +824,36 @@ impl Harness {
             usage: BTreeMap::new(),
             writes: BTreeMap::new(),
             concurrency: 8,
+            dra: false,
+            gang: None,
         }
     }
 
     /// One operator cycle with the given faults.
     pub fn cycle_with(&mut self, faults: &dyn Faults) -> ExecReport {
-        let (partitions, nodes, jobs, pods) = {
+        let (partitions, nodes, jobs, pods, claims) = {
             let s = self.cluster.lock();
             let parts: Vec<Arc<Partition>> = s.partitions.values().cloned().map(Arc::new).collect();
+            let mut devices = HashMap::new();
+            if self.dra {
+                for (n, g) in &s.gpunodes {
+                    let names = g
+                        .status
+                        .iter()
+                        .flat_map(|st| &st.gpus)
+                        .map(|x| (n.clone(), format!("gpu-{}", x.index)))
+                        .collect();
+                    devices.insert(n.clone(), names);
+                }
+            }
             let nodes = NodeTable::new(
                 s.nodes
                     .values()
                     .map(|n| translate::node(n, s.gpunodes.get(&n.name_any())))
                     .collect(),
-            );
+            )
+            .with_devices(devices);
+            let claims: Vec<Arc<ClaimObs>> = s.claims.values().map(|c| Arc::new(c.obs())).collect();
             let jobs: Vec<Arc<BatchJob>> = s.jobs.values().cloned().map(Arc::new).collect();
             let pods: Vec<Arc<PodObs>> = s
                 .pods
@@ -595,7 +861,15 @@ impl Harness {
                 .filter_map(PodObs::from_pod)
                 .map(Arc::new)
                 .collect();
-            (parts, nodes, jobs, pods)
+            (parts, nodes, jobs, pods, claims)
+        };
+        let support = DraSupport {
+            served: self.dra,
+            classes: if self.dra {
+                [dra::DEFAULT_DEVICE_CLASS.to_string()].into()
+            } else {
+                Default::default()
+            },
         };
         let inp = Inputs {
             now: self.now,
@@ -605,6 +879,9 @@ impl Harness {
             pods: &pods,
             expected_jobs: &Default::default(),
             usage: &self.usage,
+            claims: &claims,
+            dra: &support,
+            gang: self.gang,
         };
         let mut next = self.next_id;
         let p = plan::plan(&inp, &self.cfg, &mut self.mem, &mut || {
@@ -651,6 +928,7 @@ impl Harness {
         self.cluster.tick(self.now);
         let r = self.cycle();
         self.cluster.check_no_double_gpu().unwrap();
+        self.cluster.check_claims().unwrap();
         r
     }
 }

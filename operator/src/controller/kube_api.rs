@@ -11,13 +11,17 @@
 
 use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::{Client, Resource};
 use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, Partition, PartitionStatus};
 
+use super::dra::ResourceClaim;
 use super::events::{Occurrence, Recorder};
 use super::exec::{ApiError, ClusterApi};
+use super::gang::{self, GangApi, GangRef};
 
 /// A written BatchJob as the cycle keeps it (until the watch delivers it): managed fields
 /// (a field list per manager, as large as the status for a 32-task gang) are never read.
@@ -43,6 +47,14 @@ pub fn api_error(e: kube::Error) -> ApiError {
         },
         other => ApiError::Transport(other.to_string()),
     }
+}
+
+/// The Workload or PodGroup resource of namespace `ns`. Untyped: the kinds are alpha and
+/// Muster writes them whole and never reads them back.
+fn group_api(client: &Client, ns: &str, api: GangApi) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(gang::GROUP, api.version(), api.kind());
+    let ar = ApiResource::from_gvk_with_plural(&gvk, api.plural());
+    Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 /// The operator's writes through kube.
@@ -155,14 +167,23 @@ impl ClusterApi for KubeApi {
         .boxed()
     }
 
-    fn create_pod<'a>(&'a self, pod: &'a Pod) -> BoxFuture<'a, Result<(), ApiError>> {
+    fn create_pod<'a>(
+        &'a self,
+        pod: &'a Pod,
+        gang: Option<&'a GangRef>,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             // `Api::create` would decode the created pod (several KB each, thousands in a
             // big cycle) only to drop it: the answer is decoded into nothing instead.
             #[derive(serde::Deserialize)]
             struct Unread {}
-            let body = serde_json::to_vec(pod).map_err(|e| ApiError::Transport(e.to_string()))?;
+            let body = match gang {
+                // The gang reference is no field of k8s-openapi's v1_32 Pod: added as JSON.
+                Some(g) => gang::pod_json(pod, Some(g)).and_then(|v| serde_json::to_vec(&v)),
+                None => serde_json::to_vec(pod),
+            }
+            .map_err(|e| ApiError::Transport(e.to_string()))?;
             let mut req = kube::core::Request::new(Pod::url_path(&(), Some(ns)))
                 .create(&PostParams::default(), body)
                 .map_err(|e| ApiError::Transport(e.to_string()))?;
@@ -180,6 +201,79 @@ impl ClusterApi for KubeApi {
         async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) => match api_error(e) {
+                    ApiError::NotFound(_) => Ok(()),
+                    e => Err(e),
+                },
+            }
+        }
+        .boxed()
+    }
+
+    fn create_claim<'a>(&'a self, claim: &'a ResourceClaim) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or("default");
+            let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
+            match api.create(&PostParams::default(), claim).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => Ok(()),
+                Err(e) => Err(api_error(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn delete_claim<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) => match api_error(e) {
+                    ApiError::NotFound(_) => Ok(()),
+                    e => Err(e),
+                },
+            }
+        }
+        .boxed()
+    }
+
+    fn create_group<'a>(
+        &'a self,
+        api: GangApi,
+        group: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let ns = group["metadata"]["namespace"].as_str().unwrap_or("default");
+            let obj: DynamicObject = serde_json::from_value(group.clone())
+                .map_err(|e| ApiError::Transport(e.to_string()))?;
+            match group_api(&self.client, ns, api)
+                .create(&PostParams::default(), &obj)
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => Ok(()),
+                Err(e) => Err(api_error(e)),
+            }
+        }
+        .boxed()
+    }
+
+    fn delete_group<'a>(
+        &'a self,
+        ns: &'a str,
+        api: GangApi,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            match group_api(&self.client, ns, api)
+                .delete(name, &DeleteParams::default())
+                .await
+            {
                 Ok(_) => Ok(()),
                 Err(e) => match api_error(e) {
                     ApiError::NotFound(_) => Ok(()),

@@ -6,6 +6,9 @@
 //! | [`translate`] | CRD objects ⇄ core types (pure) |
 //! | [`admission`] | the admission webhooks' answers and configurations (pure) |
 //! | [`pods`] | task pods and the headless Service (pure) |
+//! | [`discovery`] | what the API server serves: DRA, Kubernetes' gang API |
+//! | [`dra`] | GPU binding by DRA: a pod's ResourceClaim, inventory from ResourceSlices (pure) |
+//! | [`gang`] | Kubernetes' own gang (Workload/PodGroup) of an admission (pure) |
 //! | [`status`] | status transitions and kstatus conditions (pure) |
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
@@ -21,8 +24,11 @@
 //! | [`webhook`] | the admission webhooks over HTTPS, their certificate and `caBundle` |
 
 pub mod admission;
+pub mod discovery;
+pub mod dra;
 pub mod events;
 pub mod exec;
+pub mod gang;
 pub mod http;
 pub mod jobids;
 pub mod kube_api;
@@ -43,5 +49,7 @@ pub use runner::{Clock, Handle, Settings, start};
 
 #[cfg(test)]
 mod fake;
+#[cfg(test)]
+mod plan_dra_tests;
 #[cfg(test)]
 mod plan_tests;

@@ -45,7 +45,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::ResourceExt;
 use muster_crds::labels;
 use muster_crds::v1alpha1::{
-    ArrayTaskSummary, BatchJob, BatchJobStatus, JobState, Partition, PartitionState,
+    ArrayTaskSummary, BatchJob, BatchJobStatus, GpuBinding, JobState, Partition, PartitionState,
     PartitionStatus, TaskAllocation,
 };
 
@@ -53,6 +53,8 @@ use crate::core::{
     self, ArrayTask, Decisions, JobId, PartitionId, RunningJob, Snapshot, TaskAlloc,
 };
 
+use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
+use super::gang::{self, GangApi, GangRef};
 use super::pods::{self, JobContext};
 use super::status::{
     self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE, PARTITION_CONFIG, Why,
@@ -300,6 +302,14 @@ pub struct Inputs<'a> {
     pub expected_jobs: &'a HashSet<(String, String)>,
     /// Decayed GPU-seconds per namespace (fair share).
     pub usage: &'a BTreeMap<String, f64>,
+    /// Every ResourceClaim in the cluster (none where `resource.k8s.io/v1` is not served):
+    /// Muster's, to delete those of ended attempts, and everyone's, whose allocated GPUs are
+    /// taken.
+    pub claims: &'a [Arc<ClaimObs>],
+    /// What the cluster offers for DRA binding (for `gpuBinding: auto`).
+    pub dra: &'a DraSupport,
+    /// Kubernetes' gang API, where served: each admission's pods then form a group.
+    pub gang: Option<GangApi>,
 }
 
 /// A metric to record once the job's status write succeeded.
@@ -342,10 +352,12 @@ pub struct StatusWrite {
     pub resource_version: Option<String>,
 }
 
-/// The writes for one BatchJob, carried out in this order: finalizer, status, Service, pod
-/// creations, pod deletions, children, child patches, finalizer removal, events. When the
-/// finalizer or status write fails the rest is skipped (pods are only created for a recorded
-/// allocation, and only deleted once the reason is recorded); the next cycle plans again.
+/// The writes for one BatchJob, carried out in this order: finalizer, status, Service, the
+/// gang group, claims, pod creations, pod deletions, claim and group deletions, children,
+/// child patches, finalizer removal, events. When the finalizer or status write fails the
+/// rest is skipped (claims and pods are only created for a recorded allocation, and only
+/// deleted once the reason is recorded); a pod is created only once every claim of the
+/// admission exists; the next cycle plans again.
 #[derive(Clone, Debug, Default)]
 pub struct JobPlan {
     /// Namespace.
@@ -360,10 +372,18 @@ pub struct JobPlan {
     pub status: Option<StatusWrite>,
     /// The headless Service to create.
     pub service: Option<Service>,
-    /// Pods to create (built as they are written).
+    /// Kubernetes' gang object (Workload or PodGroup) of this admission, created before its
+    /// pods (where the API is served).
+    pub group: Option<serde_json::Value>,
+    /// Pods to create, and their ResourceClaims in `dra` mode (built as they are written).
     pub create: PodsToCreate,
     /// Pods to delete (names; each with its own grace period).
     pub delete: Vec<String>,
+    /// Muster's ResourceClaims to delete (names): those of other attempts, and the current
+    /// attempt's once the job stops holding its allocation.
+    pub delete_claims: Vec<String>,
+    /// Gang objects of an ended attempt to delete: (kind, name).
+    pub delete_groups: Vec<(GangApi, String)>,
     /// Array elements to create.
     pub children: Vec<BatchJob>,
     /// Merge patches to array elements' specs (`cancel`, `hold`).
@@ -383,6 +403,8 @@ pub struct JobPlan {
 pub struct PodsToCreate {
     src: Option<Arc<PodSource>>,
     ranks: Vec<u32>,
+    /// Ranks whose pod needs a claim created first (`dra` mode, the task holds GPUs).
+    claim_ranks: Vec<u32>,
 }
 
 /// What a job's pods are built from (an owned [`JobContext`]).
@@ -397,17 +419,41 @@ struct PodSource {
     array: Option<(u64, u32)>,
     gpus_per_node: Option<String>,
     gpus_per_task: Option<String>,
+    gpu_binding: GpuBinding,
+    device_class: String,
+    gang: Option<GangRef>,
 }
 
 impl PodsToCreate {
-    /// The pods of `ranks`, checked to be buildable (every rank allocated, and the first
-    /// pod built: everything else that can fail is the same for every rank).
-    fn new(ctx: &JobContext<'_>, ranks: Vec<u32>) -> Result<PodsToCreate, pods::BuildError> {
-        if let Some(r) = ranks
-            .iter()
-            .find(|r| !ctx.tasks.iter().any(|t| t.rank == **r))
-        {
-            return Err(pods::BuildError::NoSuchRank(*r));
+    /// The pods of `ranks` (with their claims in `dra` mode, and `gang` naming their group),
+    /// checked to be buildable: every rank allocated, every claim buildable (GPUs with
+    /// UUIDs), and the first pod built (everything else that can fail is the same for every
+    /// rank).
+    fn new(
+        ctx: &JobContext<'_>,
+        ranks: Vec<u32>,
+        device_class: &str,
+        gang: Option<GangRef>,
+    ) -> Result<PodsToCreate, pods::BuildError> {
+        let mut claim_ranks = Vec::new();
+        for r in &ranks {
+            let t = ctx
+                .tasks
+                .iter()
+                .find(|t| t.rank == *r)
+                .ok_or(pods::BuildError::NoSuchRank(*r))?;
+            if ctx.gpu_binding == GpuBinding::Dra && !t.gpus.is_empty() {
+                if let Some(i) =
+                    (0..t.gpus.len()).find(|&i| t.gpu_uuids.get(i).is_none_or(|u| u.is_empty()))
+                {
+                    return Err(dra::DraError::NoUuid {
+                        node: t.node.clone(),
+                        index: t.gpus[i],
+                    }
+                    .into());
+                }
+                claim_ranks.push(*r);
+            }
         }
         if let Some(r) = ranks.first() {
             pods::build_pod(ctx, *r)?;
@@ -423,9 +469,60 @@ impl PodsToCreate {
                 array: ctx.array,
                 gpus_per_node: ctx.gpus_per_node.map(str::to_string),
                 gpus_per_task: ctx.gpus_per_task.map(str::to_string),
+                gpu_binding: ctx.gpu_binding,
+                device_class: device_class.to_string(),
+                gang,
             })),
             ranks,
+            claim_ranks,
         })
+    }
+
+    /// Ranks whose claim must exist before their pod is created.
+    pub fn claim_ranks(&self) -> &[u32] {
+        &self.claim_ranks
+    }
+
+    /// The ResourceClaim of rank `rank`'s pod (`None` in `env` mode or without GPUs).
+    pub fn build_claim(&self, rank: u32) -> Result<Option<ResourceClaim>, pods::BuildError> {
+        let s = self
+            .src
+            .as_ref()
+            .ok_or(pods::BuildError::NoSuchRank(rank))?;
+        if s.gpu_binding != GpuBinding::Dra {
+            return Ok(None);
+        }
+        let t = s
+            .tasks
+            .iter()
+            .find(|t| t.rank == rank)
+            .ok_or(pods::BuildError::NoSuchRank(rank))?;
+        let pod = pods::pod_name(&s.job.name_any(), s.attempt, rank);
+        let gpus: Vec<dra::HeldGpu<'_>> = t
+            .gpus
+            .iter()
+            .zip(
+                t.gpu_uuids
+                    .iter()
+                    .map(String::as_str)
+                    .chain(std::iter::repeat("")),
+            )
+            .map(|(&index, uuid)| dra::HeldGpu { index, uuid })
+            .collect();
+        let c = dra::ClaimFor {
+            job: &s.job,
+            job_id: s.job_id,
+            attempt: s.attempt,
+            pod: &pod,
+            node: &t.node,
+            device_class: &s.device_class,
+        };
+        Ok(dra::build_claim(&c, &gpus)?)
+    }
+
+    /// The group the pods belong to, where Kubernetes' gang API is used.
+    pub fn gang(&self) -> Option<&GangRef> {
+        self.src.as_ref().and_then(|s| s.gang.as_ref())
     }
 
     /// No pods.
@@ -459,6 +556,7 @@ impl PodsToCreate {
             array: s.array,
             gpus_per_node: s.gpus_per_node.as_deref(),
             gpus_per_task: s.gpus_per_task.as_deref(),
+            gpu_binding: s.gpu_binding,
         };
         pods::build_pod(&ctx, rank)
     }
@@ -474,8 +572,11 @@ impl JobPlan {
         !self.add_finalizer
             && self.status.is_none()
             && self.service.is_none()
+            && self.group.is_none()
             && self.create.is_empty()
             && self.delete.is_empty()
+            && self.delete_claims.is_empty()
+            && self.delete_groups.is_empty()
             && self.children.is_empty()
             && self.child_patches.is_empty()
             && !self.remove_finalizer
@@ -627,6 +728,7 @@ pub fn plan(
         .iter()
         .map(|p| (p.name_any(), p.as_ref()))
         .collect();
+    let bind = BindCtx::new(inp);
     let mut snap = Snapshot {
         nodes: inp.nodes.nodes.clone(),
         partitions: table.parts.clone(),
@@ -810,6 +912,7 @@ pub fn plan(
             &pods,
             &snap,
             &crd_parts,
+            &bind,
             &by_uid,
             &max_running,
             &dep_index,
@@ -894,6 +997,13 @@ pub fn plan(
         });
         synthetic -= 1;
     }
+    // GPUs allocated to a ResourceClaim (anyone's) that nothing above counts: kube-scheduler
+    // would give them to no other claim, so neither does Muster until the claim lets go.
+    if !inp.claims.is_empty() {
+        for r in claim_holds(inp, &held, &snap.running, now, &mut synthetic) {
+            snap.running.push(r);
+        }
+    }
 
     let queued = snap.pending.len();
     let decisions: Decisions = if snap.pending.is_empty() && snap.running.is_empty() {
@@ -908,7 +1018,7 @@ pub fn plan(
         let Some(&wi) = id_to_work.get(&s.job) else {
             continue;
         };
-        admit(&mut works[wi], s, inp.nodes, &crd_parts, now);
+        admit(&mut works[wi], s, inp.nodes, &crd_parts, &bind, now);
         starts += 1;
     }
     // Preemptions.
@@ -964,6 +1074,7 @@ pub fn plan(
     }
     let partitions = partition_statuses(
         inp,
+        &bind,
         &table,
         &snap,
         &decisions,
@@ -973,11 +1084,44 @@ pub fn plan(
         cfg,
     );
 
+    // Muster's claims by job: those not of an allocation the job keeps are deleted.
+    let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::new();
+    for c in inp.claims.iter().filter(|c| c.is_musters() && !c.deleting) {
+        if let Some(j) = &c.job {
+            claims_of
+                .entry((c.namespace.as_str(), j.as_str()))
+                .or_default()
+                .push(c.as_ref());
+        }
+    }
+
     // Finish statuses and decide which to write.
     let mut out = Vec::new();
     for mut w in works {
         if w.skip {
             continue;
+        }
+        if let Some(cs) = claims_of.get(&(w.ns.as_str(), w.name.as_str())) {
+            let keep = (w.holds && w.job.metadata.deletion_timestamp.is_none())
+                .then(|| w.st.attempt.unwrap_or(0));
+            for c in cs {
+                if c.owner_uid.as_deref() == Some(w.uid.as_str()) && c.attempt != keep {
+                    w.plan.delete_claims.push(c.name.clone());
+                }
+            }
+        }
+        // The gang group of an attempt that stopped holding its allocation. (One a crash
+        // left behind holds nothing and goes with the job.)
+        if let (Some(api), Some(p)) = (bind.gang, w.prev)
+            && p.state == Some(JobState::Running)
+            && !p.tasks.is_empty()
+        {
+            let still =
+                w.holds && w.st.attempt == p.attempt && w.job.metadata.deletion_timestamp.is_none();
+            if !still {
+                let name = gang::group_name(&w.name, p.attempt.unwrap_or(0));
+                w.plan.delete_groups.push((api, name));
+            }
         }
         if w.job.metadata.deletion_timestamp.is_none() {
             let generation = w.job.metadata.generation;
@@ -1028,6 +1172,124 @@ pub fn plan(
         preemptions,
         queued,
     }
+}
+
+/// How each partition binds GPUs this cycle, and Kubernetes' gang API.
+struct BindCtx {
+    /// By partition name: the binding, or why its explicit `dra` cannot be had.
+    by_partition: HashMap<String, Result<GpuBinding, String>>,
+    /// DeviceClass by partition name.
+    class: HashMap<String, String>,
+    /// The gang API, where served.
+    gang: Option<GangApi>,
+}
+
+impl BindCtx {
+    fn new(inp: &Inputs<'_>) -> Self {
+        let mut by_partition = HashMap::new();
+        let mut class = HashMap::new();
+        for p in inp.partitions {
+            let name = p.name_any();
+            let c = p.spec.device_class_name.as_deref();
+            by_partition.insert(name.clone(), dra::resolve(p.spec.gpu_binding, c, inp.dra));
+            class.insert(name, c.unwrap_or(dra::DEFAULT_DEVICE_CLASS).to_string());
+        }
+        BindCtx {
+            by_partition,
+            class,
+            gang: inp.gang,
+        }
+    }
+
+    /// The binding of partition `p` (`env` for one that cannot have its `dra`, whose jobs
+    /// do not start anyway).
+    fn binding(&self, p: &str) -> GpuBinding {
+        match self.by_partition.get(p) {
+            Some(Ok(b)) => *b,
+            _ => GpuBinding::Env,
+        }
+    }
+
+    fn device_class(&self, p: &str) -> &str {
+        self.class
+            .get(p)
+            .map(String::as_str)
+            .unwrap_or(dra::DEFAULT_DEVICE_CLASS)
+    }
+
+    /// The group of attempt `attempt` of `job`, where the gang API is served.
+    fn gang_ref(&self, job: &str, attempt: u32) -> Option<GangRef> {
+        self.gang.map(|api| GangRef {
+            api,
+            name: gang::group_name(job, attempt),
+        })
+    }
+}
+
+/// Synthetic running jobs for GPUs allocated to ResourceClaims that no allocation Muster keeps
+/// (`held`) and nothing in `running` already counts: another attempt's claim whose pod is gone
+/// but which is not yet deallocated, or a claim someone made by hand.
+fn claim_holds(
+    inp: &Inputs<'_>,
+    held: &HashSet<(String, u32)>,
+    running: &[RunningJob],
+    now: i64,
+    synthetic: &mut JobId,
+) -> Vec<RunningJob> {
+    let mut taken: HashSet<(core::NodeId, u32)> = HashSet::new();
+    for r in running {
+        for t in &r.tasks {
+            taken.extend(t.gpus.iter().map(|g| (t.node, *g)));
+        }
+    }
+    let mut out = Vec::new();
+    for c in inp.claims.iter() {
+        if c.devices.is_empty() {
+            continue;
+        }
+        if let (Some(u), Some(a)) = (&c.owner_uid, c.attempt)
+            && c.is_musters()
+            && held.contains(&(u.clone(), a))
+        {
+            continue;
+        }
+        let mut by_node: BTreeMap<core::NodeId, Vec<u32>> = BTreeMap::new();
+        for (driver, pool, device) in &c.devices {
+            if driver != dra::NVIDIA_DRIVER {
+                continue;
+            }
+            if let Some(&(node, gpu)) = inp.nodes.devices.get(&(pool.clone(), device.clone()))
+                && taken.insert((node, gpu))
+            {
+                by_node.entry(node).or_default().push(gpu);
+            }
+        }
+        if by_node.is_empty() {
+            continue;
+        }
+        out.push(RunningJob {
+            id: *synthetic,
+            name: c.name.clone(),
+            namespace: c.namespace.clone(),
+            partition: None,
+            start_time: now,
+            // One of Muster's lets go once its pod is gone; someone else's has no known end
+            // (no reservation counts on it).
+            stopping_since: c.is_musters().then_some(now),
+            tasks: by_node
+                .into_iter()
+                .map(|(node, gpus)| TaskAlloc {
+                    node,
+                    gpus,
+                    cpu_millis: 0,
+                    memory_mib: 0,
+                })
+                .collect(),
+            ..Default::default()
+        });
+        *synthetic -= 1;
+    }
+    out
 }
 
 fn build_dep_index(works: &[Work<'_>]) -> DepIndex {
@@ -1094,6 +1356,7 @@ fn step_job(
     pods: &[&PodObs],
     snap: &Snapshot,
     crd_parts: &HashMap<String, &Partition>,
+    bind: &BindCtx,
     by_uid: &HashMap<String, &BatchJob>,
     max_running: &HashMap<String, Option<u32>>,
     dep_index: &DepIndex,
@@ -1191,7 +1454,7 @@ fn step_job(
                         node_fail(w, &stop.message, now);
                         delete_cur(w);
                         if w.st.state == Some(JobState::Pending) {
-                            queue_pending(w, crd_parts, dep_index, now);
+                            queue_pending(w, crd_parts, bind, dep_index, now);
                         }
                     }
                 }
@@ -1266,6 +1529,9 @@ fn step_job(
                     _ => (None, None),
                 };
                 let pname = w.st.partition.clone().unwrap_or_default();
+                // The binding recorded with the allocation, never today's: the gang's pods
+                // must agree.
+                let gpu_binding = w.st.gpu_binding.unwrap_or_default();
                 let ctx = JobContext {
                     job,
                     job_id: w.id.unwrap_or(0),
@@ -1276,17 +1542,33 @@ fn step_job(
                     array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
                     gpus_per_node: gpn.as_deref(),
                     gpus_per_task: gpt.as_deref(),
+                    gpu_binding,
                 };
-                let built = match PodsToCreate::new(&ctx, missing) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        launch_failure(w, &format!("cannot build task pods: {e}"), now);
-                        delete_cur(w);
-                        return;
-                    }
-                };
+                let gang = bind.gang_ref(&w.name, attempt);
+                let built =
+                    match PodsToCreate::new(&ctx, missing, bind.device_class(&pname), gang.clone())
+                    {
+                        Ok(b) => b,
+                        Err(e) => {
+                            launch_failure(w, &format!("cannot build task pods: {e}"), now);
+                            delete_cur(w);
+                            return;
+                        }
+                    };
                 if cur.is_empty() && ntasks > 1 {
                     w.plan.service = Some(pods::build_service(job));
+                }
+                if cur.is_empty()
+                    && let Some(g) = &gang
+                {
+                    // Created before the first pod; a crash after it finds it there.
+                    w.plan.group = Some(gang::build_group(
+                        g,
+                        job,
+                        w.id.unwrap_or(0),
+                        attempt,
+                        ntasks as u32,
+                    ));
                 }
                 w.plan.create = built;
                 w.holds = true;
@@ -1317,11 +1599,11 @@ fn step_job(
         JobState::Running => {
             // RUNNING without an allocation cannot be honoured: queue it again.
             w.st.state = Some(JobState::Pending);
-            queue_pending(w, crd_parts, dep_index, now);
+            queue_pending(w, crd_parts, bind, dep_index, now);
         }
         JobState::Pending => {
             delete_cur(w);
-            queue_pending(w, crd_parts, dep_index, now);
+            queue_pending(w, crd_parts, bind, dep_index, now);
         }
         _ => {
             // Ended (COMPLETING is never written by Muster; treated as ended).
@@ -1335,6 +1617,7 @@ fn step_job(
 fn queue_pending(
     w: &mut Work<'_>,
     crd_parts: &HashMap<String, &Partition>,
+    bind: &BindCtx,
     dep_index: &DepIndex,
     now: i64,
 ) {
@@ -1381,6 +1664,14 @@ fn queue_pending(
             invalid(w, &e.to_string(), now);
             return;
         }
+    }
+    if let Some(Err(why)) = bind.by_partition.get(&pname) {
+        // The partition asks for DRA the cluster cannot give: wait, stalled, until it can
+        // (the driver installed) or the partition changes.
+        let m = format!("partition {pname} has gpuBinding: dra, but {why}");
+        set_pending(w, PARTITION_CONFIG, &m);
+        w.known = Some(Why::GpuBindingUnavailable);
+        return;
     }
     if let Some(t) = &w.st.eligible_time
         && secs(t) > now
@@ -1477,6 +1768,7 @@ fn admit(
     s: &core::Start,
     nodes: &NodeTable,
     crd_parts: &HashMap<String, &Partition>,
+    bind: &BindCtx,
     now: i64,
 ) {
     let job = w.job;
@@ -1556,6 +1848,8 @@ fn admit(
     );
     st.tasks = tasks;
     let pname = st.partition.clone().unwrap_or_default();
+    let gpu_binding = bind.binding(&pname);
+    st.gpu_binding = Some(gpu_binding);
     let (gpn, gpt) = match w.parsed.as_deref() {
         Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
         _ => (None, None),
@@ -1570,9 +1864,11 @@ fn admit(
         array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
         gpus_per_node: gpn.as_deref(),
         gpus_per_task: gpt.as_deref(),
+        gpu_binding,
     };
     let ranks: Vec<u32> = w.st.tasks.iter().map(|t| t.rank).collect();
-    let built = match PodsToCreate::new(&ctx, ranks) {
+    let gang = bind.gang_ref(&name, attempt);
+    let built = match PodsToCreate::new(&ctx, ranks, bind.device_class(&pname), gang.clone()) {
         Ok(b) => b,
         Err(e) => {
             // check_buildable ran before queueing, so this is not expected; keep the job
@@ -1582,12 +1878,22 @@ fn admit(
             w.st.tasks = prev.tasks;
             w.st.start_time = None;
             w.st.node_list = None;
+            w.st.gpu_binding = prev.gpu_binding;
             set_pending(w, PARTITION_CONFIG, &e.to_string());
             return;
         }
     };
     if w.st.tasks.len() > 1 {
         w.plan.service = Some(pods::build_service(job));
+    }
+    if let Some(g) = &gang {
+        w.plan.group = Some(gang::build_group(
+            g,
+            job,
+            w.id.unwrap_or(0),
+            attempt,
+            w.st.tasks.len() as u32,
+        ));
     }
     w.plan.create = built;
     w.plan.add_finalizer = !has_finalizer(job);
@@ -1960,6 +2266,7 @@ pub fn child_job(parent: &BatchJob, idx: u32) -> BatchJob {
 #[allow(clippy::too_many_arguments)]
 fn partition_statuses(
     inp: &Inputs<'_>,
+    bind: &BindCtx,
     table: &PartitionTable,
     snap: &Snapshot,
     decisions: &Decisions,
@@ -2058,7 +2365,16 @@ fn partition_statuses(
                 gauges.gpus.insert((name.clone(), s.into()), u64::from(v));
             }
             let state = p.state();
-            conds.push(if state == PartitionState::Up {
+            let binding = bind.by_partition.get(&name);
+            st.gpu_binding = binding.and_then(|b| b.as_ref().ok().copied());
+            conds.push(if let Some(Err(why)) = binding {
+                mk(
+                    "Ready",
+                    false,
+                    "GpuBindingUnavailable",
+                    format!("gpuBinding is dra, but {why}"),
+                )
+            } else if state == PartitionState::Up {
                 mk(
                     "Ready",
                     true,

@@ -17,7 +17,7 @@ use super::fake::Harness;
 use super::plan::PodObs;
 use super::status::LAUNCH_FAILURE;
 
-fn partition(name: &str, default: bool) -> Partition {
+pub(super) fn partition(name: &str, default: bool) -> Partition {
     Partition::new(
         name,
         PartitionSpec {
@@ -30,19 +30,24 @@ fn partition(name: &str, default: bool) -> Partition {
 }
 
 /// `nodes` nodes of `gpus` GPUs under 2 leaves, one default partition `gpu`.
-fn harness(nodes: usize, gpus: u32) -> Harness {
+pub(super) fn harness(nodes: usize, gpus: u32) -> Harness {
     let h = Harness::new();
     h.cluster.add_nodes(nodes, gpus, 2);
     h.cluster.add_partition(partition("gpu", true));
     h
 }
 
-fn int(i: i32) -> Option<IntOrString> {
+pub(super) fn int(i: i32) -> Option<IntOrString> {
     Some(IntOrString::Int(i))
 }
 
 /// A job whose tasks run `runtime` seconds; `fail` makes one rank exit with a code.
-fn job(name: &str, mut spec: BatchJobSpec, runtime: i64, fail: Option<(u32, i32)>) -> BatchJob {
+pub(super) fn job(
+    name: &str,
+    mut spec: BatchJobSpec,
+    runtime: i64,
+    fail: Option<(u32, i32)>,
+) -> BatchJob {
     let mut ann = BTreeMap::new();
     ann.insert("sim/runtime".to_string(), runtime.to_string());
     if let Some((rank, code)) = fail {
@@ -60,14 +65,14 @@ fn job(name: &str, mut spec: BatchJobSpec, runtime: i64, fail: Option<(u32, i32)
     BatchJob::new(name, spec)
 }
 
-fn gpus(n: i32) -> BatchJobSpec {
+pub(super) fn gpus(n: i32) -> BatchJobSpec {
     BatchJobSpec {
         gpus: int(n),
         ..Default::default()
     }
 }
 
-fn gang(nodes: i32, per_node: u32, gpus_per_task: i32) -> BatchJobSpec {
+pub(super) fn gang(nodes: i32, per_node: u32, gpus_per_task: i32) -> BatchJobSpec {
     BatchJobSpec {
         nodes: int(nodes),
         ntasks_per_node: Some(per_node),
@@ -77,13 +82,13 @@ fn gang(nodes: i32, per_node: u32, gpus_per_task: i32) -> BatchJobSpec {
 }
 
 /// Runs the cluster and the operator for `secs` seconds in 5-second steps.
-fn run_for(h: &mut Harness, secs: i64) {
+pub(super) fn run_for(h: &mut Harness, secs: i64) {
     for _ in 0..(secs + 4) / 5 {
         h.step(5);
     }
 }
 
-fn writes_excluding_events(h: &Harness) -> u64 {
+pub(super) fn writes_excluding_events(h: &Harness) -> u64 {
     h.writes
         .iter()
         .filter(|(k, _)| !matches!(k, WriteKind::Event | WriteKind::PartitionStatus))

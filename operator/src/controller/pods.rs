@@ -3,9 +3,9 @@
 //! One pod per task (rank), owned by the BatchJob (controller ownerReference, so deleting the
 //! job deletes its pods). Placement is a *required node affinity* on `kubernetes.io/hostname`
 //! — never `nodeName` — so kube-scheduler still binds the pod and quotas, admission and
-//! scheduler plugins apply. GPUs are bound through `NVIDIA_VISIBLE_DEVICES` (see
-//! [`TaskEnv`]); pods never request `nvidia.com/*` resources, which would let the kubelet's
-//! device plugin pick other GPUs.
+//! scheduler plugins apply. GPUs are bound through the pod's ResourceClaim in `dra` mode (see
+//! [`dra`]) or `NVIDIA_VISIBLE_DEVICES` in `env` mode; pods never request `nvidia.com/*`
+//! resources, which would let the kubelet's device plugin pick other GPUs.
 //!
 //! # Environment
 //! Every container (and init container) gets the binding variables below. They are set by the
@@ -27,10 +27,13 @@
 //! annotation [`MASTER_PORT_ANNOTATION`] or by a `MASTER_PORT` entry in the first container's
 //! template env (which is then kept as written).
 //!
-//! GPU binding: `NVIDIA_VISIBLE_DEVICES` is the task's GPU UUIDs, comma-joined, or `void` for a
-//! task without GPUs — the NVIDIA container toolkit then behaves like plain runc and exposes
-//! neither GPUs nor driver libraries (`none` would still mount the driver). Setting it on
-//! every container matters: CUDA base images default to `all`. `CUDA_VISIBLE_DEVICES` is
+//! GPU binding (`env` mode): `NVIDIA_VISIBLE_DEVICES` is the task's GPU UUIDs, comma-joined,
+//! or `void` for a task without GPUs — the NVIDIA container toolkit then behaves like plain
+//! runc and exposes neither GPUs nor driver libraries (`none` would still mount the driver).
+//! Setting it on every container matters: CUDA base images default to `all`. In `dra` mode a
+//! pod with GPUs gets no `NVIDIA_VISIBLE_DEVICES` (every container references the pod's claim
+//! and the DRA driver injects exactly its devices); a pod without GPUs still gets `void`, so
+//! a CUDA image's `all` cannot reach GPUs where the toolkit honours the variable. `CUDA_VISIBLE_DEVICES` is
 //! `0..n-1`, indices relative to the devices the container sees (what Slurm sets under
 //! `ConstrainDevices`), and empty for a task without GPUs.
 //!
@@ -55,9 +58,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use muster_crds::labels;
-use muster_crds::v1alpha1::{BatchJob, Partition, TaskAllocation};
+use muster_crds::v1alpha1::{BatchJob, GpuBinding, Partition, TaskAllocation};
 
-use super::quantity;
+use super::{dra, quantity};
 
 /// BatchJob annotation overriding `MASTER_PORT` (default 29500).
 pub const MASTER_PORT_ANNOTATION: &str = "muster.dev/master-port";
@@ -135,6 +138,9 @@ pub enum BuildError {
     /// A rank without an allocation.
     #[error("rank {0} has no allocation in status.tasks")]
     NoSuchRank(u32),
+    /// A pod's ResourceClaim cannot be built (`dra` mode).
+    #[error(transparent)]
+    Claim(#[from] dra::DraError),
 }
 
 /// Everything the pods of one admission are built from.
@@ -158,6 +164,10 @@ pub struct JobContext<'a> {
     pub gpus_per_node: Option<&'a str>,
     /// `--gpus-per-task` as given (for `SLURM_GPUS_PER_TASK`).
     pub gpus_per_task: Option<&'a str>,
+    /// How the pods get their GPUs (recorded with the allocation): `env` sets
+    /// `NVIDIA_VISIBLE_DEVICES`; `dra` references the pod's ResourceClaim
+    /// ([`dra::claim_name`]) instead.
+    pub gpu_binding: GpuBinding,
 }
 
 /// Short stable hash for names that must be shortened.
@@ -178,7 +188,7 @@ fn label_chars(s: &str) -> String {
 
 /// `base` + `suffix` as a DNS label of at most 63 characters: `base` shortened with a hash
 /// when needed, so distinct long names stay distinct.
-fn fit_label(base: &str, suffix: &str) -> String {
+pub(crate) fn fit_label(base: &str, suffix: &str) -> String {
     let b = label_chars(base);
     if b.len() + suffix.len() <= 63 {
         return format!("{b}{suffix}");
@@ -360,7 +370,7 @@ pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>
         ("NODE_RANK".into(), task.node_rank.to_string()),
     ]);
     let (nvidia, cuda) = if task.gpus.is_empty() {
-        ("void".to_string(), String::new())
+        (Some("void".to_string()), String::new())
     } else {
         let uuids = if task.gpu_uuids.len() == task.gpus.len() {
             task.gpu_uuids.join(",")
@@ -372,9 +382,14 @@ pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>
             .map(|i| i.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        (uuids, cuda)
+        // Under DRA the kubelet gives the container its claim's devices (the NVIDIA driver's
+        // CDI spec sets the variable itself): nothing is set by hand.
+        let nvidia = (ctx.gpu_binding == GpuBinding::Env).then_some(uuids);
+        (nvidia, cuda)
     };
-    env.push(("NVIDIA_VISIBLE_DEVICES".into(), nvidia));
+    if let Some(nvidia) = nvidia {
+        env.push(("NVIDIA_VISIBLE_DEVICES".into(), nvidia));
+    }
     env.push(("CUDA_VISIBLE_DEVICES".into(), cuda));
     Ok(env)
 }
@@ -636,6 +651,7 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         spec.enable_service_links = Some(false);
     }
 
+    let pod_name = pod_name(&name, ctx.attempt, rank);
     let mut lbl = meta.labels.take().unwrap_or_default();
     lbl.extend(pod_labels(ctx, rank));
     let mut ann = meta.annotations.take().unwrap_or_default();
@@ -645,9 +661,9 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         TASK_ANNOTATION.into(),
         serde_json::to_string(&record).unwrap_or_default(),
     );
-    Ok(Pod {
+    let mut pod = Pod {
         metadata: ObjectMeta {
-            name: Some(pod_name(&name, ctx.attempt, rank)),
+            name: Some(pod_name.clone()),
             namespace: ctx.job.namespace(),
             labels: Some(lbl),
             annotations: Some(ann),
@@ -656,7 +672,11 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         },
         spec: Some(spec),
         status: None,
-    })
+    };
+    if ctx.gpu_binding == GpuBinding::Dra && !task.gpus.is_empty() {
+        dra::attach_claim(&mut pod, &dra::claim_name(&pod_name));
+    }
+    Ok(pod)
 }
 
 /// The headless Service giving every rank a stable DNS name (`<job>-<rank>.<service>`), for
@@ -762,6 +782,7 @@ mod tests {
             array: None,
             gpus_per_node: None,
             gpus_per_task: Some("1"),
+            gpu_binding: GpuBinding::Env,
         }
     }
 

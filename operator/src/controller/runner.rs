@@ -2,8 +2,11 @@
 //!
 //! Every replica runs reflectors (kube-runtime `watcher` + `reflector`, with the default
 //! backoff) over Partitions, BatchJobs (all namespaces), task Pods (label
-//! `muster.dev/batchjob`), Nodes and GpuNodes, so a replica that does not lead keeps warm
-//! caches and takes over within one lease duration. Objects are trimmed before they are
+//! `muster.dev/batchjob`), Nodes and GpuNodes — and, where the API server serves
+//! `resource.k8s.io/v1` ([`discovery`](super::discovery)), ResourceClaims (all of them:
+//! anyone's allocated GPU is taken), the NVIDIA driver's ResourceSlices and DeviceClasses —
+//! so a replica that does not lead keeps warm caches and takes over within one lease
+//! duration. Objects are trimmed before they are
 //! cached (managed fields, node images, ...) and task pods are cached as the planner's
 //! [`PodObs`](super::plan::PodObs), read once per watch event, to keep memory flat at
 //! 50,000 pods.
@@ -34,6 +37,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use super::discovery::{self, Capabilities};
+use super::dra::inventory::{self, SliceObs};
+use super::dra::{ClaimObs, DeviceClass, DraSupport, ResourceClaim, ResourceSlice};
 use super::exec::{self, Faults, NoFaults};
 use super::jobids::JobIds;
 use super::kube_api::KubeApi;
@@ -140,6 +146,15 @@ pub struct Stores {
     pub nodes: Store<Node>,
     /// GpuNodes.
     pub gpunodes: Store<GpuNode>,
+    /// ResourceClaims of every namespace, as the planner reads them (empty where
+    /// `resource.k8s.io/v1` is not served).
+    pub claims: Store<ClaimObs>,
+    /// The NVIDIA DRA driver's ResourceSlices, slimmed.
+    pub slices: Store<SliceObs>,
+    /// DeviceClasses.
+    pub classes: Store<DeviceClass>,
+    /// What discovery found (`None` until it first answers).
+    pub caps: watch::Receiver<Option<Capabilities>>,
 }
 
 impl Stores {
@@ -150,6 +165,33 @@ impl Stores {
         let _ = self.pods.wait_until_ready().await;
         let _ = self.nodes.wait_until_ready().await;
         let _ = self.gpunodes.wait_until_ready().await;
+        let mut caps = self.caps.clone();
+        let Ok(c) = caps.wait_for(Option::is_some).await.map(|c| *c) else {
+            return;
+        };
+        if c.is_some_and(|c| c.resource_v1) {
+            let _ = self.claims.wait_until_ready().await;
+            let _ = self.slices.wait_until_ready().await;
+            let _ = self.classes.wait_until_ready().await;
+        }
+    }
+
+    /// What discovery found so far (nothing served before it answers).
+    pub fn capabilities(&self) -> Capabilities {
+        self.caps.borrow().unwrap_or_default()
+    }
+
+    /// What the cluster offers for DRA binding now.
+    pub fn dra_support(&self) -> DraSupport {
+        let served = self.capabilities().resource_v1;
+        DraSupport {
+            served,
+            classes: if served {
+                self.classes.state().iter().map(|c| c.name_any()).collect()
+            } else {
+                Default::default()
+            },
+        }
     }
 }
 
@@ -198,13 +240,34 @@ where
     S::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
+    (
+        reader,
+        reflect_into(writer, api, cfg, slim, notify, metrics),
+    )
+}
+
+/// [`reflect`] into a store made beforehand.
+fn reflect_into<K, S>(
+    writer: reflector::store::Writer<S>,
+    api: Api<K>,
+    cfg: watcher::Config,
+    slim: fn(watcher::Event<K>) -> Option<watcher::Event<S>>,
+    notify: Arc<Notify>,
+    metrics: Metrics,
+) -> JoinHandle<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    S: reflector::Lookup + Clone + Send + Sync + 'static,
+    S::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
     let stream = reflector::reflector(
         writer,
         watcher(api, cfg)
             .default_backoff()
             .filter_map(move |ev| std::future::ready(ev.map(slim).transpose())),
     );
-    let task = tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
             match ev {
@@ -215,8 +278,109 @@ where
                 }
             }
         }
-    });
-    (reader, task)
+    })
+}
+
+fn slim_claim(ev: watcher::Event<ResourceClaim>) -> Option<watcher::Event<ClaimObs>> {
+    use watcher::Event as E;
+    Some(match ev {
+        E::Apply(c) => E::Apply(ClaimObs::from_claim(&c)),
+        E::Delete(c) => E::Delete(ClaimObs::from_claim(&c)),
+        E::InitApply(c) => E::InitApply(ClaimObs::from_claim(&c)),
+        E::Init => E::Init,
+        E::InitDone => E::InitDone,
+    })
+}
+
+fn slim_slice(ev: watcher::Event<ResourceSlice>) -> Option<watcher::Event<SliceObs>> {
+    use watcher::Event as E;
+    Some(match ev {
+        E::Apply(s) => E::Apply(SliceObs::from_slice(&s)?),
+        E::Delete(s) => E::Delete(SliceObs::from_slice(&s)?),
+        E::InitApply(s) => E::InitApply(SliceObs::from_slice(&s)?),
+        E::Init => E::Init,
+        E::InitDone => E::InitDone,
+    })
+}
+
+/// Aborts the tasks it holds when dropped (the DRA reflectors, started by the discovery task,
+/// stop with it).
+struct AbortOnDrop(Vec<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Discovery, again every [`discovery::INTERVAL`]; starts the DRA reflectors (into `writers`)
+/// once `resource.k8s.io/v1` is served.
+async fn discover_loop(
+    client: Client,
+    caps: watch::Sender<Option<Capabilities>>,
+    writers: (
+        reflector::store::Writer<ClaimObs>,
+        reflector::store::Writer<SliceObs>,
+        reflector::store::Writer<DeviceClass>,
+    ),
+    notify: Arc<Notify>,
+    metrics: Metrics,
+) {
+    let mut writers = Some(writers);
+    let mut started = AbortOnDrop(Vec::new());
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match discovery::discover(&client).await {
+            Ok(c) => {
+                if c.resource_v1
+                    && let Some((wc, ws, wd)) = writers.take()
+                {
+                    tracing::info!(
+                        "resource.k8s.io/v1 is served: watching ResourceClaims, ResourceSlices and DeviceClasses"
+                    );
+                    let wcfg = watcher::Config::default;
+                    started.0.push(reflect_into(
+                        wc,
+                        Api::<ResourceClaim>::all(client.clone()),
+                        wcfg(),
+                        slim_claim,
+                        notify.clone(),
+                        metrics.clone(),
+                    ));
+                    started.0.push(reflect_into(
+                        ws,
+                        Api::<ResourceSlice>::all(client.clone()),
+                        wcfg().fields(&format!("spec.driver={}", super::dra::NVIDIA_DRIVER)),
+                        slim_slice,
+                        notify.clone(),
+                        metrics.clone(),
+                    ));
+                    started.0.push(reflect_into(
+                        wd,
+                        Api::<DeviceClass>::all(client.clone()),
+                        wcfg(),
+                        |e| Some(e.modify(trim_meta)),
+                        notify.clone(),
+                        metrics.clone(),
+                    ));
+                }
+                if *caps.borrow() != Some(c) {
+                    tracing::info!(dra = c.resource_v1, gang = ?c.gang, "API discovery");
+                    caps.send_replace(Some(c));
+                    notify.notify_one();
+                }
+                delay = discovery::INTERVAL;
+            }
+            Err(e) => {
+                metrics.error("discovery");
+                tracing::warn!(error = %e, "API discovery failed; retrying");
+                delay = (delay * 2).min(discovery::INTERVAL);
+            }
+        }
+        tokio::time::sleep(delay).await;
+    }
 }
 
 /// Starts the reflectors.
@@ -258,9 +422,20 @@ pub fn start_reflectors(
         Api::<GpuNode>::all(client.clone()),
         wc(),
         |e| Some(e.modify(trim_gpunode)),
-        notify,
+        notify.clone(),
         metrics.clone(),
     );
+    let (claims, wc1) = reflector::store();
+    let (slices, ws) = reflector::store();
+    let (classes, wd) = reflector::store();
+    let (caps_tx, caps) = watch::channel(None);
+    let t6 = tokio::spawn(discover_loop(
+        client.clone(),
+        caps_tx,
+        (wc1, ws, wd),
+        notify,
+        metrics.clone(),
+    ));
     (
         Stores {
             partitions,
@@ -268,8 +443,12 @@ pub fn start_reflectors(
             pods,
             nodes,
             gpunodes,
+            claims,
+            slices,
+            classes,
+            caps,
         },
-        vec![t1, t2, t3, t4, t5],
+        vec![t1, t2, t3, t4, t5, t6],
     )
 }
 
@@ -294,6 +473,8 @@ pub struct Recent {
     deleted: HashMap<(String, String), Instant>,
     /// Array elements we created, not yet in the cache.
     created_jobs: HashMap<(String, String), Instant>,
+    /// ResourceClaims we deleted, not yet shown deleting.
+    deleted_claims: HashMap<(String, String), Instant>,
 }
 
 /// How long an unconfirmed write is assumed; after that the cache is trusted again.
@@ -373,6 +554,33 @@ impl Recent {
         cached
     }
 
+    /// The claims to plan with: the cache, with claims we deleted marked as deleting.
+    pub fn merge_claims(&mut self, mut cached: Vec<Arc<ClaimObs>>) -> Vec<Arc<ClaimObs>> {
+        if self.deleted_claims.is_empty() {
+            return cached;
+        }
+        let present: HashSet<(&str, &str)> = cached
+            .iter()
+            .filter(|c| !c.deleting)
+            .map(|c| (c.namespace.as_str(), c.name.as_str()))
+            .collect();
+        self.deleted_claims.retain(|k, t| {
+            present.contains(&(k.0.as_str(), k.1.as_str())) && t.elapsed() < EXPECT_TTL
+        });
+        for c in &mut cached {
+            if !c.deleting
+                && self
+                    .deleted_claims
+                    .contains_key(&(c.namespace.clone(), c.name.clone()))
+            {
+                let mut d = (**c).clone();
+                d.deleting = true;
+                *c = Arc::new(d);
+            }
+        }
+        cached
+    }
+
     /// Array elements created but not yet seen.
     pub fn expected_jobs(&self) -> HashSet<(String, String)> {
         self.created_jobs.keys().cloned().collect()
@@ -399,21 +607,32 @@ impl Recent {
         for k in &r.created_jobs {
             self.created_jobs.insert(k.clone(), now);
         }
+        for k in &r.deleted_claims {
+            self.deleted_claims.insert(k.clone(), now);
+        }
     }
 }
 
-/// Node translation cache: rebuilt only when a Node or GpuNode changed.
+/// Node translation cache: rebuilt only when a Node, GpuNode or ResourceSlice changed.
 #[derive(Default)]
 pub(crate) struct NodeCache {
-    key: Vec<(String, String, String)>,
+    key: Vec<(String, String, String, String)>,
     table: Arc<NodeTable>,
 }
 
 impl NodeCache {
-    pub(crate) fn table(&mut self, nodes: &[Arc<Node>], gpus: &[Arc<GpuNode>]) -> Arc<NodeTable> {
+    /// The node table: each Node with its GpuNode and, where the NVIDIA DRA driver publishes
+    /// its GPUs, those (see [`translate::node_dra`]).
+    pub(crate) fn table(
+        &mut self,
+        nodes: &[Arc<Node>],
+        gpus: &[Arc<GpuNode>],
+        slices: &[Arc<SliceObs>],
+    ) -> Arc<NodeTable> {
         let gpu_by: HashMap<String, &Arc<GpuNode>> =
             gpus.iter().map(|g| (g.name_any(), g)).collect();
-        let mut key: Vec<(String, String, String)> = nodes
+        let slices_by = inventory::by_node(slices.iter().map(|s| s.as_ref()));
+        let mut key: Vec<(String, String, String, String)> = nodes
             .iter()
             .map(|n| {
                 let name = n.name_any();
@@ -421,18 +640,40 @@ impl NodeCache {
                     .get(&name)
                     .and_then(|g| g.resource_version())
                     .unwrap_or_default();
-                (name, n.resource_version().unwrap_or_default(), grv)
+                let srv = slices_by
+                    .get(name.as_str())
+                    .map(|v| {
+                        let mut k: Vec<&str> =
+                            v.iter().map(|s| s.resource_version.as_str()).collect();
+                        k.sort_unstable();
+                        k.join(",")
+                    })
+                    .unwrap_or_default();
+                (name, n.resource_version().unwrap_or_default(), grv, srv)
             })
             .collect();
         key.sort();
         if key != self.key {
-            let t = NodeTable::new(
-                nodes
-                    .iter()
-                    .map(|n| translate::node(n, gpu_by.get(&n.name_any()).map(|g| g.as_ref())))
-                    .collect(),
-            );
-            self.table = Arc::new(t);
+            let mut devices = HashMap::new();
+            let translated = nodes
+                .iter()
+                .map(|n| {
+                    let name = n.name_any();
+                    let g = gpu_by.get(&name).map(|g| g.as_ref());
+                    match slices_by
+                        .get(name.as_str())
+                        .and_then(|v| inventory::node_gpus(v))
+                    {
+                        Some(published) => {
+                            let (node, names) = translate::node_dra(n, g, &published);
+                            devices.insert(name, names);
+                            node
+                        }
+                        None => translate::node(n, g),
+                    }
+                })
+                .collect();
+            self.table = Arc::new(NodeTable::new(translated).with_devices(devices));
             self.key = key;
         }
         self.table.clone()
@@ -709,11 +950,23 @@ async fn run_cycle(
     let t0 = Instant::now();
     let now = settings.clock.now();
     let partitions = stores.partitions.state();
+    let caps = stores.capabilities();
+    let slices = if caps.resource_v1 {
+        stores.slices.state()
+    } else {
+        Vec::new()
+    };
     let table = leader
         .nodes
-        .table(&stores.nodes.state(), &stores.gpunodes.state());
+        .table(&stores.nodes.state(), &stores.gpunodes.state(), &slices);
     let jobs = leader.recent.merge_jobs(stores.jobs.state());
     let pods = leader.recent.merge_pods(stores.pods.state());
+    let claims = if caps.resource_v1 {
+        leader.recent.merge_claims(stores.claims.state())
+    } else {
+        Vec::new()
+    };
+    let dra = stores.dra_support();
     let expected = leader.recent.expected_jobs();
 
     let need = plan::new_job_count(&jobs);
@@ -733,6 +986,9 @@ async fn run_cycle(
         pods: &pods,
         expected_jobs: &expected,
         usage: &usage,
+        claims: &claims,
+        dra: &dra,
+        gang: caps.gang,
     };
     let ids = &mut leader.ids;
     let cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());

@@ -77,6 +77,9 @@ pub enum Why {
     PartitionNotFound,
     /// A container gives no image and the partition has none (`PartitionConfig`).
     NoImage,
+    /// The partition asks for `gpuBinding: dra` and the cluster cannot give it
+    /// (`PartitionConfig`).
+    GpuBindingUnavailable,
 }
 
 impl Why {
@@ -86,6 +89,7 @@ impl Why {
             Why::DependencyNotFound => "DependencyNotFound",
             Why::PartitionNotFound => "PartitionNotFound",
             Why::NoImage => "NoImage",
+            Why::GpuBindingUnavailable => "GpuBindingUnavailable",
         }
     }
 }

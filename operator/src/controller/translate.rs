@@ -5,7 +5,8 @@
 //! - [`parse_job`]: a BatchJob spec, every Slurm field parsed once with
 //!   [`muster_crds::slurm`]; errors name the field and what is allowed.
 //! - [`partitions`]: the Partition objects as core partitions, with the default resolved.
-//! - [`node`]: a Node and its GpuNode as a core node.
+//! - [`node`]: a Node and its GpuNode as a core node; [`node_dra`] with the GPUs the NVIDIA
+//!   DRA driver publishes for it (see [`dra::inventory`](super::dra::inventory)).
 //! - [`running_job`], [`pending_job`]: a BatchJob's status/spec as core jobs.
 
 use std::collections::{BTreeMap, HashMap};
@@ -502,6 +503,23 @@ pub fn in_partition(p: &core::Partition, n: &core::Node) -> bool {
         })
 }
 
+/// A Node whose GPUs the NVIDIA DRA driver publishes (`published`, from its ResourceSlices)
+/// as a core node: the GPUs are the driver's (UUID, model, memory, PCIe root), with what only
+/// the node agent knows (NVML index, NUMA, NVLink, health) joined by UUID from the GpuNode.
+/// Also returns each GPU's `(pool, device)` by position.
+pub fn node_dra(
+    n: &KubeNode,
+    g: Option<&GpuNode>,
+    published: &[super::dra::inventory::SliceGpu],
+) -> (core::Node, Vec<(String, String)>) {
+    let mut out = node(n, None);
+    let (gpus, links, names) =
+        super::dra::inventory::core_gpus(published, g.and_then(|g| g.status.as_ref()));
+    out.gpus = gpus;
+    out.gpu_links = links;
+    (out, names)
+}
+
 /// A Node and its GpuNode (if the node agent published one) as a core node. Values that do
 /// not parse count as zero (the node then takes no work) rather than failing the cycle.
 pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
@@ -609,6 +627,9 @@ pub struct NodeTable {
     pub nodes: Vec<core::Node>,
     /// Index by name.
     pub index: HashMap<String, NodeId>,
+    /// The NVIDIA DRA driver's devices: `(pool, device)` to the node and the GPU's NVML index
+    /// (what a ResourceClaim's allocation names, as the core counts it).
+    pub devices: HashMap<(String, String), (NodeId, u32)>,
 }
 
 impl NodeTable {
@@ -620,7 +641,28 @@ impl NodeTable {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i as NodeId))
             .collect();
-        NodeTable { nodes, index }
+        NodeTable {
+            nodes,
+            index,
+            devices: HashMap::new(),
+        }
+    }
+
+    /// Adds the DRA devices of nodes: by node name, each GPU's `(pool, device)` by position
+    /// in the node's GPUs.
+    pub fn with_devices(mut self, names: HashMap<String, Vec<(String, String)>>) -> Self {
+        for (node, list) in names {
+            let Some(&id) = self.index.get(&node) else {
+                continue;
+            };
+            let gpus = &self.nodes[id as usize].gpus;
+            for (pos, key) in list.into_iter().enumerate() {
+                if let Some(g) = gpus.get(pos) {
+                    self.devices.insert(key, (id, g.index));
+                }
+            }
+        }
+        self
     }
 
     /// The id of a node; a name not in the table maps past the end, which the core treats as

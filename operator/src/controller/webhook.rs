@@ -482,7 +482,11 @@ async fn validate_batchjobs(
     let table = translate::partitions(objs.iter().copied());
     let nodes = {
         let mut cache = st.nodes.lock().unwrap_or_else(|e| e.into_inner());
-        cache.table(&st.stores.nodes.state(), &st.stores.gpunodes.state())
+        cache.table(
+            &st.stores.nodes.state(),
+            &st.stores.gpunodes.state(),
+            &st.stores.slices.state(),
+        )
     };
     let world = World {
         partitions: &table,
