@@ -49,6 +49,37 @@ pub const KUBECONFIG_ENV: &str = "MUSTER_E2E_KUBECONFIG";
 pub const FAIL_NODE_CMD_ENV: &str = "MUSTER_E2E_FAIL_NODE_CMD";
 /// Environment variable: shell command that brings a node of a real cluster back (`{node}`).
 pub const RECOVER_NODE_CMD_ENV: &str = "MUSTER_E2E_RECOVER_NODE_CMD";
+/// Environment variable choosing how the simulated cluster offers GPUs: `env` (the default: no
+/// `resource.k8s.io`, so partitions with `gpuBinding: auto` bind by `NVIDIA_VISIBLE_DEVICES`)
+/// or `dra` (the API server serves `resource.k8s.io/v1`, the NVIDIA DRA driver is installed:
+/// `auto` partitions bind by ResourceClaims). Read by [`TestClusterOptions::new`] and the
+/// operator suites' support, so every suite runs in either mode.
+pub const BINDING_ENV: &str = "MUSTER_E2E_BINDING";
+/// Environment variable switching on Kubernetes' gang API in the simulated cluster:
+/// `v1alpha1` (Kubernetes 1.35's Workload) or `v1alpha2` (1.36's PodGroup); unset: off.
+pub const GANG_ENV: &str = "MUSTER_E2E_GANG";
+
+/// How the simulated cluster binds GPUs, from [`BINDING_ENV`]: whether it serves DRA.
+/// Panics on a value that is neither `env` nor `dra` (a typo must not silently test the other
+/// mode).
+pub fn dra_from_env() -> bool {
+    match std::env::var(BINDING_ENV).ok().as_deref().map(str::trim) {
+        None | Some("") | Some("env") => false,
+        Some("dra") => true,
+        Some(other) => panic!("{BINDING_ENV}={other:?}: expected env or dra"),
+    }
+}
+
+/// The gang API the simulated cluster serves, from [`GANG_ENV`]. Panics on another value.
+pub fn gang_from_env() -> Option<crate::apiserver::WorkloadApi> {
+    use crate::apiserver::WorkloadApi;
+    match std::env::var(GANG_ENV).ok().as_deref().map(str::trim) {
+        None | Some("") | Some("off") => None,
+        Some("v1alpha1") => Some(WorkloadApi::V1alpha1),
+        Some("v1alpha2") => Some(WorkloadApi::V1alpha2),
+        Some(other) => panic!("{GANG_ENV}={other:?}: expected v1alpha1, v1alpha2 or off"),
+    }
+}
 
 /// Why a test cluster could not start or do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -119,21 +150,36 @@ pub struct TestClusterOptions {
     /// Who the kubeconfig authenticates as (with a token of its own); default: the double's
     /// `kubernetes-admin`.
     pub kubeconfig_user: Option<UserInfo>,
+    /// The NVIDIA DRA driver's slices and DeviceClass, published where the double serves
+    /// `resource.k8s.io/v1` (`api.features.dra`); `None`: the driver is not installed.
+    pub dra_driver: Option<crate::dra::DriverVersion>,
 }
 
 impl TestClusterOptions {
-    /// Defaults for `spec`.
+    /// Defaults for `spec`, with DRA and the gang API as [`BINDING_ENV`] and [`GANG_ENV`] say.
     pub fn new(spec: ClusterSpec) -> Self {
+        let mut api = ApiServerOptions::default().with_muster_crds();
+        let dra = dra_from_env();
+        api.features.dra = dra;
+        api.features.workload = gang_from_env();
         Self {
             spec,
             clock: SimClock::real(),
-            api: ApiServerOptions::default().with_muster_crds(),
+            api,
             scheduler: Some(SchedulerOptions::default()),
             kubelet: Some(KubeletOptions::default()),
             kubeconfig: None,
             register_concurrency: 32,
             kubeconfig_user: None,
+            dra_driver: dra.then(crate::dra::DriverVersion::default),
         }
+    }
+
+    /// Serve DRA and install the NVIDIA driver (`true`), or neither.
+    pub fn with_dra(mut self, on: bool) -> Self {
+        self.api.features.dra = on;
+        self.dra_driver = on.then(crate::dra::DriverVersion::default);
+        self
     }
 
     /// Run the simulated clock `speed` times faster than wall time.
@@ -243,6 +289,13 @@ impl TestCluster {
         )
         .await
         .map_err(kube_err("registering the nodes"))?;
+        if let Some(v) = opts.dra_driver
+            && opts.api.features.dra
+        {
+            crate::dra::publish(&client, &infos, v, opts.register_concurrency)
+                .await
+                .map_err(kube_err("publishing the DRA driver's ResourceSlices"))?;
+        }
         let kubelet = opts
             .kubelet
             .clone()

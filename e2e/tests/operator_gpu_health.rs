@@ -93,9 +93,12 @@ async fn an_unhealthy_gpu_gets_no_new_work_until_it_recovers() {
     })
     .await;
     let pod = &env.pods_of("seven").await[0];
-    let visible = Env::env(pod)["NVIDIA_VISIBLE_DEVICES"].clone();
-    assert_eq!(visible.split(',').count(), 7, "{visible}");
-    assert!(!visible.contains("GPU-gpu001-3"), "{visible}");
+    let visible = env.visible_gpus(pod).await;
+    assert_eq!(visible.len(), 7, "{visible:?}");
+    assert!(
+        !visible.contains(&"GPU-gpu001-3".to_string()),
+        "{visible:?}"
+    );
 
     // All 8 GPUs of one node: it could only run with the unhealthy GPU, so it waits, and
     // says why.

@@ -50,10 +50,9 @@ async fn two_nodes_two_tasks_one_gpu_each() {
     let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
     for p in &pods {
         let e = Env::env(p);
-        assert!(
-            gpus.insert(e["NVIDIA_VISIBLE_DEVICES"].clone()),
-            "GPU shared: {e:?}"
-        );
+        let visible = env.visible_gpus(p).await;
+        assert_eq!(visible.len(), 1, "{visible:?}");
+        assert!(gpus.insert(visible[0].clone()), "GPU shared: {e:?}");
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0");
         assert_eq!(e["SLURM_JOB_NAME"], "gpus_per_task_test");
         assert_eq!(e["SLURM_NTASKS"], "4");
@@ -73,8 +72,11 @@ async fn two_nodes_two_tasks_one_gpu_each() {
                 .keys()
                 .all(|k| !k.starts_with("nvidia.com"))
         );
+        // Placement by affinity, never nodeName: only a scheduler binds (the stand-in runs in
+        // DRA mode, and binds to the node the affinity names).
+        let bound = p.spec.as_ref().unwrap().node_name.clone();
         assert!(
-            p.spec.as_ref().unwrap().node_name.is_none(),
+            bound.is_none() || (env.scheduler.is_some() && bound == Some(Env::node_of(p))),
             "placement by affinity, never nodeName"
         );
     }
@@ -99,7 +101,7 @@ async fn gres_per_node_split_between_tasks() {
     let mut seen = BTreeSet::new();
     for p in &pods {
         let e = Env::env(p);
-        let devs: Vec<&str> = e["NVIDIA_VISIBLE_DEVICES"].split(',').collect();
+        let devs = env.visible_gpus(p).await;
         assert_eq!(devs.len(), 2);
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
         assert_eq!(e["SLURM_GPUS_ON_NODE"], "4");

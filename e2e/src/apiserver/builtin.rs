@@ -10,7 +10,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 
 use super::error::{FieldError, FieldErrorKind};
-use super::resources::{Builtin, CrdVersion, GroupResource, PrinterColumn, ResourceType};
+use super::resources::{
+    Builtin, CrdVersion, Features, GroupResource, PrinterColumn, ResourceType, WorkloadApi,
+};
 use super::schema::{CrdValidation, Schema};
 
 /// An operation generic over a built-in kind's typed representation, dispatched by
@@ -134,9 +136,62 @@ fn diff_unknown(input: &Value, output: &Value, path: &str, out: &mut Vec<String>
     }
 }
 
+/// Pod spec fields of optional APIs newer than k8s-openapi's `v1_32` Pod: taken out of `pod`
+/// before it is decoded when the API is served (they are put back after), left in otherwise
+/// (then dropped with an "unknown field" warning, as by a server without the API).
+pub fn take_feature_pod_fields(pod: &mut Value, features: Features) -> Vec<(&'static str, Value)> {
+    let mut kept = Vec::new();
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return kept;
+    };
+    let field = match features.workload {
+        Some(WorkloadApi::V1alpha1) => Some("workloadRef"),
+        Some(WorkloadApi::V1alpha2) => Some("schedulingGroup"),
+        None => None,
+    };
+    if let Some(f) = field
+        && let Some(v) = spec.remove(f)
+    {
+        kept.push((f, v));
+    }
+    kept
+}
+
+/// Puts back what [`take_feature_pod_fields`] took, and drops the DRA fields (`resourceClaims`,
+/// containers' `resources.claims`) when DRA is off, as kube-apiserver drops the fields of a
+/// disabled feature gate.
+pub fn restore_feature_pod_fields(
+    pod: &mut Value,
+    kept: Vec<(&'static str, Value)>,
+    features: Features,
+) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (k, v) in kept {
+        spec.insert(k.to_string(), v);
+    }
+    if !features.dra {
+        spec.remove("resourceClaims");
+        for list in ["containers", "initContainers"] {
+            for c in spec
+                .get_mut(list)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(r) = c.get_mut("resources").and_then(Value::as_object_mut) {
+                    r.remove("claims");
+                }
+            }
+        }
+    }
+}
+
 /// Field selectors a kind supports, besides metadata.name and metadata.namespace.
 pub fn selectable_fields(rt: &ResourceType) -> &'static [&'static str] {
     match rt.builtin {
+        Builtin::ResourceSlice => &["spec.nodeName", "spec.driver", "spec.pool.name"],
         Builtin::Pod => &[
             "spec.nodeName",
             "spec.restartPolicy",
@@ -258,8 +313,20 @@ fn no_fields(_: &Value) -> Vec<(&'static str, Box<str>)> {
     Vec::new()
 }
 
+fn slice_fields(v: &Value) -> Vec<(&'static str, Box<str>)> {
+    let sp = &v["spec"];
+    vec![
+        ("spec.nodeName", s(&sp["nodeName"])),
+        ("spec.driver", s(&sp["driver"])),
+        ("spec.pool.name", s(&sp["pool"]["name"])),
+    ]
+}
+
 /// The field extractor of the objects in a storage collection.
 pub fn fields_fn(gr: &GroupResource) -> super::store::FieldsFn {
+    if gr.group == "resource.k8s.io" && gr.resource == "resourceslices" {
+        return slice_fields;
+    }
     if !gr.group.is_empty() {
         return no_fields;
     }
@@ -406,7 +473,55 @@ pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Fiel
             validate_pod_update(obj, old, &mut errs);
         }
     }
+    if rt.builtin == Builtin::ResourceClaim {
+        validate_claim(obj, old, &mut errs);
+    }
     errs
+}
+
+/// A ResourceClaim: every request has a name and (for `exactly`) a device class; the spec
+/// never changes.
+fn validate_claim(claim: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    if let Some(old) = old {
+        if old["spec"] != claim["spec"] {
+            errs.push(FieldError::invalid(
+                "spec",
+                claim["spec"].clone(),
+                "field is immutable",
+            ));
+        }
+        return;
+    }
+    let reqs = claim["spec"]["devices"]["requests"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (i, r) in reqs.iter().enumerate() {
+        let f = format!("spec.devices.requests[{i}]");
+        if r["name"].as_str().is_none_or(|n| !DNS_LABEL.is_match(n)) {
+            errs.push(FieldError::invalid(
+                format!("{f}.name"),
+                r["name"].clone(),
+                LABEL_MSG,
+            ));
+        }
+        match (r.get("exactly"), r.get("firstAvailable")) {
+            (Some(e), None) => {
+                if e["deviceClassName"].as_str().is_none_or(str::is_empty) {
+                    errs.push(FieldError::required(
+                        format!("{f}.exactly.deviceClassName"),
+                        "",
+                    ));
+                }
+            }
+            (None, Some(_)) => {}
+            _ => errs.push(FieldError::invalid(
+                f.clone(),
+                r.clone(),
+                "exactly one of `exactly` or `firstAvailable` is required",
+            )),
+        }
+    }
 }
 
 fn validate_containers(list: &Value, field: &str, required: bool, errs: &mut Vec<FieldError>) {

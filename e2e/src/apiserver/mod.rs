@@ -58,6 +58,7 @@ use tokio::task::JoinHandle;
 
 pub use error::{ApiError, FieldError, FieldErrorKind};
 pub use faults::{FaultRule, Faults, Verbs};
+pub use resources::{Features, WorkloadApi};
 
 use ops::{Shared, WriteOpts};
 
@@ -96,6 +97,8 @@ pub struct ApiServerOptions {
     pub graceful_pod_deletion: bool,
     /// Seed of fault injection.
     pub seed: u64,
+    /// Optional API groups (Dynamic Resource Allocation, the Workload/PodGroup API).
+    pub features: Features,
 }
 
 impl Default for ApiServerOptions {
@@ -106,6 +109,7 @@ impl Default for ApiServerOptions {
             bookmark_interval: Duration::from_secs(30),
             graceful_pod_deletion: true,
             seed: 0,
+            features: Features::default(),
         }
     }
 }
@@ -143,7 +147,8 @@ impl ApiServer {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (gc_tx, gc_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
-            registry: resources::Registry::default(),
+            registry: resources::Registry::new(opts.features),
+            features: opts.features,
             store: store::Store::new(opts.watch_window),
             faults: Arc::new(faults::FaultState::new(opts.seed)),
             gc: gc_tx,

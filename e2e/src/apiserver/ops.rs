@@ -44,6 +44,8 @@ pub struct Shared {
     pub logs: std::sync::Mutex<HashMap<(String, String, String), String>>,
     /// Bearer tokens and their users.
     pub tokens: Tokens,
+    /// Optional API groups served.
+    pub features: super::resources::Features,
 }
 
 /// `fieldValidation`.
@@ -294,13 +296,23 @@ impl Shared {
                 }
             }
         } else {
-            let taken = std::mem::take(obj);
-            let (norm, unknown) = builtin::normalize(rt, taken).map_err(|e| {
+            let mut taken = std::mem::take(obj);
+            // Pod fields of optional APIs that k8s-openapi's v1_32 Pod does not know: kept
+            // where the API is served (dropped otherwise, as a server without it drops them).
+            let kept = if rt.builtin == Builtin::Pod {
+                builtin::take_feature_pod_fields(&mut taken, self.features)
+            } else {
+                Vec::new()
+            };
+            let (mut norm, unknown) = builtin::normalize(rt, taken).map_err(|e| {
                 ApiError::bad_request(format!(
                     "{} in version \"{}\" cannot be handled as a {}: {e}",
                     rt.kind, rt.version, rt.kind
                 ))
             })?;
+            if rt.builtin == Builtin::Pod {
+                builtin::restore_feature_pod_fields(&mut norm, kept, self.features);
+            }
             *obj = norm;
             handle_unknown(unknown, &mut warnings)?;
             if rt.builtin == Builtin::Crd

@@ -61,6 +61,33 @@ pub enum Builtin {
     Crd,
     /// An instance of a CustomResourceDefinition.
     Custom,
+    /// resource.k8s.io/v1 ResourceClaim: spec immutable.
+    ResourceClaim,
+    /// resource.k8s.io/v1 ResourceSlice: field selectors on driver, node and pool.
+    ResourceSlice,
+}
+
+/// Optional API groups, as feature gates and `--runtime-config` switch them on a real API
+/// server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// Serve `resource.k8s.io/v1` (DeviceClasses, ResourceSlices, ResourceClaims,
+    /// ResourceClaimTemplates) and keep pods' `spec.resourceClaims` (Kubernetes 1.34 and
+    /// later). Off: those pod fields are dropped, as with the `DynamicResourceAllocation` gate
+    /// off.
+    pub dra: bool,
+    /// Serve Kubernetes' gang API (the `GenericWorkload` gate): which shape.
+    pub workload: Option<WorkloadApi>,
+}
+
+/// The shapes of the Workload/PodGroup API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkloadApi {
+    /// Kubernetes 1.35: `scheduling.k8s.io/v1alpha1` Workload; pods' `spec.workloadRef`.
+    V1alpha1,
+    /// Kubernetes 1.36: `scheduling.k8s.io/v1alpha2` Workload and PodGroup; pods'
+    /// `spec.schedulingGroup`.
+    V1alpha2,
 }
 
 /// A printer column of a CRD version (`additionalPrinterColumns`).
@@ -549,9 +576,88 @@ fn builtin_specs() -> Vec<Spec> {
     ]
 }
 
-fn builtin_types() -> Vec<Arc<ResourceType>> {
+/// The kinds of the optional groups that `features` switch on.
+fn feature_specs(features: Features) -> Vec<Spec> {
+    use Builtin as B;
+    let mut out = Vec::new();
+    if features.dra {
+        out.extend([
+            spec(
+                "resource.k8s.io",
+                "v1",
+                "deviceclasses",
+                "deviceclass",
+                "DeviceClass",
+                false,
+            )
+            .generation(),
+            spec(
+                "resource.k8s.io",
+                "v1",
+                "resourceslices",
+                "resourceslice",
+                "ResourceSlice",
+                false,
+            )
+            .generation()
+            .builtin(B::ResourceSlice),
+            spec(
+                "resource.k8s.io",
+                "v1",
+                "resourceclaims",
+                "resourceclaim",
+                "ResourceClaim",
+                true,
+            )
+            .status()
+            .builtin(B::ResourceClaim),
+            spec(
+                "resource.k8s.io",
+                "v1",
+                "resourceclaimtemplates",
+                "resourceclaimtemplate",
+                "ResourceClaimTemplate",
+                true,
+            ),
+        ]);
+    }
+    match features.workload {
+        Some(WorkloadApi::V1alpha1) => out.push(spec(
+            "scheduling.k8s.io",
+            "v1alpha1",
+            "workloads",
+            "workload",
+            "Workload",
+            true,
+        )),
+        Some(WorkloadApi::V1alpha2) => out.extend([
+            spec(
+                "scheduling.k8s.io",
+                "v1alpha2",
+                "workloads",
+                "workload",
+                "Workload",
+                true,
+            ),
+            spec(
+                "scheduling.k8s.io",
+                "v1alpha2",
+                "podgroups",
+                "podgroup",
+                "PodGroup",
+                true,
+            )
+            .status(),
+        ]),
+        None => {}
+    }
+    out
+}
+
+fn builtin_types(features: Features) -> Vec<Arc<ResourceType>> {
     builtin_specs()
         .into_iter()
+        .chain(feature_specs(features))
         .map(|s| {
             let storage = if s.builtin == Builtin::EventV1 {
                 GroupResource::new("", "events")
@@ -670,7 +776,14 @@ pub struct Registry {
 
 impl Default for Registry {
     fn default() -> Self {
-        let builtins = builtin_types();
+        Registry::new(Features::default())
+    }
+}
+
+impl Registry {
+    /// The built-in kinds plus those `features` switch on.
+    pub fn new(features: Features) -> Self {
+        let builtins = builtin_types(features);
         let catalog = Arc::new(Catalog::build(&builtins, &BTreeMap::new()));
         Self {
             builtins,
@@ -678,9 +791,7 @@ impl Default for Registry {
             catalog: RwLock::new(catalog),
         }
     }
-}
 
-impl Registry {
     /// The current catalog.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.read().expect("catalog lock").clone()

@@ -249,6 +249,10 @@ pub struct PodNeeds {
     pub tolerations: Vec<Tol>,
     /// The nodes the pod is limited to, when its selector or every affinity term names them.
     pub pin: Option<Pin>,
+    /// The ResourceClaims it references (`spec.resourceClaims[].resourceClaimName`).
+    pub claims: Vec<String>,
+    /// The gang group it belongs to (see [`super::gang`]).
+    pub group: Option<String>,
 }
 
 fn parse_op(s: &str) -> Result<Op, String> {
@@ -402,6 +406,8 @@ impl PodNeeds {
             terms,
             tolerations,
             pin,
+            claims: super::dra::pod_claims(pod)?,
+            group: None,
         })
     }
 }
@@ -504,6 +510,8 @@ pub enum Reason {
     Insufficient(String),
     /// No pod slot left.
     TooManyPods,
+    /// The DynamicResources plugin's reason (`cannot allocate all claims`, ...).
+    Dra(&'static str),
 }
 
 impl fmt::Display for Reason {
@@ -514,6 +522,7 @@ impl fmt::Display for Reason {
             Reason::Affinity => write!(f, "node(s) didn't match Pod's node affinity/selector"),
             Reason::Insufficient(r) => write!(f, "Insufficient {r}"),
             Reason::TooManyPods => write!(f, "Too many pods"),
+            Reason::Dra(r) => f.write_str(r),
         }
     }
 }

@@ -24,11 +24,21 @@
 //!   it is retried after a cluster change (node added or changed, a pod finished or removed)
 //!   or its own update, with backoff from 1 s to 10 s, and every 60 s regardless.
 //!
+//! - where the API server serves `resource.k8s.io/v1`: the DynamicResources plugin ([`dra`]):
+//!   a pod's ResourceClaims are checked, allocated on the chosen node with their CEL
+//!   selectors, and written (allocation, `reservedFor`, the delete-protection finalizer)
+//!   before the pod is bound; and the resourceclaim controller's part: a claim whose pods are
+//!   all gone or finished is released (`reservedFor` emptied, allocation cleared, finalizer
+//!   removed, so a deleted claim goes);
+//! - where it serves the Workload/PodGroup API: gang scheduling ([`gang`]).
+//!
 //! Not done: preemption (no `nominatedNodeName`, no victims; the message has no
 //! `preemption:` part), scoring beyond LeastAllocated, pod (anti-)affinity, topology spread,
 //! volumes, host ports, preferred affinity.
 
+pub mod dra;
 pub mod filter;
+pub mod gang;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -42,16 +52,21 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use kube::{Client, ResourceExt};
+use muster_operator::controller::dra::{DeviceClass, ResourceClaim, ResourceSlice};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::clock::SimClock;
+use dra::{ClaimWrite, Dra, Refusal};
 use filter::{NodeView, PodNeeds, Reason, Res};
+use gang::{Groups, SchedPod};
 
 /// How the scheduler stand-in behaves.
 #[derive(Clone, Debug)]
@@ -170,6 +185,17 @@ enum Write {
         ns: String,
         name: String,
         node: String,
+        /// Claim writes before the binding (PreBind).
+        claims: Vec<ClaimWrite>,
+    },
+    /// The resourceclaim controller's release of a claim whose pods are gone.
+    Release {
+        ns: String,
+        name: String,
+        resource_version: String,
+        reserved_for: Vec<muster_operator::controller::dra::ResourceClaimConsumerReference>,
+        deallocate: bool,
+        finalizers: Option<Vec<String>>,
     },
     Report {
         uid: String,
@@ -207,10 +233,22 @@ struct State {
     epoch: u64,
     last_flush: Option<Instant>,
     reports: VecDeque<Write>,
+    /// DRA state, where `resource.k8s.io/v1` is served.
+    dra: Option<Dra>,
+    /// Gang groups, where the Workload/PodGroup API is served.
+    groups: Option<Groups>,
+    /// Claims whose release is in flight (so a sweep does not write it twice), since when.
+    releasing: HashMap<(String, String), Instant>,
+    /// Gang group of each bound pod (by uid): (namespace, group).
+    bound_group: HashMap<String, (String, String)>,
+    last_sweep: Option<Instant>,
+    claim_relist: Option<HashSet<(String, String)>>,
+    slice_relist: Option<HashSet<String>>,
 }
 
 impl State {
     fn unbind(&mut self, uid: &str) {
+        self.bound_group.remove(uid);
         if let Some((node, r)) = self.bound.remove(uid) {
             if let Some(t) = self.requested.get_mut(&node) {
                 t.sub(&r);
@@ -261,7 +299,8 @@ impl State {
         }
     }
 
-    fn apply_pod(&mut self, pod: Pod) {
+    fn apply_pod(&mut self, sp: SchedPod) {
+        let SchedPod { pod, group } = sp;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if let Some(seen) = &mut self.pod_relist {
             seen.insert(uid.clone());
@@ -277,6 +316,12 @@ impl State {
             return;
         }
         if let Some(node) = node {
+            if let Some(g) = &group {
+                self.bound_group.insert(
+                    uid.clone(),
+                    (pod.namespace().unwrap_or_default(), g.clone()),
+                );
+            }
             self.forget_pending(&uid);
             let req = PodNeeds::from_pod(&pod)
                 .map(|n| n.requests)
@@ -298,7 +343,10 @@ impl State {
             self.forget_pending(&uid);
             return;
         }
-        let needs = PodNeeds::from_pod(&pod).map(Arc::new);
+        let needs = PodNeeds::from_pod(&pod).map(|mut n| {
+            n.group = group;
+            Arc::new(n)
+        });
         if let Some(p) = self.pending.get_mut(&uid) {
             let changed = match (&p.needs, &needs) {
                 (Ok(a), Ok(b)) => a != b,
@@ -312,6 +360,10 @@ impl State {
                 }
             }
             return;
+        }
+        if needs.as_ref().is_ok_and(|n| n.group.is_some()) {
+            // A gang's new pod may complete its quorum: its parked members try again.
+            self.cluster_changed();
         }
         let priority = spec.and_then(|s| s.priority).unwrap_or(0);
         self.seq += 1;
@@ -337,10 +389,10 @@ impl State {
         self.unbind(&uid);
     }
 
-    fn pod_event(&mut self, ev: watcher::Event<Pod>) {
+    fn pod_event(&mut self, ev: watcher::Event<SchedPod>) {
         match ev {
             watcher::Event::Apply(p) => self.apply_pod(p),
-            watcher::Event::Delete(p) => self.delete_pod(&p),
+            watcher::Event::Delete(p) => self.delete_pod(&p.pod),
             watcher::Event::Init => self.pod_relist = Some(HashSet::new()),
             watcher::Event::InitApply(p) => self.apply_pod(p),
             watcher::Event::InitDone => {
@@ -459,14 +511,51 @@ impl State {
         }
     }
 
-    /// Pick a node for one pod: `Ok(node)` or the FitError message.
-    fn place(&mut self, needs: &PodNeeds) -> Result<String, String> {
+    /// Pick a node for one pod (`pod`: namespace, name, uid): `Ok(node)` with the writes its
+    /// claims need before the bind, or the FitError message.
+    fn place(
+        &mut self,
+        needs: &PodNeeds,
+        pod: (&str, &str, &str),
+    ) -> Result<(String, Vec<ClaimWrite>), String> {
         let total = self.nodes.len();
         let mut reasons: HashMap<Reason, usize> = HashMap::new();
         let empty = Res::default();
         let note = |rs: Vec<Reason>, reasons: &mut HashMap<Reason, usize>| {
             for r in rs {
                 *reasons.entry(r).or_default() += 1;
+            }
+        };
+        // PreFilter of DynamicResources.
+        let claims = if needs.claims.is_empty() {
+            Vec::new()
+        } else {
+            let Some(dra) = self.dra.as_ref() else {
+                return Err(format!(
+                    "0/{total} nodes are available: resource.k8s.io/v1 is not served."
+                ));
+            };
+            dra.prefilter(pod.0, pod.2, &needs.claims)
+                .map_err(|m| format!("0/{total} nodes are available: {m}."))?
+        };
+        // Filter of DynamicResources on a node that passed the others.
+        let dra_filter = |dra: &mut Option<Dra>,
+                          node: &NodeView,
+                          reasons: &mut HashMap<Reason, usize>|
+         -> Result<Option<Vec<ClaimWrite>>, String> {
+            if claims.is_empty() {
+                return Ok(Some(Vec::new()));
+            }
+            let dra = dra.as_mut().expect("checked in PreFilter");
+            match dra.filter(&node.name, &node.labels, (pod.1, pod.2), &claims) {
+                Ok(w) => Ok(Some(w)),
+                Err(Refusal::Node(r)) => {
+                    *reasons.entry(Reason::Dra(r)).or_default() += 1;
+                    Ok(None)
+                }
+                Err(Refusal::Error(e)) => {
+                    Err(format!("running Filter plugin \"DynamicResources\": {e}"))
+                }
             }
         };
         if let Some(pin) = &needs.pin {
@@ -480,22 +569,25 @@ impl State {
             }
             cands.sort();
             cands.dedup();
-            let mut best: Option<(i64, &String)> = None;
+            let mut best: Option<(i64, &String, Vec<ClaimWrite>)> = None;
             for name in &cands {
                 let node = &self.nodes[*name];
                 let req = self.requested.get(*name).unwrap_or(&empty);
                 match filter::check(needs, node, req) {
                     Ok(()) => {
+                        let Some(w) = dra_filter(&mut self.dra, node, &mut reasons)? else {
+                            continue;
+                        };
                         let s = filter::score(needs, node, req);
-                        if best.is_none_or(|(b, _)| s > b) {
-                            best = Some((s, name));
+                        if best.as_ref().is_none_or(|(b, _, _)| s > *b) {
+                            best = Some((s, name, w));
                         }
                     }
                     Err(rs) => note(rs, &mut reasons),
                 }
             }
-            if let Some((_, n)) = best {
-                return Ok(n.clone());
+            if let Some((_, n, w)) = best {
+                return Ok((n.clone(), w));
             }
             let others = total - cands.len();
             if others > 0 {
@@ -508,7 +600,7 @@ impl State {
         }
         let want = filter::feasible_to_find(total);
         let start = self.next_start % total;
-        let mut found: Vec<(i64, usize)> = Vec::new();
+        let mut found: Vec<(i64, usize, Vec<ClaimWrite>)> = Vec::new();
         let mut examined = 0;
         for k in 0..total {
             let i = (start + k) % total;
@@ -518,7 +610,10 @@ impl State {
             let req = self.requested.get(name).unwrap_or(&empty);
             match filter::check(needs, node, req) {
                 Ok(()) => {
-                    found.push((filter::score(needs, node, req), i));
+                    let Some(w) = dra_filter(&mut self.dra, node, &mut reasons)? else {
+                        continue;
+                    };
+                    found.push((filter::score(needs, node, req), i, w));
                     if found.len() >= want {
                         break;
                     }
@@ -528,14 +623,14 @@ impl State {
         }
         self.next_start = (start + examined) % total;
         // Highest score; among equals the first found (round-robin spreads ties).
-        let best = found
-            .iter()
-            .fold(None::<(i64, usize)>, |b, &(s, i)| match b {
-                Some((bs, _)) if bs >= s => b,
-                _ => Some((s, i)),
-            });
+        let mut best: Option<(i64, usize, Vec<ClaimWrite>)> = None;
+        for f in found {
+            if best.as_ref().is_none_or(|(bs, _, _)| f.0 > *bs) {
+                best = Some(f);
+            }
+        }
         match best {
-            Some((_, i)) => Ok(self.node_order[i].clone()),
+            Some((_, i, w)) => Ok((self.node_order[i].clone(), w)),
             None => Err(filter::fit_error(total, &reasons)),
         }
     }
@@ -555,48 +650,245 @@ impl State {
             let Some(p) = self.pending.get(&uid) else {
                 continue;
             };
-            let outcome = match &p.needs {
-                Ok(n) => {
-                    let n = n.clone();
-                    self.place(&n).map(|node| (node, n.requests.clone()))
-                }
-                Err(e) => Err(format!("0/{} nodes are available: {e}.", self.nodes.len())),
+            let gang = match &p.needs {
+                Ok(n) => n.group.clone().map(|g| (p.ns.clone(), g)),
+                Err(_) => None,
             };
-            let p = self.pending.get_mut(&uid).expect("present");
-            match outcome {
-                Ok((node, req)) => {
-                    p.at = Where::Assumed;
-                    let (ns, name) = (p.ns.clone(), p.name.clone());
-                    self.bind_local(&uid, &node, req);
+            if let Some((ns, group)) = gang {
+                let policy = self.groups.as_ref().and_then(|g| g.policy(&ns, &group));
+                match policy {
+                    // PreEnqueue: no group yet, or a gang short of pods: wait, unreported.
+                    None => {
+                        self.park(&uid, now);
+                        continue;
+                    }
+                    Some(Some(min)) => {
+                        binds += self.schedule_gang(&ns, &group, min, now, stats, &mut out);
+                        continue;
+                    }
+                    Some(None) => {}
+                }
+            }
+            match self.try_place(&uid) {
+                Ok((node, req, claims)) => {
+                    self.assume(&uid, &node, req, &claims);
+                    let p = &self.pending[&uid];
                     out.push(Write::Bind {
-                        uid,
-                        ns,
-                        name,
+                        uid: uid.clone(),
+                        ns: p.ns.clone(),
+                        name: p.name.clone(),
                         node,
+                        claims,
                     });
                     binds += 1;
                 }
-                Err(message) => {
-                    stats.unschedulable.fetch_add(1, Ordering::Relaxed);
-                    p.attempts += 1;
-                    let attempts = p.attempts;
-                    let report = p.reported.as_deref() != Some(message.as_str());
-                    if report {
-                        p.reported = Some(message.clone());
-                        self.reports.push_back(Write::Report {
-                            uid: uid.clone(),
-                            ns: p.ns.clone(),
-                            name: p.name.clone(),
-                            message,
-                        });
-                    }
-                    let retry_at = now + self.backoff(attempts);
-                    let epoch = self.epoch;
-                    self.mark_unschedulable(&uid, retry_at, epoch);
-                }
+                Err(message) => self.fail(&uid, message, now, stats),
             }
         }
         out
+    }
+
+    /// Places one pending pod.
+    fn try_place(&mut self, uid: &str) -> Result<(String, Res, Vec<ClaimWrite>), String> {
+        let p = &self.pending[uid];
+        match &p.needs {
+            Ok(n) => {
+                let n = n.clone();
+                let (ns, name) = (p.ns.clone(), p.name.clone());
+                self.place(&n, (&ns, &name, uid))
+                    .map(|(node, w)| (node, n.requests.clone(), w))
+            }
+            Err(e) => Err(format!("0/{} nodes are available: {e}.", self.nodes.len())),
+        }
+    }
+
+    /// Assumes a pod on a node (and its claims' allocations) until the bind is confirmed.
+    fn assume(&mut self, uid: &str, node: &str, req: Res, claims: &[ClaimWrite]) {
+        if let Some(p) = self.pending.get_mut(uid) {
+            p.at = Where::Assumed;
+        }
+        self.bind_local(uid, node, req);
+        if let Some(d) = self.dra.as_mut() {
+            d.assume(claims);
+        }
+    }
+
+    /// Undoes [`State::assume`] (a gang that did not fit whole, a failed bind).
+    fn unassume(&mut self, uid: &str, claims: &[ClaimWrite]) {
+        self.unbind(uid);
+        if let Some(d) = self.dra.as_mut() {
+            d.forget(claims);
+        }
+    }
+
+    /// An unschedulable pod: reported (once per message), retried after its backoff.
+    fn fail(&mut self, uid: &str, message: String, now: Instant, stats: &SchedulerStats) {
+        stats.unschedulable.fetch_add(1, Ordering::Relaxed);
+        let Some(p) = self.pending.get_mut(uid) else {
+            return;
+        };
+        p.attempts += 1;
+        let attempts = p.attempts;
+        if p.reported.as_deref() != Some(message.as_str()) {
+            p.reported = Some(message.clone());
+            self.reports.push_back(Write::Report {
+                uid: uid.to_string(),
+                ns: p.ns.clone(),
+                name: p.name.clone(),
+                message,
+            });
+        }
+        let retry_at = now + self.backoff(attempts);
+        let epoch = self.epoch;
+        self.mark_unschedulable(uid, retry_at, epoch);
+    }
+
+    /// A pod that may not be attempted yet (PreEnqueue): waits for a cluster change.
+    fn park(&mut self, uid: &str, now: Instant) {
+        let epoch = self.epoch;
+        let retry = now + self.opts.initial_backoff;
+        self.mark_unschedulable(uid, retry, epoch);
+    }
+
+    /// Places every pending pod of a gang of at least `min` at once, or none of them.
+    fn schedule_gang(
+        &mut self,
+        ns: &str,
+        group: &str,
+        min: u32,
+        now: Instant,
+        stats: &SchedulerStats,
+        out: &mut Vec<Write>,
+    ) -> usize {
+        let in_group = |n: &Result<Arc<PodNeeds>, String>| {
+            n.as_ref().is_ok_and(|n| n.group.as_deref() == Some(group))
+        };
+        let mut members: Vec<(u64, String)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.ns == ns && in_group(&p.needs) && p.at != Where::Assumed)
+            .map(|(u, p)| (p.key.1, u.clone()))
+            .collect();
+        members.sort();
+        let members: Vec<String> = members.into_iter().map(|(_, u)| u).collect();
+        let bound = self
+            .bound_group
+            .values()
+            .filter(|(n, g)| n == ns && g == group)
+            .count();
+        if members.len() + bound < min as usize {
+            for u in &members {
+                self.park(u, now);
+            }
+            return 0;
+        }
+        let mut placed: Vec<(String, String, Vec<ClaimWrite>)> = Vec::new();
+        for u in &members {
+            match self.try_place(u) {
+                Ok((node, req, claims)) => {
+                    self.assume(u, &node, req, &claims);
+                    placed.push((u.clone(), node, claims));
+                }
+                Err(message) => {
+                    for (pu, _, claims) in &placed {
+                        self.unassume(pu, claims);
+                    }
+                    for m in &members {
+                        if let Some(p) = self.pending.get_mut(m) {
+                            p.at = Where::Active;
+                        }
+                        self.fail(m, message.clone(), now, stats);
+                    }
+                    return 0;
+                }
+            }
+        }
+        let n = placed.len();
+        for (u, node, claims) in placed {
+            let p = &self.pending[&u];
+            let (pns, name, key) = (p.ns.clone(), p.name.clone(), p.key);
+            self.active.remove(&key);
+            self.unsched.remove(&u);
+            out.push(Write::Bind {
+                uid: u,
+                ns: pns,
+                name,
+                node,
+                claims,
+            });
+        }
+        n
+    }
+
+    /// The resourceclaim controller's sweep: releases claims reserved for pods that are gone
+    /// or finished (all of them: the allocation is cleared and the delete-protection
+    /// finalizer removed, so a deleted claim goes).
+    fn sweep_claims(&mut self, now: Instant) {
+        if !self.pods_synced {
+            return;
+        }
+        let Some(dra) = self.dra.as_ref() else {
+            return;
+        };
+        if self
+            .last_sweep
+            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(200))
+        {
+            return;
+        }
+        self.last_sweep = Some(now);
+        self.releasing
+            .retain(|_, t| now.duration_since(*t) < Duration::from_secs(5));
+        let protect = muster_operator::controller::dra::DELETE_PROTECTION;
+        let mut writes = Vec::new();
+        for (key, c) in dra.claims() {
+            if self.releasing.contains_key(key) {
+                continue;
+            }
+            let st = c.status.as_ref();
+            let reserved = st.map(|s| s.reserved_for.as_slice()).unwrap_or(&[]);
+            let valid: Vec<_> = reserved
+                .iter()
+                .filter(|r| self.pending.contains_key(&r.uid) || self.bound.contains_key(&r.uid))
+                .cloned()
+                .collect();
+            let has_fin = c.finalizers().iter().any(|f| f == protect);
+            let allocated = st.is_some_and(|s| s.allocation.is_some());
+            let deleting = c.metadata.deletion_timestamp.is_some();
+            let drop_fin = has_fin && valid.is_empty();
+            let without_fin = || {
+                c.finalizers()
+                    .iter()
+                    .filter(|f| *f != protect)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            if valid.len() < reserved.len() {
+                writes.push(Write::Release {
+                    ns: key.0.clone(),
+                    name: key.1.clone(),
+                    resource_version: c.resource_version().unwrap_or_default(),
+                    deallocate: valid.is_empty() && has_fin && allocated,
+                    reserved_for: valid,
+                    finalizers: drop_fin.then(without_fin),
+                });
+            } else if reserved.is_empty() && deleting && has_fin {
+                writes.push(Write::Release {
+                    ns: key.0.clone(),
+                    name: key.1.clone(),
+                    resource_version: c.resource_version().unwrap_or_default(),
+                    reserved_for: Vec::new(),
+                    deallocate: allocated,
+                    finalizers: Some(without_fin()),
+                });
+            }
+        }
+        for w in writes {
+            if let Write::Release { ns, name, .. } = &w {
+                self.releasing.insert((ns.clone(), name.clone()), now);
+            }
+            self.reports.push_back(w);
+        }
     }
 
     fn bind_done(&mut self, done: BindDone, stats: &SchedulerStats) {
@@ -606,6 +898,8 @@ impl State {
             name,
             node,
             res,
+            claims,
+            claim_failed,
         } = done;
         match res {
             Ok(()) => {
@@ -622,8 +916,9 @@ impl State {
             }
             Err(e) => {
                 stats.bind_errors.fetch_add(1, Ordering::Relaxed);
-                self.unbind(&uid);
-                let gone = matches!(&e, kube::Error::Api(s) if s.code == 404 || s.code == 409);
+                self.unassume(&uid, &claims);
+                let gone = !claim_failed
+                    && matches!(&e, kube::Error::Api(s) if s.code == 404 || s.code == 409);
                 if gone {
                     // Deleted, or bound by someone else: the watch tells the truth.
                     tracing::debug!(%uid, error = %e, "bind refused");
@@ -648,14 +943,61 @@ struct BindDone {
     name: String,
     node: String,
     res: Result<(), kube::Error>,
+    /// The claim writes made before the bind (undone in the cache on failure).
+    claims: Vec<ClaimWrite>,
+    /// The failure was a claim write's (the pod is retried), not the bind's.
+    claim_failed: bool,
 }
 
 type BindFut = BoxFuture<'static, BindDone>;
 type ReportFut = BoxFuture<'static, Option<String>>;
 
-fn bind_future(client: &Client, uid: String, ns: String, name: String, node: String) -> BindFut {
+/// PreBind's claim writes: the delete-protection finalizer, then the allocation and the
+/// reservation in the status, each with the resourceVersion read as a precondition.
+async fn write_claim(client: &Client, w: &ClaimWrite) -> Result<(), kube::Error> {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.key.0);
+    let mut rv = w.resource_version.clone();
+    if let Some(f) = &w.finalizers {
+        let c = api
+            .patch(
+                &w.key.1,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": f, "resourceVersion": rv}})),
+            )
+            .await?;
+        rv = c.metadata.resource_version.unwrap_or_default();
+    }
+    let mut patch = w.status_patch();
+    patch["metadata"]["resourceVersion"] = json!(rv);
+    api.patch_status(&w.key.1, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    Ok(())
+}
+
+fn bind_future(
+    client: &Client,
+    uid: String,
+    ns: String,
+    name: String,
+    node: String,
+    claims: Vec<ClaimWrite>,
+) -> BindFut {
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let client = client.clone();
     async move {
+        for w in &claims {
+            if let Err(e) = write_claim(&client, w).await {
+                return BindDone {
+                    uid,
+                    ns,
+                    name,
+                    node,
+                    res: Err(e),
+                    claims,
+                    claim_failed: true,
+                };
+            }
+        }
         let body = json!({
             "apiVersion": "v1",
             "kind": "Binding",
@@ -677,6 +1019,8 @@ fn bind_future(client: &Client, uid: String, ns: String, name: String, node: Str
             name,
             node,
             res,
+            claims,
+            claim_failed: false,
         }
     }
     .boxed()
@@ -783,10 +1127,178 @@ fn report_future(client: &Client, w: Write, clock: &SimClock, component: &str) -
                 let _ = events.create(&PostParams::default(), &ev).await;
                 None
             }
+            Write::Release {
+                ns,
+                name,
+                resource_version,
+                reserved_for,
+                deallocate,
+                finalizers,
+            } => {
+                let api: Api<ResourceClaim> = Api::namespaced(client, &ns);
+                let mut st = json!({
+                    "reservedFor": if reserved_for.is_empty() { json!(null) } else { json!(reserved_for) },
+                });
+                if deallocate {
+                    st["allocation"] = json!(null);
+                }
+                let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": st});
+                let res = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await;
+                if let (Ok(c), Some(f)) = (res, finalizers) {
+                    let rv = c.metadata.resource_version.unwrap_or_default();
+                    let _ = api
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(
+                                json!({"metadata": {"finalizers": f, "resourceVersion": rv}}),
+                            ),
+                        )
+                        .await;
+                }
+                None
+            }
             Write::Bind { .. } => None,
         }
     }
     .boxed()
+}
+
+/// Which optional APIs the server serves (what feature gates give kube-scheduler).
+async fn served(client: &Client) -> (bool, Option<ApiResource>) {
+    let has = |gv: &'static str, r: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .list_api_group_resources(gv)
+                .await
+                .is_ok_and(|l| l.resources.iter().any(|x| x.name == r))
+        }
+    };
+    let dra = has("resource.k8s.io/v1", "resourceclaims").await;
+    let groups = if has("scheduling.k8s.io/v1alpha2", "podgroups").await {
+        Some(ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha2", "PodGroup"),
+            "podgroups",
+        ))
+    } else if has("scheduling.k8s.io/v1alpha1", "workloads").await {
+        Some(ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("scheduling.k8s.io", "v1alpha1", "Workload"),
+            "workloads",
+        ))
+    } else {
+        None
+    };
+    (dra, groups)
+}
+
+type EventStream<K> =
+    futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+
+/// A watch, or nothing (for an API that is not served).
+fn watch_or_pending<K>(api: Option<Api<K>>) -> EventStream<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    match api {
+        Some(a) => watcher(a, watcher::Config::default())
+            .default_backoff()
+            .boxed(),
+        None => futures::stream::pending().boxed(),
+    }
+}
+
+/// A watch of Workloads or PodGroups, or nothing.
+fn watch_groups(client: &Client, ar: Option<&ApiResource>) -> EventStream<DynamicObject> {
+    match ar {
+        Some(ar) => watcher::watcher(
+            Api::<DynamicObject>::all_with(client.clone(), ar),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    }
+}
+
+impl State {
+    fn claim_event(&mut self, ev: watcher::Event<ResourceClaim>) {
+        let Some(d) = self.dra.as_mut() else {
+            return;
+        };
+        match ev {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+                let key = (c.namespace().unwrap_or_default(), c.name_any());
+                if let Some(seen) = &mut self.claim_relist {
+                    seen.insert(key.clone());
+                }
+                self.releasing.remove(&key);
+                d.apply_claim(c);
+            }
+            watcher::Event::Delete(c) => {
+                let (ns, n) = (c.namespace().unwrap_or_default(), c.name_any());
+                self.releasing.remove(&(ns.clone(), n.clone()));
+                d.delete_claim(&ns, &n);
+            }
+            watcher::Event::Init => self.claim_relist = Some(HashSet::new()),
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.claim_relist.take() {
+                    d.retain_claims(&seen);
+                }
+            }
+        }
+        self.cluster_changed();
+    }
+
+    fn slice_event(&mut self, ev: watcher::Event<ResourceSlice>) {
+        let Some(d) = self.dra.as_mut() else {
+            return;
+        };
+        match ev {
+            watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
+                if let Some(seen) = &mut self.slice_relist {
+                    seen.insert(s.name_any());
+                }
+                d.apply_slice(s);
+            }
+            watcher::Event::Delete(s) => d.delete_slice(&s.name_any()),
+            watcher::Event::Init => self.slice_relist = Some(HashSet::new()),
+            watcher::Event::InitDone => {
+                if let Some(seen) = self.slice_relist.take() {
+                    d.retain_slices(&seen);
+                }
+            }
+        }
+        self.cluster_changed();
+    }
+
+    fn class_event(&mut self, ev: watcher::Event<DeviceClass>) {
+        let Some(d) = self.dra.as_mut() else {
+            return;
+        };
+        match ev {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => d.apply_class(c),
+            watcher::Event::Delete(c) => d.delete_class(&c.name_any()),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+        self.cluster_changed();
+    }
+
+    fn group_event(&mut self, ev: watcher::Event<DynamicObject>) {
+        let Some(g) = self.groups.as_mut() else {
+            return;
+        };
+        match ev {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => g.apply(&o),
+            watcher::Event::Delete(o) => g.delete(&o),
+            watcher::Event::Init => g.clear(),
+            watcher::Event::InitDone => {}
+        }
+        self.cluster_changed();
+    }
 }
 
 async fn run(
@@ -796,8 +1308,9 @@ async fn run(
     stats: Arc<SchedulerStats>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let pods: Api<Pod> = Api::all(client.clone());
+    let pods: Api<SchedPod> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
+    let (dra_served, groups_ar) = served(&client).await;
     let mut pod_stream = pin!(
         watcher(
             pods,
@@ -806,8 +1319,17 @@ async fn run(
         .default_backoff()
     );
     let mut node_stream = pin!(watcher(nodes, watcher::Config::default()).default_backoff());
+    let mut claim_stream =
+        watch_or_pending(dra_served.then(|| Api::<ResourceClaim>::all(client.clone())));
+    let mut slice_stream =
+        watch_or_pending(dra_served.then(|| Api::<ResourceSlice>::all(client.clone())));
+    let mut class_stream =
+        watch_or_pending(dra_served.then(|| Api::<DeviceClass>::all(client.clone())));
+    let mut group_stream = watch_groups(&client, groups_ar.as_ref());
     let mut st = State {
         opts: opts.clone(),
+        dra: dra_served.then(Dra::default),
+        groups: groups_ar.map(|_| Groups::default()),
         ..State::default()
     };
     let mut binds: FuturesUnordered<BindFut> = FuturesUnordered::new();
@@ -826,6 +1348,22 @@ async fn run(
                 Some(Ok(e)) => st.node_event(e),
                 Some(Err(e)) => tracing::debug!(error = %e, "scheduler node watch"),
                 None => break,
+            },
+            Some(ev) = claim_stream.next() => match ev {
+                Ok(e) => st.claim_event(e),
+                Err(e) => tracing::debug!(error = %e, "scheduler claim watch"),
+            },
+            Some(ev) = slice_stream.next() => match ev {
+                Ok(e) => st.slice_event(e),
+                Err(e) => tracing::debug!(error = %e, "scheduler slice watch"),
+            },
+            Some(ev) = class_stream.next() => match ev {
+                Ok(e) => st.class_event(e),
+                Err(e) => tracing::debug!(error = %e, "scheduler device class watch"),
+            },
+            Some(ev) = group_stream.next() => match ev {
+                Ok(e) => st.group_event(e),
+                Err(e) => tracing::debug!(error = %e, "scheduler gang group watch"),
             },
             Some(done) = binds.next(), if !binds.is_empty() => st.bind_done(done, &stats),
             Some(failed) = reports.next(), if !reports.is_empty() => {
@@ -846,6 +1384,12 @@ async fn run(
         while let Some(Some(Ok(e))) = node_stream.next().now_or_never() {
             st.node_event(e);
         }
+        while let Some(Some(Ok(e))) = claim_stream.next().now_or_never() {
+            st.claim_event(e);
+        }
+        while let Some(Some(Ok(e))) = slice_stream.next().now_or_never() {
+            st.slice_event(e);
+        }
         while let Some(Some(done)) = binds.next().now_or_never() {
             st.bind_done(done, &stats);
         }
@@ -856,11 +1400,13 @@ async fn run(
                 ns,
                 name,
                 node,
+                claims,
             } = w
             {
-                binds.push(bind_future(&client, uid, ns, name, node));
+                binds.push(bind_future(&client, uid, ns, name, node, claims));
             }
         }
+        st.sweep_claims(Instant::now());
         while reports.len() < opts.max_reports_in_flight {
             let Some(w) = st.reports.pop_front() else {
                 break;

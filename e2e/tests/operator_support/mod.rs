@@ -4,6 +4,13 @@
 //!
 //! Task pods are driven by their template annotations: `sim/runtime` (seconds, default 5),
 //! `sim/exit` and `sim/fail-rank` (a rank that exits with that code).
+//!
+//! GPU binding mode: with `MUSTER_E2E_BINDING=dra` the double serves `resource.k8s.io/v1`,
+//! every node publishes the NVIDIA DRA driver's ResourceSlice (and the DeviceClass exists), so
+//! partitions (`gpuBinding: auto`) bind by ResourceClaims; the kube-scheduler stand-in then
+//! runs too (it allocates the claims, honouring their selectors, and binds the pods) and the
+//! kubelet stand-in runs a pod only once it is bound. `MUSTER_E2E_GANG=v1alpha1|v1alpha2`
+//! also serves Kubernetes' gang API. Unset (or `env`): no DRA, no scheduler stand-in.
 
 #![allow(dead_code)]
 
@@ -18,6 +25,9 @@ use kube::{Client, ResourceExt};
 use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
 use muster_e2e::apiserver::{ApiServer, ApiServerOptions};
+use muster_e2e::cluster::{dra_from_env, gang_from_env};
+use muster_e2e::scheduler::{Scheduler, SchedulerOptions};
+use muster_operator::controller::dra::{DeviceClass, ResourceClaim, ResourceSlice};
 use muster_operator::controller::metrics::Metrics;
 use muster_operator::controller::{self, Clock, Handle, Settings};
 use serde_json::json;
@@ -29,6 +39,10 @@ pub struct Env {
     pub server: ApiServer,
     pub client: Client,
     pub offset: Arc<AtomicI64>,
+    /// The cluster serves DRA (`MUSTER_E2E_BINDING=dra`).
+    pub dra: bool,
+    /// The kube-scheduler stand-in (DRA or gang mode).
+    pub scheduler: Option<Scheduler>,
 }
 
 /// One node: name, GPUs, leaf; GPU model and extra labels optional.
@@ -66,13 +80,29 @@ pub fn cluster(count: usize, per_leaf: usize) -> Vec<(String, String)> {
 
 impl Env {
     pub async fn start() -> Env {
+        Env::start_with(dra_from_env()).await
+    }
+
+    /// [`Env::start`] with DRA served and the NVIDIA driver installed (`dra`), or not,
+    /// whatever `MUSTER_E2E_BINDING` says.
+    pub async fn start_with(dra: bool) -> Env {
+        Env::start_opts(dra, gang_from_env()).await
+    }
+
+    /// [`Env::start`] with DRA on or off and the given gang API, whatever the environment
+    /// says.
+    pub async fn start_opts(dra: bool, gang: Option<muster_e2e::apiserver::WorkloadApi>) -> Env {
         if let Ok(f) = std::env::var("MUSTER_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(f))
                 .with_writer(std::io::stderr)
                 .try_init();
         }
-        let server = ApiServer::start(ApiServerOptions::default().with_muster_crds())
+        let mut opts = ApiServerOptions::default().with_muster_crds();
+        opts.features.dra = dra;
+        opts.features.workload = gang;
+        let gang = gang.is_some();
+        let server = ApiServer::start(opts)
             .await
             .expect("API server double starts");
         let client = server.client();
@@ -84,10 +114,30 @@ impl Env {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap();
+        if dra {
+            Api::<DeviceClass>::all(client.clone())
+                .create(&PostParams::default(), &muster_e2e::dra::device_class())
+                .await
+                .unwrap();
+        }
+        let scheduler = (dra || gang).then(|| {
+            Scheduler::start(
+                client.clone(),
+                muster_e2e::clock::SimClock::real(),
+                SchedulerOptions {
+                    scheduled_events: false,
+                    initial_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_millis(500),
+                    ..SchedulerOptions::default()
+                },
+            )
+        });
         Env {
             server,
             client,
             offset: Arc::new(AtomicI64::new(0)),
+            dra,
+            scheduler,
         }
     }
 
@@ -155,6 +205,17 @@ impl Env {
             )
             .await
             .unwrap();
+            if self.dra
+                && let Some(slice) = muster_e2e::dra::resource_slice(
+                    &node_info(n),
+                    muster_e2e::dra::DriverVersion::default(),
+                )
+            {
+                Api::<ResourceSlice>::all(self.client.clone())
+                    .create(&PostParams::default(), &slice)
+                    .await
+                    .unwrap();
+            }
         }
     }
 
@@ -228,6 +289,75 @@ impl Env {
             .iter()
             .flatten()
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    /// The GPUs (UUIDs) a pod's containers are given, as the user would find them: in `env`
+    /// mode its `NVIDIA_VISIBLE_DEVICES`; in `dra` mode the devices allocated to the claim
+    /// it references (waiting, up to 20 s, for kube-scheduler to allocate it), looked up in
+    /// the driver's ResourceSlices. A pod without GPUs has none.
+    pub async fn visible_gpus(&self, pod: &Pod) -> Vec<String> {
+        use muster_operator::controller::dra;
+        if !self.dra {
+            let v = Env::env(pod)
+                .get("NVIDIA_VISIBLE_DEVICES")
+                .cloned()
+                .unwrap_or_default();
+            return if v.is_empty() || v == "void" {
+                Vec::new()
+            } else {
+                v.split(',').map(str::to_string).collect()
+            };
+        }
+        assert!(
+            !Env::env(pod).contains_key("NVIDIA_VISIBLE_DEVICES")
+                || Env::env(pod)["NVIDIA_VISIBLE_DEVICES"] == "void",
+            "dra mode sets no GPU variable by hand: {}",
+            pod.name_any()
+        );
+        let Some(claim) = dra::pod_claim(pod).map(str::to_string) else {
+            return Vec::new();
+        };
+        let ns = pod.namespace().unwrap_or_default();
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &ns);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let devices = loop {
+            let c = claims.get(&claim).await.unwrap();
+            let d: Vec<(String, String)> = c
+                .status
+                .iter()
+                .flat_map(|s| &s.allocation)
+                .flat_map(|a| &a.devices)
+                .flat_map(|d| &d.results)
+                .map(|r| (r.pool.clone(), r.device.clone()))
+                .collect();
+            if !d.is_empty() {
+                break d;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "claim {claim} of pod {} was never allocated",
+                pod.name_any()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let slices = Api::<ResourceSlice>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap();
+        devices
+            .iter()
+            .map(|(pool, dev)| {
+                slices
+                    .items
+                    .iter()
+                    .filter(|s| &s.spec.pool.name == pool)
+                    .flat_map(|s| &s.spec.devices)
+                    .find(|d| &d.name == dev)
+                    .and_then(|d| d.attributes.get("uuid"))
+                    .and_then(|a| a.string.clone())
+                    .unwrap_or_default()
+            })
             .collect()
     }
 
@@ -325,6 +455,16 @@ impl Env {
             if !ready.get(&node).copied().unwrap_or(false) {
                 continue;
             }
+            // With the scheduler stand-in (DRA), a pod runs once it is bound: its claims are
+            // then allocated and reserved for it.
+            if self.scheduler.is_some()
+                && p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_none_or(str::is_empty)
+            {
+                continue;
+            }
             let phase = p.status.as_ref().and_then(|s| s.phase.clone());
             let ann = p.annotations();
             match phase.as_deref() {
@@ -380,6 +520,31 @@ impl Env {
     }
 }
 
+/// The GPUs of a [`NodeDef`] as the simulated NVIDIA DRA driver publishes them (the UUIDs,
+/// model and NUMA nodes of its GpuNode).
+pub fn node_info(n: &NodeDef<'_>) -> muster_operator::core::cluster_spec::NodeInfo {
+    use muster_operator::core::cluster_spec::{GpuInfo, NodeInfo};
+    NodeInfo {
+        name: n.name.to_string(),
+        labels: Default::default(),
+        cpu_millis: 224_000,
+        memory_mib: 2 << 20,
+        taints: vec![],
+        gpus: (0..n.gpus)
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-{}-{i}", n.name),
+                model: n.model.unwrap_or("NVIDIA H100 80GB HBM3").to_string(),
+                memory_mib: 81559,
+                numa_node: Some((i / 4) as i32),
+                nvlink_peers: vec![],
+                pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + i * 0x20),
+            })
+            .collect(),
+        topology: vec![],
+    }
+}
+
 /// A BatchJob manifest running `runtime` seconds.
 pub fn batchjob(name: &str, spec: serde_json::Value, runtime: u32) -> serde_json::Value {
     let mut spec = spec;
@@ -428,6 +593,9 @@ impl Env {
     /// happened between the two lists), so the check sees one instant of the cluster.
     pub async fn check_no_double_gpu(&self) -> Result<(), String> {
         use muster_operator::controller::plan::PodObs;
+        if self.dra {
+            self.check_claims().await?;
+        }
         let (jobs, pods) = self.consistent_view().await?;
         let mut holders: BTreeMap<(String, u32), std::collections::BTreeSet<(String, u32)>> =
             BTreeMap::new();
@@ -501,6 +669,76 @@ impl Env {
                     .collect();
                 return Err(format!(
                     "GPU {k:?} held by {h:?}: {who:#?} pods {pods_on:#?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// In DRA mode: no device is allocated to two claims, and every bound, running pod that
+    /// references a claim has exactly the GPUs (by UUID) its allocation records.
+    pub async fn check_claims(&self) -> Result<(), String> {
+        use muster_operator::controller::dra;
+        let claims = Api::<ResourceClaim>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let slices = Api::<ResourceSlice>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut uuid_of: BTreeMap<(String, String), String> = BTreeMap::new();
+        for s in &slices.items {
+            for d in &s.spec.devices {
+                if let Some(u) = d.attributes.get("uuid").and_then(|a| a.string.clone()) {
+                    uuid_of.insert((s.spec.pool.name.clone(), d.name.clone()), u);
+                }
+            }
+        }
+        let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
+        let mut got: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for c in &claims.items {
+            let key = (c.namespace().unwrap_or_default(), c.name_any());
+            for r in c
+                .status
+                .iter()
+                .flat_map(|s| &s.allocation)
+                .flat_map(|a| &a.devices)
+                .flat_map(|d| &d.results)
+            {
+                let dev = (r.pool.clone(), r.device.clone());
+                if let Some(o) = owner.insert(dev.clone(), key.1.clone()) {
+                    return Err(format!(
+                        "device {dev:?} allocated to claims {o} and {}",
+                        key.1
+                    ));
+                }
+                got.entry(key.clone())
+                    .or_default()
+                    .push(uuid_of.get(&dev).cloned().unwrap_or_default());
+            }
+        }
+        let pods = Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().labels(labels::BATCHJOB))
+            .await
+            .map_err(|e| e.to_string())?;
+        for p in &pods.items {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let (Some(c), true) = (dra::pod_claim(p), running) else {
+                continue;
+            };
+            let a = muster_operator::controller::pods::pod_allocation(p).unwrap_or_default();
+            let mut want = a.gpu_uuids.clone();
+            want.sort();
+            let mut have = got
+                .get(&(p.namespace().unwrap_or_default(), c.to_string()))
+                .cloned()
+                .unwrap_or_default();
+            have.sort();
+            if want != have {
+                return Err(format!(
+                    "running pod {} has GPUs {have:?} through claim {c}, its allocation says {want:?}",
+                    p.name_any()
                 ));
             }
         }

@@ -41,10 +41,11 @@ use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, GpuBinding, GpuBindingMode};
 
 pub use api::{
-    AllocationResult, CelDeviceSelector, Device, DeviceAttribute, DeviceCapacity, DeviceClaim,
-    DeviceClass, DeviceClassSpec, DeviceRequest, DeviceRequestAllocationResult, DeviceSelector,
-    ExactDeviceRequest, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimSpec,
-    ResourceClaimStatus, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    AllocationResult, CelDeviceSelector, Device, DeviceAllocationResult, DeviceAttribute,
+    DeviceCapacity, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceRequest,
+    DeviceRequestAllocationResult, DeviceSelector, ExactDeviceRequest, ResourceClaim,
+    ResourceClaimConsumerReference, ResourceClaimSpec, ResourceClaimStatus, ResourcePool,
+    ResourceSlice, ResourceSliceSpec,
 };
 
 /// The NVIDIA DRA driver's name: the driver of its ResourceSlices and the domain of its
