@@ -57,6 +57,11 @@ pub struct SandboxArgs {
     /// `muster-operator` against the kubeconfig instead).
     #[arg(long)]
     pub no_operator: bool,
+
+    /// Serve Dynamic Resource Allocation (`resource.k8s.io/v1`) with the NVIDIA DRA driver
+    /// installed: partitions bind GPUs by ResourceClaims (`kubectl get resourceclaims`).
+    #[arg(long)]
+    pub dra: bool,
 }
 
 /// Namespace of the sandbox operator's Lease and counters, as the chart's default.
@@ -102,6 +107,9 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
     let spec = read_spec(args, &io.cwd)?;
     let path = io.cwd.join(&args.write_kubeconfig);
     let mut opts = TestClusterOptions::new(spec.clone()).speed(args.speed);
+    if args.dra {
+        opts = opts.with_dra(true);
+    }
     opts.kubeconfig = Some(path.clone());
     // The kubeconfig's user is you (`$USER`), as the API server authenticates you: jobs record
     // it as their submitter; `kubectl --as=someone` acts as someone else.

@@ -457,15 +457,21 @@ async fn one_default_partition_and_full_columns() {
             .await
             .unwrap();
         assert!(ok, "{err}");
-        // NAME STATE DEFAULT TIER READY NODES GPUS ALLOC PENDING RUNNING AGE
+        // NAME STATE DEFAULT TIER READY BINDING NODES GPUS ALLOC PENDING RUNNING AGE
         let rows: Vec<Vec<&str>> = out
             .lines()
             .map(|l| l.split_whitespace().collect())
             .collect();
-        let full = rows.len() == 2 && rows.iter().all(|r| r.len() == 11 && !r.contains(&"<none>"));
+        let full = rows.len() == 2 && rows.iter().all(|r| r.len() == 12 && !r.contains(&"<none>"));
         if full {
             let plain = rows.iter().find(|r| r[0] == "plain").unwrap();
             assert_eq!(&plain[1..5], ["Up", "false", "0", "Up"]);
+            let binding = if muster_e2e::cluster::dra_from_env() {
+                "dra"
+            } else {
+                "env"
+            };
+            assert_eq!(plain[5], binding, "{out}");
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "{out}");

@@ -654,6 +654,16 @@ fn operator_cluster_perms() -> BTreeSet<Perm> {
         ("", "nodes", &["list", "watch"], "*"),
         ("", "events", &["create", "patch"], "*"),
         (
+            "resource.k8s.io",
+            "resourceclaims",
+            &["list", "watch", "create", "delete"],
+            "*",
+        ),
+        ("resource.k8s.io", "resourceslices", &["list", "watch"], "*"),
+        ("resource.k8s.io", "deviceclasses", &["list", "watch"], "*"),
+        ("scheduling.k8s.io", "workloads", &["create", "delete"], "*"),
+        ("scheduling.k8s.io", "podgroups", &["create", "delete"], "*"),
+        (
             "authentication.k8s.io",
             "selfsubjectreviews",
             &["create"],

@@ -430,6 +430,22 @@ fn create_pod(user: &str, object: Value) -> Req {
 
 const USER: &str = "alice@example.com";
 
+/// A pod referencing ResourceClaims by name.
+fn with_claims(names: &[&str]) -> Value {
+    let mut p = pod(
+        "ml",
+        "default",
+        json!([container("c", vec![])]),
+        Value::Null,
+    );
+    p["spec"]["resourceClaims"] = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| json!({"name": format!("c{i}"), "resourceClaimName": n}))
+        .collect();
+    p
+}
+
 #[test]
 fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
     let Some(r) = render(json!({})) else { return };
@@ -660,6 +676,24 @@ fn gpu_binding_policy_lets_only_the_operator_choose_gpus() {
                     Value::Null,
                 ),
             ),
+            true,
+            "",
+        ),
+        (
+            "a user's pod borrowing a task pod's ResourceClaim",
+            create_pod(USER, with_claims(&["train-0-gpus"])),
+            false,
+            "resource claim train-0-gpus is a Muster task claim",
+        ),
+        (
+            "the operator's task pod with its claim",
+            create_pod(OPERATOR, with_claims(&["train-0-gpus"])),
+            true,
+            "",
+        ),
+        (
+            "a user's pod with a claim of its own",
+            create_pod(USER, with_claims(&["my-a100"])),
             true,
             "",
         ),

@@ -17,6 +17,12 @@
 //! 3. 1,432 more 32-pod CPU-only gangs, to 50,024 task pods: operator RSS;
 //!
 //! It also reports API writes per job by kind (from the operator's own `muster_api_writes_total`).
+//!
+//! Each figure is measured twice, on two fresh control planes: GPU binding by
+//! `NVIDIA_VISIBLE_DEVICES` (`env`: the server does not serve `resource.k8s.io`) and by
+//! ResourceClaims (`dra`: the server serves `resource.k8s.io/v1`, every node publishes the
+//! NVIDIA DRA driver's ResourceSlice, a claim per GPU pod). `MUSTER_E2E_BINDING=env|dra` runs
+//! one of them only.
 
 mod operator_support;
 
@@ -222,9 +228,27 @@ async fn operator_benchmark() {
         "{} not found (set MUSTER_OPERATOR_BIN to the operator binary)",
         bin.display()
     );
-    let server = ApiServer::start(ApiServerOptions::default().with_muster_crds())
-        .await
-        .unwrap();
+    let modes: Vec<bool> = match std::env::var(muster_e2e::cluster::BINDING_ENV) {
+        Ok(_) => vec![muster_e2e::cluster::dra_from_env()],
+        Err(_) => vec![false, true],
+    };
+    for dra in modes {
+        println!(
+            "=== GPU binding: {} ===",
+            if dra {
+                "dra (ResourceClaims)"
+            } else {
+                "env (NVIDIA_VISIBLE_DEVICES)"
+            }
+        );
+        bench(&bin, dra).await;
+    }
+}
+
+async fn bench(bin: &std::path::Path, dra: bool) {
+    let mut opts = ApiServerOptions::default().with_muster_crds();
+    opts.features.dra = dra;
+    let server = ApiServer::start(opts).await.unwrap();
     server.set_watch_window(200_000);
     let client = server.client();
     let ns: Namespace = serde_json::from_value(
@@ -297,6 +321,35 @@ async fn operator_benchmark() {
             }
         })
         .await;
+    if dra {
+        // The NVIDIA DRA driver: its DeviceClass and each node's slice (the GpuNodes' UUIDs).
+        use muster_operator::core::cluster_spec::{GpuInfo, NodeInfo};
+        let infos: Vec<NodeInfo> = names
+            .iter()
+            .map(|n| NodeInfo {
+                name: n.clone(),
+                labels: Default::default(),
+                cpu_millis: 224_000,
+                memory_mib: 2 << 20,
+                taints: vec![],
+                gpus: (0..8)
+                    .map(|i| GpuInfo {
+                        index: i,
+                        uuid: format!("GPU-{n}-{i}"),
+                        model: "NVIDIA H100 80GB HBM3".into(),
+                        memory_mib: 81559,
+                        numa_node: Some((i / 4) as i32),
+                        nvlink_peers: vec![],
+                        pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + i * 0x10),
+                    })
+                    .collect(),
+                topology: vec![],
+            })
+            .collect();
+        muster_e2e::dra::publish(&client, &infos, Default::default(), 64)
+            .await
+            .unwrap();
+    }
     let p: Partition = serde_json::from_value(json!({"apiVersion": "muster.dev/v1alpha1",
         "kind": "Partition", "metadata": {"name": "gpu"},
         "spec": {"default": true, "defaultImage": "nvcr.io/nvidia/pytorch:24.01-py3",
@@ -326,9 +379,9 @@ async fn operator_benchmark() {
     create_many(&jobs, singles, 64).await;
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
     server.write_kubeconfig(kubeconfig.path()).unwrap();
-    let port = 18000 + (std::process::id() % 1000) as u16;
+    let port = 18000 + (std::process::id() % 1000) as u16 * 2 + u16::from(dra);
     let t_start = Instant::now();
-    let child = Command::new(&bin)
+    let child = Command::new(bin)
         .args([
             "--namespace",
             "muster-system",
@@ -377,6 +430,14 @@ async fn operator_benchmark() {
         total1 / 1000.0,
         total1 / 1000.0 - 1.0
     );
+    if dra {
+        let claims = Api::<muster_operator::controller::dra::ResourceClaim>::all(client.clone())
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        println!("  ResourceClaims in the API: {claims}");
+    }
 
     // 2. 100 gangs of 32 pods.
     let gangs: Vec<BatchJob> = (0..100)

@@ -91,7 +91,11 @@ async fn claims_are_allocated_by_their_selectors_and_released_with_their_pods() 
     let alloc = got.status.as_ref().unwrap().allocation.clone().unwrap();
     let results = alloc.devices.unwrap().results;
     assert_eq!(results.len(), 2);
-    assert!(results.iter().all(|r| r.pool == node && r.driver == "gpu.nvidia.com"));
+    assert!(
+        results
+            .iter()
+            .all(|r| r.pool == node && r.driver == "gpu.nvidia.com")
+    );
     let sel = serde_json::to_value(alloc.node_selector.unwrap()).unwrap();
     assert_eq!(
         sel["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
@@ -134,7 +138,11 @@ async fn claims_are_allocated_by_their_selectors_and_released_with_their_pods() 
     claims
         .create(
             &PostParams::default(),
-            &claim("typo", 1, r#"device.attributes["gpu.nvidia.com"].noSuchAttribute == "x""#),
+            &claim(
+                "typo",
+                1,
+                r#"device.attributes["gpu.nvidia.com"].noSuchAttribute == "x""#,
+            ),
         )
         .await
         .unwrap();
@@ -165,7 +173,10 @@ async fn claims_are_allocated_by_their_selectors_and_released_with_their_pods() 
         })
     })
     .await;
-    claims.delete("two", &DeleteParams::default()).await.unwrap();
+    claims
+        .delete("two", &DeleteParams::default())
+        .await
+        .unwrap();
     wait(&claims, "two", "gone", timeout(&c, 10), |cl| cl.is_none()).await;
     cleanup(&c, &ns).await;
 }
