@@ -43,10 +43,10 @@ pub async fn discover(client: &Client) -> Result<Capabilities, kube::Error> {
     let mut served: Vec<(String, Vec<String>)> = Vec::new();
     if let Some(g) = groups.groups.iter().find(|g| g.name == super::gang::GROUP) {
         for v in &g.versions {
-            if v.version.starts_with("v1alpha") {
-                if let Some(r) = resources(client, &v.group_version).await? {
-                    served.push((v.version.clone(), r));
-                }
+            if v.version.starts_with("v1alpha")
+                && let Some(r) = resources(client, &v.group_version).await?
+            {
+                served.push((v.version.clone(), r));
             }
         }
     }

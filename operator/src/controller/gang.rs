@@ -214,8 +214,10 @@ mod tests {
         assert_eq!(w["spec"]["podGroups"][0]["name"], "gang");
         assert_eq!(w["spec"]["podGroups"][0]["policy"]["gang"]["minCount"], 4);
         assert_eq!(w["spec"]["controllerRef"]["kind"], "BatchJob");
-        let mut pod = Pod::default();
-        pod.spec = Some(Default::default());
+        let pod = Pod {
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
         let v = pod_json(&pod, Some(&g)).unwrap();
         assert_eq!(v["spec"]["workloadRef"]["name"], "train-a2");
         assert_eq!(v["spec"]["workloadRef"]["podGroup"], "gang");
@@ -232,8 +234,10 @@ mod tests {
         assert_eq!(p["apiVersion"], "scheduling.k8s.io/v1alpha2");
         assert_eq!(p["kind"], "PodGroup");
         assert_eq!(p["spec"]["schedulingPolicy"]["gang"]["minCount"], 3);
-        let mut pod = Pod::default();
-        pod.spec = Some(Default::default());
+        let pod = Pod {
+            spec: Some(Default::default()),
+            ..Default::default()
+        };
         let v = pod_json(&pod, Some(&g)).unwrap();
         assert_eq!(v["spec"]["schedulingGroup"]["podGroupName"], "train-a1");
         assert!(

@@ -221,6 +221,10 @@ pub fn node_gpus(mine: &[&SliceObs]) -> Option<Vec<SliceGpu>> {
     Some(out.into_values().collect())
 }
 
+/// A node's GPUs for the core, their links (by position; empty: derived by the core) and each
+/// GPU's `(pool, device)`.
+pub type CoreGpus = (Vec<core::Gpu>, Vec<Vec<Link>>, Vec<(String, String)>);
+
 /// A node's GPUs for the core from the driver's slices, joined by UUID with the node agent's
 /// GpuNode (NVML index, NUMA, NVLink peers, health, `nvidia-smi topo` matrix), and the
 /// `(pool, device)` of each, by position. A GPU the driver publishes and the GpuNode does not
@@ -228,7 +232,7 @@ pub fn node_gpus(mine: &[&SliceObs]) -> Option<Vec<SliceGpu>> {
 pub fn core_gpus(
     published: &[SliceGpu],
     agent: Option<&GpuNodeStatus>,
-) -> (Vec<core::Gpu>, Vec<Vec<Link>>, Vec<(String, String)>) {
+) -> CoreGpus {
     let by_uuid: HashMap<&str, &muster_crds::v1alpha1::GpuInfo> = agent
         .map(|a| a.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect())
         .unwrap_or_default();
