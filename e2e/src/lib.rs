@@ -9,6 +9,7 @@
 pub mod apiserver;
 pub mod clock;
 pub mod cluster;
+pub mod exec;
 pub mod kubelet;
 pub mod nodes;
 pub mod quantity;
