@@ -14,5 +14,6 @@ pub mod kubelet;
 pub mod nodes;
 pub mod quantity;
 pub mod scheduler;
+pub mod stepjob;
 
 pub use cluster::{TestCluster, TestClusterOptions};

@@ -91,10 +91,11 @@ impl Job {
             }
             Ok(c)
         };
-        let tasks = match env.get("SLURM_TASKS_PER_NODE") {
-            Some(v) => counts("SLURM_TASKS_PER_NODE", &v)?,
-            None => vec![1; n],
-        };
+        // Inside a step SLURM_TASKS_PER_NODE is the step's (srun sets it): only the job-wide
+        // SLURM_JOB_CPUS_PER_NODE describes the allocation there.
+        let tasks = env
+            .get("SLURM_TASKS_PER_NODE")
+            .and_then(|v| counts("SLURM_TASKS_PER_NODE", &v).ok());
         let cpus = match env.get("SLURM_JOB_CPUS_PER_NODE") {
             Some(v) => counts("SLURM_JOB_CPUS_PER_NODE", &v)?,
             None => {
@@ -103,9 +104,20 @@ impl Job {
                     .and_then(|c| c.parse::<u32>().ok())
                     .unwrap_or(1)
                     .max(1);
-                tasks.iter().map(|t| t.max(&1) * cpt).collect()
+                match &tasks {
+                    Some(t) => t.iter().map(|t| t.max(&1) * cpt).collect(),
+                    None => match env.get("SLURM_TASKS_PER_NODE") {
+                        Some(v) => {
+                            return Err(counts("SLURM_TASKS_PER_NODE", &v)
+                                .err()
+                                .unwrap_or_default());
+                        }
+                        None => vec![cpt; n],
+                    },
+                }
             }
         };
+        let tasks = tasks.unwrap_or_else(|| vec![1; n]);
         let port = match env.get("MUSTER_STEP_PORT") {
             Some(p) => p
                 .parse::<u16>()

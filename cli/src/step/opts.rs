@@ -70,7 +70,7 @@ struct Cli {
     #[arg(short = 'l', long = "label")]
     label: bool,
     /// End the step when a task exits non-zero.
-    #[arg(short = 'K', long = "kill-on-bad-exit", value_name = "0|1", num_args = 0..=1, default_missing_value = "1")]
+    #[arg(short = 'K', long = "kill-on-bad-exit", value_name = "0|1", num_args = 0..=1, require_equals = true, default_missing_value = "1")]
     kill_on_bad_exit: Option<String>,
     /// MPI type (none).
     #[arg(long = "mpi", value_name = "TYPE")]
@@ -475,6 +475,12 @@ mod tests {
     #[test]
     fn short_clusters_attached_values_and_prefixes_work() {
         let o = run("-lK -n4 --ntasks-per=2 -c 2 hostname -f", &env(&[]));
+        assert!(run("-K bash -c true", &env(&[])).kill_on_bad_exit);
+        assert_eq!(
+            run("-K bash -c true", &env(&[])).command,
+            ["bash", "-c", "true"]
+        );
+        assert!(!run("--kill-on-bad-exit=0 true", &env(&[])).kill_on_bad_exit);
         assert!(o.label && o.kill_on_bad_exit);
         assert_eq!(o.request.ntasks, Some(4));
         assert_eq!(o.request.ntasks_per_node, Some(2));

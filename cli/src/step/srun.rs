@@ -3,6 +3,12 @@
 //! `-l` labels), stdin and signals, and exits as Slurm's srun does — the highest task exit
 //! code, or 128 + the highest signal when a task was killed — printing Slurm's messages
 //! (`srun: error: n002: tasks 2-3: Exited with exit code 1`).
+//!
+//! Signals to srun do what they do to Slurm's: SIGTERM, SIGHUP and SIGQUIT end the step
+//! (SIGKILL to every task: "srun: forcing job termination"), a first SIGINT prints the
+//! tasks' state and a second within a second forwards it, SIGCONT is noted, and SIGUSR1,
+//! SIGUSR2 and the others are forwarded to every task. SIGKILL cannot be caught: the daemons
+//! see srun's connection drop and kill its tasks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -372,6 +378,7 @@ async fn run(o: Opts) -> i32 {
     let mut terminating = false;
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut stdin_open = o.input != Input::None;
+    let mut last_intr: Option<tokio::time::Instant> = None;
     let kill_wait = Duration::from_secs_f64(
         std::env::var("MUSTER_STEP_KILL_WAIT")
             .ok()
@@ -435,9 +442,42 @@ async fn run(o: Opts) -> i32 {
                 }
             }
             sig = sigs.next() => {
-                for (i, s) in senders.iter_mut().enumerate() {
-                    if !done[i] && let Some(s) = s {
-                        let _ = s.send(&Msg::Signal { sig }).await;
+                // What srun's signal thread does (srun_job.c `_srun_signal_mgr`).
+                let fwd = match sig {
+                    libc::SIGINT => {
+                        let now = tokio::time::Instant::now();
+                        if last_intr.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+                            eprintln!("srun: sending Ctrl-C to StepId={}.{step_id}", job.id);
+                            Some(libc::SIGINT)
+                        } else {
+                            last_intr = Some(now);
+                            eprintln!("srun: interrupt (one more within 1 sec to abort)");
+                            let running: Vec<u32> = (0..layout.total()).filter(|r| !statuses.contains_key(r)).collect();
+                            if !running.is_empty() {
+                                eprintln!("srun: StepId={}.{step_id} {} {}: running", job.id,
+                                    if running.len() == 1 { "task" } else { "tasks" }, ranges(&running));
+                            }
+                            None
+                        }
+                    }
+                    libc::SIGTERM | libc::SIGHUP | libc::SIGQUIT => {
+                        if sig == libc::SIGQUIT {
+                            eprintln!("srun: Quit");
+                        }
+                        eprintln!("srun: forcing job termination");
+                        Some(libc::SIGKILL)
+                    }
+                    libc::SIGCONT => {
+                        eprintln!("srun: got SIGCONT");
+                        None
+                    }
+                    other => Some(other),
+                };
+                if let Some(f) = fwd {
+                    for (i, s) in senders.iter_mut().enumerate() {
+                        if !done[i] && let Some(s) = s {
+                            let _ = s.send(&Msg::Signal { sig: f }).await;
+                        }
                     }
                 }
             }
@@ -529,6 +569,11 @@ impl Signals {
             libc::SIGUSR1,
             libc::SIGUSR2,
             libc::SIGCONT,
+            libc::SIGALRM,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+            libc::SIGWINCH,
         ] {
             if let Ok(s) = signal(SignalKind::from_raw(n)) {
                 streams.push((n, s));

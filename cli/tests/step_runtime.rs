@@ -1,0 +1,469 @@
+//! The step runtime on the test control plane in exec mode: node pods as the operator will
+//! create them (one per node, the batch script on the first), `srun` steps across them,
+//! compared with what real Slurm 22.05 prints for the same scripts.
+
+mod step_support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, DeleteParams, PostParams};
+use muster_e2e::stepjob::StepJob;
+use serde_json::json;
+use step_support::*;
+
+/// Open MPI refuses to run as root without these (MPI images set them the same way).
+fn ompi_root_env() -> Vec<(String, String)> {
+    vec![
+        ("OMPI_ALLOW_RUN_AS_ROOT".into(), "1".into()),
+        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM".into(), "1".into()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srun_hostname_runs_every_task_on_its_node() {
+    let env = start().await;
+    let ns = env.namespace("hostname").await;
+    let job = StepJob::new("job", &ns, env.nodes(2, 2, 0), "srun hostname; echo rc=$?");
+    let (code, log) = env.run(&job, 60).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        sorted(&log),
+        ["job-0", "job-0", "job-1", "job-1", "rc=0"],
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srun_gives_gres_tasks_every_gpu_and_gpus_per_task_tasks_their_own() {
+    let env = start().await;
+    let ns = env.namespace("gpus").await;
+    let script = "srun -l printenv SLURM_PROCID SLURM_LOCALID CUDA_VISIBLE_DEVICES; echo rc=$?";
+    // --gres=gpu:4 --ntasks-per-node=2: every task sees its node's four GPUs.
+    let gres = StepJob::new("gres", &ns, env.nodes(2, 2, 4), script);
+    let (code, log) = env.run(&gres, 60).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        sorted(&log),
+        [
+            "0: 0",
+            "0: 0",
+            "0: 0,1,2,3",
+            "1: 0,1,2,3",
+            "1: 1",
+            "1: 1",
+            "2: 0",
+            "2: 0,1,2,3",
+            "2: 2",
+            "3: 0,1,2,3",
+            "3: 1",
+            "3: 3",
+            "rc=0"
+        ],
+        "{log}"
+    );
+    // --gpus-per-task=1 (seed 001): each task sees one distinct GPU of its node.
+    let mut per_task = StepJob::new("pertask", &ns, env.nodes(2, 2, 2), script);
+    per_task.gpus_per_task = Some(1);
+    let (code, log) = env.run(&per_task, 60).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        sorted(&log),
+        [
+            "0: 0", "0: 0", "0: 0", "1: 1", "1: 1", "1: 1", "2: 0", "2: 0", "2: 2", "3: 1", "3: 1",
+            "3: 3", "rc=0"
+        ],
+        "{log}"
+    );
+    // The seed's own script (`srun nvidia-smi` there): one line per task with its GPU.
+    let seed = include_str!("scripts/howto/gpus_per_task.sh").replace(
+        "srun nvidia-smi",
+        "srun bash -c 'echo task $SLURM_PROCID on $(hostname) sees GPU $CUDA_VISIBLE_DEVICES of $SLURM_JOB_GPUS'",
+    );
+    let mut seed_job = StepJob::new("seed", &ns, env.nodes(2, 2, 2), &seed);
+    seed_job.gpus_per_task = Some(1);
+    let (code, log) = env.run(&seed_job, 60).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        sorted(&log),
+        [
+            "task 0 on seed-0 sees GPU 0 of 0,1",
+            "task 1 on seed-0 sees GPU 1 of 0,1",
+            "task 2 on seed-1 sees GPU 0 of 0,1",
+            "task 3 on seed-1 sees GPU 1 of 0,1"
+        ],
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_addr_from_the_nodelist_is_a_working_rendezvous() {
+    let env = start().await;
+    let ns = env.namespace("master").await;
+    // Rank 0 listens on MASTER_ADDR; every other rank connects to it by that name, as
+    // torch.distributed's TCP store does.
+    let script = r#"
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+export MASTER_PORT=29500
+echo "master=$MASTER_ADDR"
+srun python3 -c '
+import os, socket, time
+rank, n = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
+addr = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+if rank == 0:
+    s = socket.create_server(addr)
+    got = sorted(int(s.accept()[0].recv(16)) for _ in range(n - 1))
+    print("rank 0 heard from", got, flush=True)
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection(addr); break
+        except OSError:
+            time.sleep(0.05)
+    c.sendall(str(rank).encode())
+'
+echo rc=$?
+"#;
+    let job = StepJob::new("rdzv", &ns, env.nodes(2, 2, 0), script);
+    let (code, log) = env.run(&job, 60).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(log, "master=rdzv-0\nrank 0 heard from [1, 2, 3]\nrc=0\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpirun_and_an_mpi_program_run_through_srun_without_ssh() {
+    let env = start().await;
+    let ns = env.namespace("mpi").await;
+    // Build the MPI program on the host; pods mount it with a hostPath volume.
+    let build = tempfile::Builder::new()
+        .prefix("muster-mpi-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let out = std::process::Command::new("mpicc")
+        .args(["-O1", "-o"])
+        .arg(build.path().join("ring"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/step_oracle/ring.c"
+        ))
+        .output()
+        .expect("mpicc (libopenmpi-dev) is installed");
+    assert!(
+        out.status.success(),
+        "mpicc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = r#"
+echo "== hostname"
+mpirun -np 4 hostname
+echo "rc=$?"
+echo "== ring"
+mpirun -np 4 /opt/mpi/ring
+echo "rc=$?"
+echo "== no ssh"
+test -z "$(command -v ssh)" -o -n "$OMPI_MCA_plm_rsh_agent" || true
+echo "plm=$(ompi_info --parsable --param plm all 2>/dev/null | grep -c slurm)"
+"#;
+    let mut job = StepJob::new("mpi", &ns, env.nodes(2, 2, 0), script);
+    job.env = ompi_root_env();
+    job.volumes = vec![(
+        json!({"name": "mpi", "hostPath": {"path": build.path(), "type": "Directory"}}),
+        json!({"name": "mpi", "mountPath": "/opt/mpi", "readOnly": true}),
+    )];
+    let (code, log) = env.run(&job, 120).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        sorted(&section(&log, "hostname")),
+        ["mpi-0", "mpi-0", "mpi-1", "mpi-1", "rc=0"],
+        "{log}"
+    );
+    let ring = sorted(&section(&log, "ring"));
+    assert_eq!(
+        ring,
+        [
+            "rank 0 of 4 on mpi-0: sum=6 token=4",
+            "rank 1 of 4 on mpi-0: sum=6",
+            "rank 2 of 4 on mpi-1: sum=6",
+            "rank 3 of 4 on mpi-1: sum=6",
+            "rc=0"
+        ],
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_task_fails_the_step_and_the_job_with_its_exit_code() {
+    let env = start().await;
+    let ns = env.namespace("failing").await;
+    let script = "srun bash -c 'exit $((SLURM_PROCID + 1))'; rc=$?; echo rc=$rc; exit $rc";
+    let job = StepJob::new("fail", &ns, env.nodes(2, 2, 0), script);
+    env.submit(&job).await;
+    let p = env.finished(&job, "fail-0", 60).await;
+    let log = env.log(&job, "fail-0", "node").await;
+    assert_eq!(
+        exit_code(&p),
+        4,
+        "the batch script's exit code is the job's: {log}"
+    );
+    assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        sorted(&log),
+        [
+            "rc=4",
+            "srun: error: fail-0: task 0: Exited with exit code 1",
+            "srun: error: fail-0: task 1: Exited with exit code 2",
+            "srun: error: fail-1: task 2: Exited with exit code 3",
+            "srun: error: fail-1: task 3: Exited with exit code 4"
+        ],
+        "{log}"
+    );
+    // A task killed by a signal: srun exits 128 + the signal.
+    let script =
+        "srun bash -c 'if [ $SLURM_PROCID = 3 ]; then kill -9 $$; fi; sleep 0.2'; echo rc=$?";
+    let job = StepJob::new("sig", &ns, env.nodes(2, 2, 0), script);
+    let (code, log) = env.run(&job, 60).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        sorted(&log),
+        [
+            "rc=137",
+            "srun: Force Terminated StepId=1.0",
+            "srun: error: sig-1: task 3: Killed"
+        ],
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_reach_every_task_through_srun() {
+    let env = start().await;
+    let ns = env.namespace("signals").await;
+    // SIGUSR1 to srun is forwarded to every task; SIGTERM to srun ends the step.
+    let script = r#"
+srun bash -c 'trap "echo got USR1 on $SLURM_PROCID; exit 0" USR1; echo ready > /dev/null; while true; do sleep 0.05; done' &
+pid=$!
+sleep 1
+kill -USR1 $pid
+wait $pid
+echo "usr1 rc=$?"
+srun bash -c 'while true; do sleep 0.05; done' &
+pid=$!
+sleep 1
+kill -TERM $pid
+wait $pid
+echo "term rc=$?"
+"#;
+    let job = StepJob::new("sig", &ns, env.nodes(2, 2, 0), script);
+    let (code, log) = env.run(&job, 60).await;
+    assert_eq!(code, 0, "{log}");
+    let lines = sorted(&log);
+    for r in 0..4 {
+        assert!(lines.contains(&format!("got USR1 on {r}")), "{log}");
+    }
+    assert!(lines.contains(&"usr1 rc=0".to_string()), "{log}");
+    assert!(
+        lines.contains(&"srun: forcing job termination".to_string()),
+        "{log}"
+    );
+    assert!(
+        lines.contains(&"term rc=137".to_string()),
+        "every task was killed: {log}"
+    );
+    assert!(
+        lines.contains(&"srun: error: sig-0: tasks 0-1: Killed".to_string())
+            || lines.iter().filter(|l| l.contains("Killed")).count() >= 2,
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_job_ends_every_task_on_every_node() {
+    let env = start().await;
+    let ns = env.namespace("cancel").await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.cluster.client(), &ns);
+    pvcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+        "metadata": {"name": "shared"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    // Scancel and the time limit delete the job's pods: every node's daemon gets SIGTERM and
+    // passes it to its tasks and the batch step; task 3 ignores it and is killed after the
+    // kill wait. Each task keeps a heartbeat on the shared claim.
+    let script = r#"
+srun bash -c '
+if [ $SLURM_PROCID = 3 ]; then trap "" TERM; fi
+while true; do date +%s%N > /data/alive-$SLURM_PROCID; sleep 0.05; done'
+"#;
+    let mut job = StepJob::new("cancel", &ns, env.nodes(2, 2, 0), script);
+    job.env = vec![("MUSTER_STEP_KILL_WAIT".into(), "1".into())];
+    job.grace_seconds = 20;
+    job.volumes = vec![(
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}),
+        json!({"name": "data", "mountPath": "/data"}),
+    )];
+    env.submit(&job).await;
+    let pods = env.pods(&job);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = claim_files(&env, &ns, "cat /data/alive-* 2>/dev/null | wc -l").await;
+        if out.trim() == "4" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tasks did not start: {out}\n{}",
+            env.all_logs(&job).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Record how each pod ends (they are deleted right after).
+    let ends = tokio::spawn({
+        let pods = pods.clone();
+        async move {
+            use futures::StreamExt;
+            let mut seen = std::collections::BTreeMap::new();
+            let mut w = pods
+                .watch(&kube::api::WatchParams::default(), "0")
+                .await
+                .unwrap()
+                .boxed();
+            while seen.len() < 2 {
+                let Some(Ok(ev)) = w.next().await else { break };
+                if let kube::api::WatchEvent::Modified(p) | kube::api::WatchEvent::Deleted(p) = ev {
+                    let code = exit_code(&p);
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    if code >= 0 && name.starts_with("cancel-") {
+                        seen.entry(name).or_insert(code);
+                    }
+                }
+            }
+            seen
+        }
+    });
+    let t0 = std::time::Instant::now();
+    for i in 0..2 {
+        pods.delete(&job.pod_name(i), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let ends = tokio::time::timeout(Duration::from_secs(30), ends)
+        .await
+        .expect("pods end")
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "ended after the kill wait, not the grace period: {took:?}"
+    );
+    // The batch step (srun) got SIGTERM and killed its tasks (137), or was killed itself.
+    assert!(matches!(ends["cancel-0"], 137 | 143), "{ends:?}");
+    assert!(matches!(ends["cancel-1"], 0 | 143), "{ends:?}");
+    // No task survives: the heartbeats stop.
+    let a = claim_files(&env, &ns, "cat /data/alive-*").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = claim_files(&env, &ns, "cat /data/alive-*").await;
+    assert_eq!(a, b, "no task is alive after the job ended");
+    assert_eq!(a.lines().count(), 4);
+}
+
+/// The output of `cmd` in a throwaway pod mounting the `shared` claim of `ns` at `/data`.
+async fn claim_files(env: &Env, ns: &str, cmd: &str) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(env.cluster.client(), ns);
+    let name = format!(
+        "ls-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never",
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}],
+            "containers": [{"name": "ls", "image": "busybox", "command": ["sh", "-c", cmd],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let job = StepJob::new("x", ns, Vec::new(), "");
+    env.finished(&job, &name, 30).await;
+    let out = env.log(&job, &name, "ls").await;
+    let _ = pods.delete(&name, &DeleteParams::default()).await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_without_the_jobs_credential_starts_a_process() {
+    let env = start().await;
+    let ns = env.namespace("auth").await;
+    let job = StepJob::new("auth", &ns, env.nodes(2, 1, 0), "sleep 30");
+    env.submit(&job).await;
+    let pods = env.pods(&job);
+    let mut ip = String::new();
+    for _ in 0..300 {
+        if let Some(p) = pods.get_opt("auth-1").await.unwrap()
+            && let Some(i) = p.status.as_ref().and_then(|s| s.pod_ip.clone())
+        {
+            ip = i;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!ip.is_empty());
+    // Another credential (another job's, or a guess) is refused before any request is read.
+    let wrong =
+        muster_cli::step::proto::Credential::from_bytes(b"not-this-jobs-key-not-this-jobs-key")
+            .unwrap();
+    let right = muster_cli::step::proto::Credential::from_bytes(job.key.as_bytes()).unwrap();
+    let addr = format!("{ip}:{}", muster_e2e::stepjob::PORT);
+    let mut refused = None;
+    for _ in 0..100 {
+        match tokio::net::TcpStream::connect(&addr).await {
+            Ok(s) => {
+                refused = Some(
+                    muster_cli::step::proto::Channel::connect(s, &wrong)
+                        .await
+                        .err(),
+                );
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let refused = refused.expect("the daemon listens").expect("refused");
+    assert!(
+        matches!(refused, muster_cli::step::proto::ProtoError::Auth),
+        "{refused}"
+    );
+    // The job's own credential is accepted.
+    let s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut ch = muster_cli::step::proto::Channel::connect(s, &right)
+        .await
+        .unwrap();
+    ch.send(&muster_cli::step::proto::Msg::Ping).await.unwrap();
+    assert_eq!(
+        ch.recv().await.unwrap(),
+        muster_cli::step::proto::Frame::Msg(muster_cli::step::proto::Msg::Pong {
+            node: "auth-1".into()
+        })
+    );
+    let log = env.log(&job, "auth-1", "node").await;
+    assert!(
+        log.contains("refused a connection")
+            && log.contains("does not hold this job's step credential"),
+        "{log}"
+    );
+    for i in 0..2 {
+        pods.delete(&job.pod_name(i), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
