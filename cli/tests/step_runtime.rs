@@ -192,6 +192,48 @@ echo "plm=$(ompi_info --parsable --param plm all 2>/dev/null | grep -c slurm)"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpich_hydra_launches_through_srun() {
+    let env = start().await;
+    let ns = env.namespace("hydra").await;
+    let build = tempfile::Builder::new().prefix("muster-mpich-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = std::process::Command::new("mpicc.mpich")
+        .args(["-O1", "-o"])
+        .arg(build.path().join("ring"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/step_oracle/ring.c"))
+        .output()
+        .expect("mpicc.mpich (libmpich-dev) is installed");
+    assert!(out.status.success(), "mpicc.mpich: {}", String::from_utf8_lossy(&out.stderr));
+    let script = r#"
+echo "== hostname"
+mpiexec.hydra -np 4 hostname
+echo "rc=$?"
+echo "== ring"
+mpiexec.hydra -np 4 /opt/mpi/ring
+echo "rc=$?"
+"#;
+    let mut job = StepJob::new("hydra", &ns, env.nodes(2, 2, 0), script);
+    job.env = vec![("UCX_TLS".into(), "tcp,self".into())];
+    job.volumes = vec![(
+        json!({"name": "mpi", "hostPath": {"path": build.path(), "type": "Directory"}}),
+        json!({"name": "mpi", "mountPath": "/opt/mpi", "readOnly": true}),
+    )];
+    let (code, log) = env.run(&job, 120).await;
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(sorted(&section(&log, "hostname")), ["hydra-0", "hydra-0", "hydra-1", "hydra-1", "rc=0"], "{log}");
+    assert_eq!(
+        sorted(&section(&log, "ring")),
+        [
+            "rank 0 of 4 on hydra-0: sum=6 token=4",
+            "rank 1 of 4 on hydra-0: sum=6",
+            "rank 2 of 4 on hydra-1: sum=6",
+            "rank 3 of 4 on hydra-1: sum=6",
+            "rc=0"
+        ],
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_task_fails_the_step_and_the_job_with_its_exit_code() {
     let env = start().await;
     let ns = env.namespace("failing").await;

@@ -149,6 +149,7 @@ struct Simulated {
     server: ApiServer,
     scheduler: Option<Scheduler>,
     kubelet: Option<Kubelet>,
+    exec: bool,
 }
 
 /// A running test cluster (simulated or real); dropping it stops the simulated one.
@@ -275,6 +276,7 @@ impl TestCluster {
                 server,
                 scheduler,
                 kubelet,
+                exec: opts.exec.is_some(),
             }),
             node_commands: NodeCommands::default(),
         })
@@ -428,6 +430,11 @@ impl TestCluster {
         exit_code: u8,
     ) -> Result<(), ClusterError> {
         self.kubelet("finish_pod")?;
+        if self.sim.as_ref().is_some_and(|s| s.exec) {
+            return Err(ClusterError::Unsupported(
+                "finish_pod: in exec mode containers exit when their processes do".into(),
+            ));
+        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"metadata": {"annotations": {
             kubelet::RUN_SECONDS: "0",
