@@ -12,8 +12,8 @@ use kube::Api;
 use kube::api::PostParams;
 use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{Partition, PartitionSpec};
-use muster_e2e::kubelet::{ENV_EXIT_CODE, ENV_RUN_SECONDS, EXIT_CODE, RUN_SECONDS};
 use muster_e2e::exec::ExecOptions;
+use muster_e2e::kubelet::{ENV_EXIT_CODE, ENV_RUN_SECONDS, EXIT_CODE, RUN_SECONDS};
 use muster_e2e::{TestCluster, TestClusterOptions};
 use muster_operator::core::cluster_spec::ClusterSpec;
 
@@ -474,7 +474,11 @@ mod tests {
         let mut st = None;
         for _ in 0..300 {
             st = jobs.get("real").await.unwrap().status;
-            if st.as_ref().and_then(|s| s.state.clone()).is_some_and(|s| s == JobState::Failed) {
+            if st
+                .as_ref()
+                .and_then(|s| s.state.clone())
+                .is_some_and(|s| s == JobState::Failed)
+            {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -483,7 +487,11 @@ mod tests {
         assert_eq!(st.state, Some(JobState::Failed), "{st:?}");
         assert_eq!(st.exit_code, Some(3), "the script really ran: {st:?}");
         s.stop().await;
-        let e = start_in(dir.path(), &["--exec", "--step-binary", "missing"]).await.0.err().unwrap();
+        let e = start_in(dir.path(), &["--exec", "--step-binary", "missing"])
+            .await
+            .0
+            .err()
+            .unwrap();
         assert!(format!("{e:#}").contains("muster-step"), "{e:#}");
     }
 

@@ -195,14 +195,24 @@ echo "plm=$(ompi_info --parsable --param plm all 2>/dev/null | grep -c slurm)"
 async fn mpich_hydra_launches_through_srun() {
     let env = start().await;
     let ns = env.namespace("hydra").await;
-    let build = tempfile::Builder::new().prefix("muster-mpich-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let build = tempfile::Builder::new()
+        .prefix("muster-mpich-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     let out = std::process::Command::new("mpicc.mpich")
         .args(["-O1", "-o"])
         .arg(build.path().join("ring"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/step_oracle/ring.c"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/step_oracle/ring.c"
+        ))
         .output()
         .expect("mpicc.mpich (libmpich-dev) is installed");
-    assert!(out.status.success(), "mpicc.mpich: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "mpicc.mpich: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let script = r#"
 echo "== hostname"
 mpiexec.hydra -np 4 hostname
@@ -219,7 +229,11 @@ echo "rc=$?"
     )];
     let (code, log) = env.run(&job, 120).await;
     assert_eq!(code, 0, "{log}");
-    assert_eq!(sorted(&section(&log, "hostname")), ["hydra-0", "hydra-0", "hydra-1", "hydra-1", "rc=0"], "{log}");
+    assert_eq!(
+        sorted(&section(&log, "hostname")),
+        ["hydra-0", "hydra-0", "hydra-1", "hydra-1", "rc=0"],
+        "{log}"
+    );
     assert_eq!(
         sorted(&section(&log, "ring")),
         [
@@ -508,4 +522,125 @@ async fn nothing_without_the_jobs_credential_starts_a_process() {
             .await
             .unwrap();
     }
+}
+
+/// `KEY=VALUE` lines of a section (with an optional `N: ` label) as a map.
+fn vars(section_text: &str) -> std::collections::BTreeMap<String, String> {
+    section_text
+        .lines()
+        .map(|l| {
+            l.split_once(": ")
+                .filter(|(n, _)| n.parse::<u32>().is_ok())
+                .map_or(l, |(_, r)| r)
+        })
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_tasks_environment_is_what_slurm_gives_it() {
+    let env = start().await;
+    let ns = env.namespace("stepenv").await;
+    let script = include_str!("data/step_oracle/env.sh");
+    let real = include_str!("data/step_oracle/env.out")
+        .replace("n[001-002]", "job-[0-1]")
+        .replace("n001", "job-0")
+        .replace("n002", "job-1");
+    let mut job = StepJob::new("job", &ns, env.nodes(2, 2, 0), script);
+    job.ntasks_per_node = Some(2);
+    let (code, log) = env.run(&job, 60).await;
+    assert_eq!(code, 0, "{log}");
+    let (ours, theirs) = (
+        vars(&section(&log, "srun env task0")),
+        vars(&section(&real, "srun env task0")),
+    );
+    // Everything srun and slurmstepd set for a task, with Slurm's values.
+    for k in [
+        "SLURMD_NODENAME",
+        "SLURM_CPUS_ON_NODE",
+        "SLURM_DISTRIBUTION",
+        "SLURM_GTIDS",
+        "SLURM_JOB_CPUS_PER_NODE",
+        "SLURM_JOB_ID",
+        "SLURM_JOBID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_LABELIO",
+        "SLURM_LOCALID",
+        "SLURM_NNODES",
+        "SLURM_NODEID",
+        "SLURM_NODELIST",
+        "SLURM_NPROCS",
+        "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_NODE",
+        "SLURM_PROCID",
+        "SLURM_STEPID",
+        "SLURM_STEP_ID",
+        "SLURM_STEP_NODELIST",
+        "SLURM_STEP_NUM_NODES",
+        "SLURM_STEP_NUM_TASKS",
+        "SLURM_STEP_TASKS_PER_NODE",
+        "SLURM_TASKS_PER_NODE",
+        "SLURM_UMASK",
+    ] {
+        assert_eq!(
+            ours.get(k),
+            theirs.get(k),
+            "{k}: ours {ours:#?}\nSlurm's {theirs:#?}"
+        );
+    }
+    // Set, with our own values: addresses of the launching srun.
+    for k in ["SLURM_LAUNCH_NODE_IPADDR", "SLURM_SRUN_COMM_HOST"] {
+        assert!(
+            ours.get(k).is_some_and(|v| v.starts_with("127.")),
+            "{k}: {ours:#?}"
+        );
+    }
+    // What Slurm has that a Muster step does not: ports of srun's own I/O protocol, the
+    // task's PID, and heterogeneous-job and cluster bookkeeping the operator's batch
+    // environment may or may not carry.
+    let missing: Vec<&String> = theirs.keys().filter(|k| !ours.contains_key(*k)).collect();
+    assert_eq!(
+        missing,
+        [
+            "SLURM_CLUSTER_NAME",
+            "SLURM_CONF",
+            "SLURM_JOB_CPUS_PER_NODE_PACK_GROUP_0",
+            "SLURM_JOB_GID",
+            "SLURM_JOB_NAME",
+            "SLURM_JOB_PARTITION",
+            "SLURM_JOB_UID",
+            "SLURM_JOB_USER",
+            "SLURM_NODE_ALIASES",
+            "SLURM_PRIO_PROCESS",
+            "SLURM_SRUN_COMM_PORT",
+            "SLURM_STEP_LAUNCHER_PORT",
+            "SLURM_SUBMIT_DIR",
+            "SLURM_SUBMIT_HOST",
+            "SLURM_TASK_PID",
+            "SLURM_TOPOLOGY_ADDR",
+            "SLURM_TOPOLOGY_ADDR_PATTERN",
+            "SLURM_WORKING_CLUSTER"
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .filter(|k| !ours.contains_key(k))
+        .collect::<Vec<_>>()
+        .iter()
+        .collect::<Vec<_>>(),
+        "ours: {ours:#?}"
+    );
+    // srun hostname and -l printenv, as Slurm printed them (PROCID/LOCALID lines).
+    assert_eq!(
+        sorted(&section(&log, "hostname")),
+        sorted(&section(&real, "hostname"))
+    );
+    let pl = |s: &str| -> Vec<String> {
+        sorted(&section(s, "-l printenv"))
+            .into_iter()
+            .filter(|l| !l.contains("srun:") && !l.starts_with("rc=") && !l.contains(','))
+            .collect()
+    };
+    assert_eq!(pl(&log), pl(&real), "{log}");
 }

@@ -798,27 +798,52 @@ mod tests {
         let mut p = MountPlan::new(&root).unwrap();
         let before = ops(&p).len();
         // A new top-level directory goes on the tmpfs root.
-        assert_eq!(p.ensure_dir(Path::new("/muster/bin")).unwrap(), PathBuf::from("/muster/bin"));
+        assert_eq!(
+            p.ensure_dir(Path::new("/muster/bin")).unwrap(),
+            PathBuf::from("/muster/bin")
+        );
         // A new file under a host directory needs an overlay over that directory.
-        p.ensure_file(Path::new("/usr/local/bin/muster-step")).unwrap();
+        p.ensure_file(Path::new("/usr/local/bin/muster-step"))
+            .unwrap();
         // Under /tmp (private) nothing needs an overlay.
         p.ensure_dir(Path::new("/tmp/a/b")).unwrap();
         let new: Vec<String> = ops(&p)[before..].to_vec();
         let overlays = new.iter().filter(|o| o.contains("(overlay")).count();
         assert_eq!(overlays, 1, "{new:#?}");
-        assert!(new.iter().any(|o| o.contains("(overlay") && o.contains("/root/usr/local/bin ")), "{new:#?}");
-        assert!(new.iter().all(|o| !o.contains("creating directory /usr")), "{new:#?}");
+        assert!(
+            new.iter()
+                .any(|o| o.contains("(overlay") && o.contains("/root/usr/local/bin ")),
+            "{new:#?}"
+        );
+        assert!(
+            new.iter().all(|o| !o.contains("creating directory /usr")),
+            "{new:#?}"
+        );
         for o in &new {
-            if let Some(path) = o.strip_prefix("creating directory ").or(o.strip_prefix("creating file ")) {
-                assert!(path.starts_with(root.to_str().unwrap()), "made outside the container root: {o}");
+            if let Some(path) = o
+                .strip_prefix("creating directory ")
+                .or(o.strip_prefix("creating file "))
+            {
+                assert!(
+                    path.starts_with(root.to_str().unwrap()),
+                    "made outside the container root: {o}"
+                );
             }
         }
         // Existing paths need nothing; /proc, /sys and /dev refuse new paths.
         let n = ops(&p).len();
         p.ensure_dir(Path::new("/usr/bin")).unwrap();
         assert_eq!(ops(&p).len(), n);
-        assert!(p.ensure_dir(Path::new("/proc/muster")).unwrap_err().contains("/proc"));
-        assert!(p.ensure_file(Path::new("/dev/termination-log")).unwrap_err().contains("/dev"));
+        assert!(
+            p.ensure_dir(Path::new("/proc/muster"))
+                .unwrap_err()
+                .contains("/proc")
+        );
+        assert!(
+            p.ensure_file(Path::new("/dev/termination-log"))
+                .unwrap_err()
+                .contains("/dev")
+        );
     }
 
     #[test]
@@ -828,7 +853,10 @@ mod tests {
         // Debian's /bin is a link to usr/bin (and /var/run to /run) on the host: paths under
         // them resolve to the link target.
         if std::fs::symlink_metadata("/bin").is_ok_and(|m| m.file_type().is_symlink()) {
-            assert_eq!(p.ensure_dir(Path::new("/bin")).unwrap(), PathBuf::from("/usr/bin"));
+            assert_eq!(
+                p.ensure_dir(Path::new("/bin")).unwrap(),
+                PathBuf::from("/usr/bin")
+            );
         }
         if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.file_type().is_symlink()) {
             let at = p.ensure_dir(Path::new("/var/run/muster/step")).unwrap();
