@@ -476,7 +476,7 @@ mod tests {
             st = jobs.get("real").await.unwrap().status;
             if st
                 .as_ref()
-                .and_then(|s| s.state.clone())
+                .and_then(|s| s.state)
                 .is_some_and(|s| s == JobState::Failed)
             {
                 break;

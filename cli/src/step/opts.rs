@@ -406,7 +406,8 @@ pub fn parse_export(s: &str) -> Result<Export, String> {
 
 /// The environment the tasks get from srun's `env` under `export`.
 pub fn exported(env: &[(String, String)], export: &Export) -> Vec<(String, String)> {
-    let (base, vars): (Vec<(String, String)>, &Vec<(String, Option<String>)>) = match export {
+    type Assignments = Vec<(String, Option<String>)>;
+    let (base, vars): (Vec<(String, String)>, &Assignments) = match export {
         Export::All(v) => (env.to_vec(), v),
         Export::Only(v) => (
             env.iter()

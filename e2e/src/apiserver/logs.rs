@@ -10,10 +10,13 @@ enum Source {
     File(PathBuf),
 }
 
+/// (namespace, pod, container).
+type Key = (String, String, String);
+
 /// The pod log registry of an API server double: (namespace, pod, container) → log. Cloning
 /// shares it (the exec kubelet holds one).
 #[derive(Clone, Debug, Default)]
-pub struct PodLogs(Arc<Mutex<HashMap<(String, String, String), Source>>>);
+pub struct PodLogs(Arc<Mutex<HashMap<Key, Source>>>);
 
 impl PodLogs {
     fn put(&self, ns: &str, pod: &str, container: &str, s: Source) {

@@ -92,6 +92,7 @@ fn write_file(root: &Path, rel: &str, data: &[u8], mode: i32, vol: &str) -> Resu
         .map_err(|e| err(format!("{}: {e}", p.display())))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn project(
     root: &Path,
     vol: &str,
