@@ -135,7 +135,9 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(args))
+    let code = rt.block_on(run(args));
+    rt.shutdown_background();
+    code
 }
 
 fn fail(msg: &str) -> i32 {
@@ -190,6 +192,7 @@ async fn run(args: NodeArgs) -> i32 {
     };
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
     let batch = args.batch.clone();
+    let has_batch = batch.is_some();
     let batch_fut = async {
         match batch {
             Some(cmd) => Some(d.clone().run_batch(cmd).await),
@@ -209,7 +212,9 @@ async fn run(args: NodeArgs) -> i32 {
                 if !terminated {
                     terminated = true;
                     d.terminate_all(Signal::SIGTERM);
-                    if !d.is_batch_host() {
+                    // With a batch step, its end decides; without, the daemon goes once its
+                    // tasks are gone.
+                    if !has_batch {
                         let d2 = d.clone();
                         tokio::spawn(async move {
                             d2.wait_idle().await;
@@ -226,8 +231,8 @@ async fn run(args: NodeArgs) -> i32 {
                     return 1;
                 }
                 if let Some(code) = *shutdown_rx.borrow() {
-                    // On the batch host the batch step decides the exit code.
-                    if !d.is_batch_host() {
+                    // Where a batch step runs, it decides the exit code.
+                    if !has_batch {
                         return code;
                     }
                 }

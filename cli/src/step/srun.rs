@@ -46,7 +46,11 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     };
-    rt.block_on(run(*o))
+    let code = rt.block_on(run(*o));
+    // The stdin reader may still be blocked in read(2) on a terminal or an open pipe: do not
+    // wait for it.
+    rt.shutdown_background();
+    code
 }
 
 fn err(msg: impl std::fmt::Display) -> i32 {
