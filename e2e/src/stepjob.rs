@@ -70,6 +70,8 @@ pub struct StepJob {
     pub volumes: Vec<(Value, Value)>,
     /// The cluster domain.
     pub cluster_domain: String,
+    /// Host names of the node pods (default `<name>-<i>`).
+    pub hosts: Option<Vec<String>>,
 }
 
 impl StepJob {
@@ -91,17 +93,21 @@ impl StepJob {
             grace_seconds: 30,
             volumes: Vec::new(),
             cluster_domain: "cluster.local".into(),
+            hosts: None,
         }
     }
 
     /// Node `i`'s host name (its name in `SLURM_JOB_NODELIST`).
     pub fn host(&self, i: usize) -> String {
-        format!("{}-{i}", self.name)
+        match self.hosts.as_ref().and_then(|h| h.get(i)) {
+            Some(h) => h.clone(),
+            None => format!("{}-{i}", self.name),
+        }
     }
 
     /// Node `i`'s pod name.
     pub fn pod_name(&self, i: usize) -> String {
-        self.host(i)
+        format!("{}-{i}", self.name)
     }
 
     /// `SLURM_JOB_NODELIST`.

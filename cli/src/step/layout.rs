@@ -100,9 +100,22 @@ pub fn expand_counts(s: &str) -> Result<Vec<u32>, String> {
 }
 
 /// Lays out a step (see the [module docs](self)); `Err` is Slurm's message without the
-/// `srun: error: ` prefix.
-pub fn resolve(alloc: &Allocation, req: &Request) -> Result<Layout, String> {
+/// `srun: error: ` prefix, after the warnings Slurm prints before it.
+pub fn resolve(alloc: &Allocation, req: &Request) -> Result<Layout, (String, Vec<String>)> {
     let mut warnings = Vec::new();
+    resolve_into(alloc, req, &mut warnings)
+        .map(|mut l| {
+            l.warnings = warnings.clone();
+            l
+        })
+        .map_err(|e| (e, warnings))
+}
+
+fn resolve_into(
+    alloc: &Allocation,
+    req: &Request,
+    warnings: &mut Vec<String>,
+) -> Result<Layout, String> {
     let mut ntasks = req.ntasks;
     let mut tpn = req.ntasks_per_node;
     let (mut min_nodes, mut max_nodes) = match req.nodes {
@@ -246,7 +259,7 @@ pub fn resolve(alloc: &Allocation, req: &Request) -> Result<Layout, String> {
         nodes: chosen.iter().map(|&i| alloc.nodes[i].clone()).collect(),
         tasks,
         ntasks_per_node: tpn,
-        warnings,
+        warnings: Vec::new(),
     })
 }
 

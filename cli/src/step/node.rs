@@ -844,12 +844,18 @@ impl Daemon {
                     Some(Event::Exit(rank, status)) => {
                         live -= 1;
                         let mut ranks = vec![rank];
-                        // Tasks that ended together are reported together, as slurmstepd does.
+                        // Tasks that end together are reported together, as slurmstepd does
+                        // with the tasks one waitpid loop reaps: gather what ends within 50 ms.
                         let mut later = Vec::new();
-                        while let Ok(e) = ev_rx.try_recv() {
-                            match e {
-                                Event::Exit(r, s2) if s2 == status => { live -= 1; ranks.push(r); }
-                                other => later.push(other),
+                        let until = tokio::time::Instant::now() + Duration::from_millis(50);
+                        while live > 0 {
+                            match tokio::time::timeout_at(until, ev_rx.recv()).await {
+                                Ok(Some(Event::Exit(r, s2))) if s2 == status => {
+                                    live -= 1;
+                                    ranks.push(r);
+                                }
+                                Ok(Some(other)) => later.push(other),
+                                Ok(None) | Err(_) => break,
                             }
                         }
                         for e in later {

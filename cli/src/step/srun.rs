@@ -242,15 +242,22 @@ async fn run(o: Opts) -> i32 {
         Ok(c) => c,
         Err(e) => return err(e),
     };
-    let layout = match layout::resolve(&job.allocation(), &o.request) {
-        Ok(l) => l,
-        Err(e) => return err(e),
+    let (layout, warnings) = match layout::resolve(&job.allocation(), &o.request) {
+        Ok(l) => {
+            let w = l.warnings.clone();
+            (Ok(l), w)
+        }
+        Err((e, w)) => (Err(e), w),
     };
     if !o.quiet {
-        for w in &layout.warnings {
+        for w in &warnings {
             eprintln!("srun: Warning: {w}");
         }
     }
+    let layout = match layout {
+        Ok(l) => l,
+        Err(e) => return err(e),
+    };
     let step_id = match alloc_step(&job, &cred).await {
         Ok(id) => id,
         Err(e) => return err(format!("Unable to create step for job {}: {e}", job.id)),
