@@ -382,8 +382,15 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            e,
+            e.0,
             "Unable to create step for job 1: More processors requested than permitted"
+        );
+        assert_eq!(
+            e.1,
+            [
+                "can't honor --ntasks-per-node set to 2 which doesn't match the requested tasks 4 with the number of requested nodes 1. Ignoring --ntasks-per-node."
+            ],
+            "Slurm warns before the error"
         );
         let l = resolve(
             &job(),
@@ -421,7 +428,8 @@ mod tests {
                 ..env()
             },
         )
-        .unwrap_err();
+        .unwrap_err()
+        .0;
         assert!(e.contains("n009") && e.contains("n[001-002]"), "{e}");
     }
 
@@ -435,7 +443,8 @@ mod tests {
                     ..env()
                 }
             )
-            .unwrap_err(),
+            .unwrap_err()
+            .0,
             "Only allocated 2 nodes asked for 3"
         );
         assert!(
