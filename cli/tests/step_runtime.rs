@@ -718,3 +718,24 @@ async fn steps_behave_as_real_slurms_for_the_same_script() {
         diffs.join("\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints how long a step takes (a figure, not a test)"]
+async fn step_launch_figures() {
+    let env = start().await;
+    let ns = env.namespace("figures").await;
+    let script = r#"
+s=$(date +%s%N); for i in $(seq 20); do srun true; done; e=$(date +%s%N)
+echo "srun true, 4 tasks on 2 nodes: $(( (e - s) / 20000000 )) ms a step"
+s=$(date +%s%N); for i in $(seq 20); do mpirun -np 4 true; done; e=$(date +%s%N)
+echo "mpirun -np 4 true over srun: $(( (e - s) / 20000000 )) ms a run"
+"#;
+    let mut job = StepJob::new("fig", &ns, env.nodes(2, 2, 0), script);
+    job.env = ompi_root_env();
+    let t0 = std::time::Instant::now();
+    let (code, log) = env.run(&job, 300).await;
+    println!(
+        "exit {code} after {:?} (pods created to batch end)\n{log}",
+        t0.elapsed()
+    );
+}
