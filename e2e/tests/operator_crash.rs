@@ -77,6 +77,12 @@ async fn killed_during_admission_100_times() {
             .await;
         }
         env.check_settled_gangs().await.unwrap();
+        env.check_no_double_gpu().await.unwrap();
+        // DRA: the claims go with their finished attempts, whatever the crash left.
+        env.until(30, "the finished jobs' claims are deleted", || async {
+            env.live_claims().await.is_empty()
+        })
+        .await;
         // Delete them (the finalizer is removed once their pods are gone) to keep the
         // cluster small.
         for name in &names {

@@ -675,14 +675,66 @@ impl Env {
         Ok(())
     }
 
-    /// In DRA mode: no device is allocated to two claims, and every bound, running pod that
-    /// references a claim has exactly the GPUs (by UUID) its allocation records.
+    /// In DRA mode: no device is allocated to two claims; every claim of Muster's belongs to
+    /// an allocation its job has recorded (never a later attempt than the job's status
+    /// says), and one of the current attempt pins exactly the GPUs recorded for its pod; and
+    /// every bound, running pod that references a claim has exactly the GPUs (by UUID) its
+    /// allocation records.
     pub async fn check_claims(&self) -> Result<(), String> {
         use muster_operator::controller::dra;
         let claims = Api::<ResourceClaim>::all(self.client.clone())
             .list(&Default::default())
             .await
             .map_err(|e| e.to_string())?;
+        // Read after the claims: a job's status is written before its claims, so every claim
+        // seen above has its allocation recorded in what is read here.
+        let jobs = Api::<BatchJob>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        for c in &claims.items {
+            let obs = dra::ClaimObs::from_claim(c);
+            let (Some(job), Some(attempt)) = (&obs.job, obs.attempt) else {
+                continue;
+            };
+            let Some(j) = jobs.items.iter().find(|j| {
+                j.namespace() == c.namespace() && &j.name_any() == job && j.uid() == obs.owner_uid
+            }) else {
+                continue; // its job is gone: garbage collection's part
+            };
+            let st = j.status.clone().unwrap_or_default();
+            let recorded = st.attempt.unwrap_or(0);
+            if attempt > recorded {
+                return Err(format!(
+                    "claim {} of attempt {attempt} exists, job {job} records attempt {recorded}",
+                    obs.name
+                ));
+            }
+            if attempt < recorded || obs.deleting {
+                continue; // an ended attempt's, on its way out
+            }
+            let task = st.tasks.iter().find(|t| {
+                let pod = t.pod.clone().unwrap_or_else(|| {
+                    muster_operator::controller::pods::pod_name(job, attempt, t.rank)
+                });
+                dra::claim_name(&pod) == obs.name
+            });
+            let Some(task) = task else {
+                return Err(format!(
+                    "claim {} of attempt {attempt}: no pod of job {job}'s recorded allocation ({:?}) uses it",
+                    obs.name, st.state
+                ));
+            };
+            if dra::pinned_uuids(c) != task.gpu_uuids {
+                return Err(format!(
+                    "claim {} pins {:?}, rank {} of job {job} is recorded with {:?}",
+                    obs.name,
+                    dra::pinned_uuids(c),
+                    task.rank,
+                    task.gpu_uuids
+                ));
+            }
+        }
         let slices = Api::<ResourceSlice>::all(self.client.clone())
             .list(&Default::default())
             .await
@@ -743,6 +795,22 @@ impl Env {
             }
         }
         Ok(())
+    }
+
+    /// Muster's ResourceClaims not being deleted, by name (none where DRA is not served).
+    pub async fn live_claims(&self) -> Vec<String> {
+        if !self.dra {
+            return Vec::new();
+        }
+        Api::<ResourceClaim>::all(self.client.clone())
+            .list(&ListParams::default().labels(labels::BATCHJOB))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| c.name_any())
+            .collect()
     }
 
     /// Every RUNNING job's live pods of its attempt cover every rank, and no live pod

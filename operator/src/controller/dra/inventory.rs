@@ -229,10 +229,7 @@ pub type CoreGpus = (Vec<core::Gpu>, Vec<Vec<Link>>, Vec<(String, String)>);
 /// GpuNode (NVML index, NUMA, NVLink peers, health, `nvidia-smi topo` matrix), and the
 /// `(pool, device)` of each, by position. A GPU the driver publishes and the GpuNode does not
 /// know is healthy (the driver only publishes devices it can prepare).
-pub fn core_gpus(
-    published: &[SliceGpu],
-    agent: Option<&GpuNodeStatus>,
-) -> CoreGpus {
+pub fn core_gpus(published: &[SliceGpu], agent: Option<&GpuNodeStatus>) -> CoreGpus {
     let by_uuid: HashMap<&str, &muster_crds::v1alpha1::GpuInfo> = agent
         .map(|a| a.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect())
         .unwrap_or_default();
