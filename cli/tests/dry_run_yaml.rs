@@ -84,6 +84,7 @@ fn dry_run(argv: &[&str]) -> BatchJob {
         &muster_cli::sbatch::manifest::Submitter {
             namespace: None,
             user: Some("alice".into()),
+            cwd: None,
         },
     )
     .unwrap()

@@ -231,7 +231,7 @@ fn examples_cover_what_users_ask_for() {
     // An exclusive 8-node torchrun gang under one leaf.
     let g = s("train-llm");
     assert_eq!(int(&g.nodes).as_deref(), Some("8"));
-    assert_eq!(g.exclusive, Some(true));
+    assert_eq!(g.exclusive, Some(muster_crds::v1alpha1::Exclusive::Node));
     assert_eq!(
         slurm::Switches::parse(&int(&g.switches).unwrap())
             .unwrap()
@@ -437,7 +437,11 @@ fn as_sbatch_options(j: &BatchJob) -> BTreeMap<String, String> {
     put("constraint", s.constraint.clone());
     put(
         "exclusive",
-        s.exclusive.filter(|e| *e).map(|_| "exclusive".into()),
+        s.exclusive.and_then(|e| match e {
+            muster_crds::v1alpha1::Exclusive::Shared => None,
+            muster_crds::v1alpha1::Exclusive::Node => Some("exclusive".into()),
+            muster_crds::v1alpha1::Exclusive::User => Some("user".into()),
+        }),
     );
     put("time", s.time.as_ref().map(text));
     put("array", s.array.as_ref().map(text));

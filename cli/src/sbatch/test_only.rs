@@ -101,7 +101,7 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             .collect(),
     );
     let parsed =
-        translate::parse_job(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
+        translate::job_request(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
     let part = table
         .resolve(job.spec.partition.as_deref())
         .map_err(|name| {
@@ -144,7 +144,7 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
                 if parent {
                     continue;
                 }
-                if let Ok(p) = translate::parse_job(&j.spec) {
+                if let Ok(p) = translate::job_request(&j.spec) {
                     let submit = st.submit_time.as_ref().map(secs).unwrap_or(now);
                     let eligible = st.eligible_time.as_ref().map(secs);
                     snap.pending.push(translate::pending_job(

@@ -185,6 +185,25 @@ impl Cluster {
     }
 }
 
+/// GPUs a job holds on each of its nodes (tasks that share a node's GPUs hold each once).
+fn gpus_per_node<'a>(tasks: impl Iterator<Item = (u32, &'a [u32])>) -> BTreeMap<u32, u32> {
+    let mut masks: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    for (node, gpus) in tasks {
+        let e = masks.entry(node).or_insert((0, 0));
+        for &g in gpus {
+            if g < 64 {
+                e.0 |= 1 << g;
+            } else {
+                e.1 += 1;
+            }
+        }
+    }
+    masks
+        .into_iter()
+        .map(|(n, (m, beyond))| (n, m.count_ones() + beyond))
+        .collect()
+}
+
 /// A job ready to replay.
 #[derive(Clone, Debug)]
 pub struct SimJob {
@@ -276,6 +295,8 @@ pub struct JobOutcome {
     pub leaves: u32,
     /// GPUs per leaf of its last run: `(leaf, GPUs)`.
     pub leaf_gpus: Vec<(u32, u32)>,
+    /// Every task of its last run, by rank: its node and GPU indices.
+    pub tasks: Vec<(u32, Vec<u32>)>,
     /// The first estimated start a reservation gave it.
     pub first_estimate: Option<i64>,
     /// Times it was requeued after preemption.
@@ -297,6 +318,7 @@ impl Default for JobOutcome {
             node_ids: Vec::new(),
             leaves: 0,
             leaf_gpus: Vec::new(),
+            tasks: Vec::new(),
             first_estimate: None,
             requeues: 0,
             reason: None,
@@ -877,10 +899,8 @@ impl Engine<'_> {
             return;
         }
         let p = self.dequeue(i);
-        let mut per_node: BTreeMap<u32, u32> = BTreeMap::new();
-        for task in &s.tasks {
-            *per_node.entry(task.node).or_insert(0) += task.gpus.len() as u32;
-        }
+        let per_node = gpus_per_node(s.tasks.iter().map(|t| (t.node, t.gpus.as_slice())));
+        let mut per_node = per_node;
         let mut held = 0u32;
         let mut leaf_gpus: BTreeMap<u32, u32> = BTreeMap::new();
         for &n in &s.nodes {
@@ -912,6 +932,11 @@ impl Engine<'_> {
         o.node_ids = s.nodes.clone();
         o.leaves = leaf_gpus.len() as u32;
         o.leaf_gpus = leaf_gpus.into_iter().collect();
+        o.tasks = s
+            .tasks
+            .iter()
+            .map(|t| (t.node, t.gpus.clone()))
+            .collect();
         o.reason = None;
         self.rpos[i] = self.snap.running.len() as u32;
         self.snap.running.push(RunningJob {
@@ -923,6 +948,8 @@ impl Engine<'_> {
             start_time: t,
             time_limit: s.time_limit,
             exclusive: s.exclusive,
+            exclusive_user: p.request.exclusive_user && !s.exclusive,
+            user: p.user,
             tasks: s
                 .tasks
                 .iter()
@@ -968,10 +995,7 @@ impl Engine<'_> {
         }
         self.rpos[i] = NONE;
         let leaf_gpus = self.out[i].leaf_gpus.clone();
-        let mut per_node: BTreeMap<u32, u32> = BTreeMap::new();
-        for task in &r.tasks {
-            *per_node.entry(task.node).or_insert(0) += task.gpus.len() as u32;
-        }
+        let per_node = gpus_per_node(r.tasks.iter().map(|t| (t.node, t.gpus.as_slice())));
         for (&n, &g) in &per_node {
             let give = if r.exclusive {
                 self.node_total[n as usize]
@@ -998,6 +1022,7 @@ impl Engine<'_> {
                 o.start = None;
                 o.leaf_gpus.clear();
                 o.node_ids.clear();
+                o.tasks.clear();
                 let mut p = self.w.jobs[i].pending.clone();
                 p.eligible_time = Some(t);
                 self.enqueue(i, p);

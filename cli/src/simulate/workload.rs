@@ -109,6 +109,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         pending.priority = tj.priority;
         pending.hold = tj.hold;
         pending.dependency = tj.dependency.clone();
+        pending.user = tj.user.clone();
         let mut min_gpus = 0;
         let mut size_fraction = 0.0;
         let mut reject = None;
@@ -134,7 +135,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
                         // A unit (a node's share of a gang, or one task) must fit on one node.
                         if d.min_gpus() > pg
                             || u64::from(d.min_nodes) > pn
-                            || d.unit.gpus > max_node
+                            || d.unit.gpus.max(d.node.gpus) > max_node
                         {
                             reject = Some(format!(
                                 "BadConstraints: {} GPU(s) on at least {} node(s) do not fit partition {} ({} nodes, {} GPUs)",

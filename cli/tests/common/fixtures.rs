@@ -65,7 +65,7 @@ pub fn jobs() -> Vec<BatchJob> {
             gpus_per_node: Some(IntOrString::Int(8)),
             cpus_per_task: Some(8),
             time: Some(IntOrString::Int(60)),
-            exclusive: Some(true),
+            exclusive: Some(muster_crds::v1alpha1::Exclusive::Node),
             ..Default::default()
         },
     );

@@ -71,6 +71,7 @@ pub fn ours(
         &Submitter {
             namespace: None,
             user: Some("alice".into()),
+            cwd: Some(script_path(sub, "")),
         },
     )
 }

@@ -105,6 +105,8 @@ pub struct TraceJob {
     pub hold: bool,
     /// `--dependency` (native traces).
     pub dependency: Option<DependencySpec>,
+    /// The submitting user (native traces), for `--exclusive=user`.
+    pub user: Option<String>,
 }
 
 impl TraceJob {
@@ -124,6 +126,7 @@ impl TraceJob {
             priority: None,
             hold: false,
             dependency: None,
+            user: None,
         }
     }
 }

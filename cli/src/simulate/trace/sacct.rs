@@ -190,6 +190,7 @@ fn row(
         priority: None,
         hold: false,
         dependency: None,
+        user: None,
     }))
 }
 
