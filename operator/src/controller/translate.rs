@@ -987,6 +987,86 @@ mod tests {
     }
 
     #[test]
+    fn placement_fields_reach_the_request() {
+        let p = job_request(&BatchJobSpec {
+            constraint: Some("[leaf1|leaf2]".into()),
+            switches: s("1@10:00"),
+            gpu_bind: Some("map_gpu:7,6".into()),
+            nodelist: Some("gpu[001-002],gpu001".into()),
+            exclude: Some("gpu003 gpu004".into()),
+            exclusive: Some(Exclusive::User),
+            ..Default::default()
+        })
+        .unwrap();
+        let r = &p.request;
+        assert_eq!(r.constraint.as_ref().unwrap().to_string(), "[leaf1|leaf2]");
+        assert_eq!(r.switches.unwrap().count, 1);
+        assert!(r.gpu_bind.is_some());
+        assert_eq!(r.nodelist, ["gpu001", "gpu002"], "repeats dropped");
+        assert_eq!(r.exclude, ["gpu003", "gpu004"]);
+        assert!(r.exclusive_user && !r.exclusive);
+        let whole = job_request(&BatchJobSpec {
+            exclusive: Some(Exclusive::Node),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(whole.request.exclusive && !whole.request.exclusive_user);
+    }
+
+    #[test]
+    fn bad_node_lists_are_named() {
+        for (spec, field, words) in [
+            (
+                BatchJobSpec {
+                    nodelist: Some("./nodes.txt".into()),
+                    ..Default::default()
+                },
+                "spec.nodelist",
+                "looks like a file",
+            ),
+            (
+                BatchJobSpec {
+                    exclude: Some("gpu[001-".into()),
+                    ..Default::default()
+                },
+                "spec.exclude",
+                "hostlist",
+            ),
+            (
+                BatchJobSpec {
+                    nodelist: Some("GPU1".into()),
+                    ..Default::default()
+                },
+                "spec.nodelist",
+                "not a Node name",
+            ),
+            (
+                BatchJobSpec {
+                    nodelist: Some("gpu1".into()),
+                    exclude: Some("gpu[1-2]".into()),
+                    ..Default::default()
+                },
+                "spec.exclude",
+                "both nodelist and exclude",
+            ),
+        ] {
+            let e = job_request(&spec).unwrap_err();
+            assert_eq!(e[0].field, field, "{e:?}");
+            assert!(e[0].message.contains(words), "{}", e[0]);
+        }
+    }
+
+    #[test]
+    fn the_user_is_the_submitters_annotation() {
+        let mut j = BatchJob::new("a", BatchJobSpec::default());
+        assert_eq!(job_user(&j), None);
+        j.metadata.annotations = Some([(muster_crds::labels::USER.to_string(), "dana".to_string())].into());
+        assert_eq!(job_user(&j).as_deref(), Some("dana"));
+        let p = job_request(&j.spec).unwrap();
+        assert_eq!(pending_job(&j, 1, &p, Some(0), 0, None, None).user.as_deref(), Some("dana"));
+    }
+
+    #[test]
     fn memory_forms() {
         let m = |spec: BatchJobSpec| job_request(&spec).unwrap().request.memory;
         assert_eq!(
