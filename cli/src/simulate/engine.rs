@@ -297,6 +297,8 @@ pub struct JobOutcome {
     pub leaf_gpus: Vec<(u32, u32)>,
     /// Every task of its last run, by rank: its node and GPU indices.
     pub tasks: Vec<(u32, Vec<u32>)>,
+    /// The message of the last pending reason.
+    pub pending_message: Option<String>,
     /// The first estimated start a reservation gave it.
     pub first_estimate: Option<i64>,
     /// Times it was requeued after preemption.
@@ -319,6 +321,7 @@ impl Default for JobOutcome {
             leaves: 0,
             leaf_gpus: Vec::new(),
             tasks: Vec::new(),
+            pending_message: None,
             first_estimate: None,
             requeues: 0,
             reason: None,
@@ -443,6 +446,9 @@ struct Engine<'a> {
     epoch: Vec<u32>,
     end_kind: Vec<EndKind>,
     heap: BinaryHeap<Reverse<(i64, u32, u32)>>,
+    /// Times a waiting job's `--switches` wait runs out: a cycle follows then, as the
+    /// operator's periodic cycle would place it on any leaves.
+    wakes: BinaryHeap<Reverse<i64>>,
     next_arrival: usize,
     node_used: Vec<u32>,
     node_total: Vec<u32>,
@@ -507,6 +513,7 @@ pub fn simulate(
         epoch: vec![0; n],
         end_kind: vec![EndKind::Complete; n],
         heap: BinaryHeap::new(),
+        wakes: BinaryHeap::new(),
         next_arrival: 0,
         node_used: vec![0; cl.nodes.len()],
         node_total: cl.nodes.iter().map(|n| n.gpus.len() as u32).collect(),
@@ -573,10 +580,13 @@ impl Engine<'_> {
     fn next_event_time(&self) -> Option<i64> {
         let a = self.w.jobs.get(self.next_arrival).map(|j| j.submit);
         let h = self.heap.peek().map(|Reverse((t, _, _))| *t);
-        match (a, h) {
-            (Some(a), Some(h)) => Some(a.min(h)),
-            (a, h) => a.or(h),
-        }
+        // A wake-up matters only while someone waits.
+        let w = self
+            .wakes
+            .peek()
+            .map(|Reverse(t)| *t)
+            .filter(|_| !self.queue.is_empty());
+        [a, h, w].into_iter().flatten().min()
     }
 
     /// Integrates the state up to `t`.
@@ -616,6 +626,13 @@ impl Engine<'_> {
 
     fn events_at(&mut self, t: i64) {
         self.advance(t);
+        while self.wakes.peek().is_some_and(|Reverse(w)| *w <= t) {
+            self.wakes.pop();
+            if !self.queue.is_empty() {
+                self.rerun = true;
+                self.mark_change();
+            }
+        }
         while let Some(&Reverse((et, j, g))) = self.heap.peek() {
             if et != t {
                 break;
@@ -648,6 +665,17 @@ impl Engine<'_> {
     }
 
     fn enqueue(&mut self, i: usize, p: PendingJob) {
+        if let Some(sw) = &p.request.switches {
+            let wait = match sw.max_wait {
+                None => Some(self.cfg.max_switch_wait_secs),
+                Some(w) => w.seconds(),
+            };
+            if let Some(w) = wait {
+                let from = p.eligible_time.unwrap_or(p.submit_time).max(self.now);
+                self.wakes
+                    .push(Reverse(from.saturating_add(i64::try_from(w).unwrap_or(i64::MAX))));
+            }
+        }
         self.qpos[i] = self.queue.len() as u32;
         self.queue.push(p);
         let m = self.w.jobs[i].min_gpus;
@@ -729,10 +757,11 @@ impl Engine<'_> {
             .decide(&self.prep, &mut self.occ, &self.snap, t, &self.cfg);
         self.stats.policy_secs += t0.elapsed().as_secs_f64();
         self.return_pending(picked.as_deref());
-        self.apply(&d, t);
+        let started = !d.starts.is_empty();
+        self.apply(d, t);
         if picked.is_some() {
             self.stats.truncated += 1;
-            if !d.starts.is_empty() {
+            if started {
                 self.rerun = true;
                 self.mark_change();
             }
@@ -807,7 +836,7 @@ impl Engine<'_> {
         }
     }
 
-    fn apply(&mut self, d: &Decisions, t: i64) {
+    fn apply(&mut self, d: Decisions, t: i64) {
         for s in &d.stops {
             self.stop(s.job, t, EndKind::Stop(s.state));
         }
@@ -821,7 +850,7 @@ impl Engine<'_> {
         for s in &d.starts {
             self.start(s, t);
         }
-        for p in &d.pending {
+        for p in d.pending {
             let i = (p.job - 1) as usize;
             if i >= self.out.len() || self.qpos[i] == NONE {
                 continue;
@@ -834,9 +863,12 @@ impl Engine<'_> {
             if never(p.reason) {
                 o.outcome = Outcome::Rejected;
                 o.message = Some(format!("{}: {}", p.reason, p.message));
+                o.pending_message = Some(p.message);
                 self.dequeue(i);
                 self.finish(i, JobState::Cancelled, None, t);
                 self.done();
+            } else {
+                o.pending_message = Some(p.message);
             }
         }
     }
@@ -938,6 +970,7 @@ impl Engine<'_> {
             .map(|t| (t.node, t.gpus.clone()))
             .collect();
         o.reason = None;
+        o.pending_message = None;
         self.rpos[i] = self.snap.running.len() as u32;
         self.snap.running.push(RunningJob {
             id: p.id,
