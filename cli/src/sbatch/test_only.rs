@@ -102,6 +102,12 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
     );
     let parsed =
         translate::job_request(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
+    if parsed.cancel {
+        return Err(TestOnlyError::Never {
+            reason: "Cancelled".into(),
+            message: "spec.cancel is set".into(),
+        });
+    }
     let part = table
         .resolve(job.spec.partition.as_deref())
         .map_err(|name| {
@@ -126,6 +132,19 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             .resolve(st.partition.as_deref().or(j.spec.partition.as_deref()))
             .ok();
         match st.state {
+            // Ended jobs answer dependencies (`afterok:train`).
+            Some(state) if state.is_terminal() => {
+                snap.finished.push(core::FinishedJob {
+                    id,
+                    name: j.name_any(),
+                    namespace: j.namespace().unwrap_or_default(),
+                    state,
+                    start_time: st.start_time.as_ref().map(secs),
+                    end_time: st.end_time.as_ref().map(secs).unwrap_or(now),
+                    array_job_id: st.array_job_id,
+                    array_task_id: st.array_task_id,
+                });
+            }
             Some(JobState::Running) if !st.tasks.is_empty() => {
                 snap.running
                     .push(translate::running_job(j, id, jp, &nodes, None));
@@ -165,16 +184,10 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             .or_else(|| job.metadata.generate_name.clone())
             .unwrap_or_else(|| "test-only".into()),
     );
-    probe.spec.hold = None;
-    snap.pending.push(translate::pending_job(
-        &probe,
-        id,
-        &parsed,
-        Some(part),
-        now,
-        None,
-        None,
-    ));
+    let mut pending = translate::pending_job(&probe, id, &parsed, Some(part), now, None, None);
+    // Its dependency is judged against the jobs there are, as the operator will judge it.
+    pending.dependency = parsed.dependency.clone();
+    snap.pending.push(pending);
 
     // Every waiting job may get a reservation, so the one under test gets an estimate however
     // long the queue.

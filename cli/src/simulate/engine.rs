@@ -222,6 +222,10 @@ pub struct SimJob {
     /// Why it can never run on this cluster, found when the workload was built (it is
     /// rejected on arrival under every policy).
     pub reject: Option<String>,
+    /// Requeue when preempted (`--requeue`, the default); else it ends PREEMPTED.
+    pub requeue: bool,
+    /// For an element of an array job: its array and index.
+    pub array: Option<crate::simulate::trace::TraceArray>,
 }
 
 /// Jobs and partitions of one replay.
@@ -842,7 +846,14 @@ impl Engine<'_> {
         }
         for p in &d.preemptions {
             for v in &p.victims {
-                if self.stop(v.job, t, EndKind::Preempt { requeue: v.requeue }) {
+                // The partition requeues its preempted jobs unless the job says --no-requeue.
+                let requeue = v.requeue
+                    && self
+                        .w
+                        .jobs
+                        .get((v.job - 1) as usize)
+                        .is_none_or(|j| j.requeue);
+                if self.stop(v.job, t, EndKind::Preempt { requeue }) {
                     self.preemptions += 1;
                 }
             }

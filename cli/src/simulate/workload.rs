@@ -3,9 +3,11 @@
 //! by `--speedup`), and jobs the cluster can never hold rejected up front (the same way for
 //! every policy).
 
+use std::collections::BTreeMap;
+
 use muster_operator::core::shape::normalize;
 use muster_operator::core::tree::in_partition;
-use muster_operator::core::{Partition, PendingJob};
+use muster_operator::core::{ArrayTask, Partition, PendingJob};
 
 use super::engine::{Cluster, SimJob, Workload, preemptive};
 use super::shape::{GangRule, LimitRule, limit_for, request_for};
@@ -114,6 +116,9 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         let mut size_fraction = 0.0;
         let mut reject = None;
         match partition {
+            _ if tj.cancel => {
+                reject = Some("Cancelled: spec.cancel is set, so the job never runs".into());
+            }
             None => {
                 reject = Some(format!(
                     "PartitionConfig: partition {:?} is not defined by the trace",
@@ -151,6 +156,8 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
             }
         }
         jobs.push(SimJob {
+            requeue: tj.requeue,
+            array: tj.array.clone(),
             trace_id: tj.id.clone(),
             submit,
             runtime: tj.runtime,
@@ -164,6 +171,23 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
     jobs.sort_by_key(|j| j.submit);
     for (i, j) in jobs.iter_mut().enumerate() {
         j.pending.id = i as u64 + 1;
+    }
+    // Array elements: the array's job id is its first element's (as the operator gives the
+    // array the id its elements share).
+    let mut array_ids: BTreeMap<String, u64> = BTreeMap::new();
+    for j in &jobs {
+        if let Some(a) = &j.array {
+            array_ids.entry(a.parent.clone()).or_insert(j.pending.id);
+        }
+    }
+    for j in &mut jobs {
+        if let Some(a) = &j.array {
+            j.pending.array = Some(ArrayTask {
+                array_job_id: array_ids[&a.parent],
+                task_id: a.index,
+                max_running: a.max_running,
+            });
+        }
     }
     Workload {
         preemptive: preemptive(&partitions),

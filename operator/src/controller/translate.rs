@@ -91,6 +91,8 @@ pub struct ParsedJob {
     pub priority: Option<u32>,
     /// `--requeue` (default) / `--no-requeue`.
     pub requeue: bool,
+    /// `spec.cancel` (set by `scancel`): the job is to stop, or never start.
+    pub cancel: bool,
     /// `--gpus-per-node` (or the gres count) as given, echoed as `SLURM_GPUS_PER_NODE`.
     pub gpus_per_node_echo: Option<String>,
     /// `--gpus-per-task` as given, echoed as `SLURM_GPUS_PER_TASK`.
@@ -393,6 +395,7 @@ pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
             nice: spec.nice.unwrap_or(0),
             priority: spec.priority,
             requeue: spec.requeue.unwrap_or(true),
+            cancel: spec.cancel.unwrap_or(false),
             gpus_per_node_echo,
             gpus_per_task_echo: spec.gpus_per_task.as_ref().map(int_or_string),
         })

@@ -1143,7 +1143,7 @@ fn describe(d: &Demand, gpu_type: Option<&str>) -> String {
     }
 }
 
-/// " with nodelist …", " excluding …" for messages.
+/// " with nodelist …", " excluding …", " with gpu-bind map_gpu:…" for messages.
 fn placement_terms(r: &JobRequest) -> String {
     use muster_crds::slurm::hostlist;
     let mut s = String::new();
@@ -1155,6 +1155,14 @@ fn placement_terms(r: &JobRequest) -> String {
     }
     if !r.exclude.is_empty() {
         s.push_str(&format!(" excluding {}", hostlist::compress(r.exclude.iter())));
+    }
+    if let Some(b) = &r.gpu_bind
+        && matches!(
+            b.mode,
+            muster_crds::slurm::GpuBindMode::MapGpu(_) | muster_crds::slurm::GpuBindMode::MaskGpu(_)
+        )
+    {
+        s.push_str(&format!(" with gpu-bind {b}"));
     }
     s
 }

@@ -107,6 +107,23 @@ pub struct TraceJob {
     pub dependency: Option<DependencySpec>,
     /// The submitting user (native traces), for `--exclusive=user`.
     pub user: Option<String>,
+    /// For an element of an array job (native traces): its array, index and `%N` throttle.
+    pub array: Option<TraceArray>,
+    /// `--requeue` (the default) / `--no-requeue`: a preempted job is requeued only if set.
+    pub requeue: bool,
+    /// `spec.cancel` (native traces): cancelled before it could run.
+    pub cancel: bool,
+}
+
+/// Array membership of a trace job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceArray {
+    /// The array's trace id (its elements are `ID_INDEX`).
+    pub parent: String,
+    /// This element's index.
+    pub index: u32,
+    /// `%N`: at most this many elements run at once.
+    pub max_running: Option<u32>,
 }
 
 impl TraceJob {
@@ -127,6 +144,9 @@ impl TraceJob {
             hold: false,
             dependency: None,
             user: None,
+            array: None,
+            requeue: true,
+            cancel: false,
         }
     }
 }

@@ -34,7 +34,9 @@
 //! `user` is the submitting user (for `exclusive: user`; the operator reads the
 //! `muster.dev/user` annotation). Dependencies name other jobs of the trace by `name`
 //! (`afterok:train-7b`); a job whose dependency names a job not submitted yet waits for it,
-//! as the operator does. Arrays, scripts and pod templates are accepted and not replayed.
+//! as the operator does. An array runs one gang per index (`NAME_INDEX`) under its `%N`
+//! throttle; `cancel: true` never runs; `requeue: false` ends a preempted job rather than
+//! requeueing it. Scripts and pod templates are accepted and not replayed.
 
 use std::collections::BTreeMap;
 
@@ -45,7 +47,9 @@ use muster_operator::controller::translate::{self, join_errors};
 use muster_operator::core::{LabelSelector, Partition};
 use serde::Deserialize;
 
-use super::{Ask, Format, Rows, Trace, TraceError, TraceJob, TraceLimit, TracePartition};
+use super::{
+    Ask, Format, Rows, Trace, TraceArray, TraceError, TraceJob, TraceLimit, TracePartition,
+};
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -146,11 +150,13 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             }
         };
         match job(&nj, i) {
-            Ok(mut tj) => {
-                if let Some(&l) = lines.and_then(|l| l.get(i)) {
-                    tj.line = l;
+            Ok(elements) => {
+                for mut tj in elements {
+                    if let Some(&l) = lines.and_then(|l| l.get(i)) {
+                        tj.line = l;
+                    }
+                    jobs.push(tj)
                 }
-                jobs.push(tj)
             }
             Err(m) => bad(
                 &mut rows,
@@ -216,7 +222,9 @@ fn entry_lines(text: &str) -> Option<Vec<usize>> {
     )
 }
 
-fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
+/// The trace jobs of an entry: one, or one per index of an array (`NAME_INDEX`), each run as
+/// its own gang under the array's `%N` throttle, as the operator runs them.
+fn job(nj: &NativeJob, i: usize) -> Result<Vec<TraceJob>, String> {
     let runtime = match &nj.runtime {
         Runtime::Secs(s) => *s,
         Runtime::Text(t) => duration_secs(t).map_err(|m| format!("runtime: {m}"))?,
@@ -227,8 +235,9 @@ fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
         Some(TimeLimit::Unlimited) => TraceLimit::Unlimited,
         Some(t) => TraceLimit::Secs(t.seconds().unwrap_or(u64::MAX)),
     };
-    Ok(TraceJob {
-        id: nj.name.clone().unwrap_or_else(|| format!("job-{}", i + 1)),
+    let id = nj.name.clone().unwrap_or_else(|| format!("job-{}", i + 1));
+    let one = TraceJob {
+        id: id.clone(),
         line: i + 1,
         submit: nj.submit,
         runtime,
@@ -242,6 +251,25 @@ fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
         hold: parsed.hold,
         dependency: parsed.dependency,
         user: nj.user.clone(),
+        array: None,
+        requeue: parsed.requeue,
+        cancel: parsed.cancel,
+    };
+    Ok(match parsed.array {
+        None => vec![one],
+        Some(a) => a
+            .indices
+            .iter()
+            .map(|&index| TraceJob {
+                id: format!("{id}_{index}"),
+                array: Some(TraceArray {
+                    parent: id.clone(),
+                    index,
+                    max_running: a.max_running,
+                }),
+                ..one.clone()
+            })
+            .collect(),
     })
 }
 

@@ -191,6 +191,9 @@ fn row(
         hold: false,
         dependency: None,
         user: None,
+        array: None,
+        requeue: true,
+        cancel: false,
     }))
 }
 
