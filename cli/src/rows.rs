@@ -390,6 +390,12 @@ pub fn job_rows(jobs: &[BatchJob], now: Timestamp, one_per_element: bool) -> Vec
         }
         row.array_job_id = row.array_job_id.or(row.job_id);
         row.array_record = true;
+        // Indices not started while `%N` elements are active wait for the throttle, as
+        // Slurm says (the array's own reason is about its running elements).
+        let active = kids.iter().filter(|k| !k.state().is_terminal()).count();
+        if throttle.is_some_and(|t| active >= t as usize) {
+            row.reason = "JobArrayTaskLimit".to_string();
+        }
         if one_per_element {
             for i in pending {
                 let mut r = row.clone();

@@ -10,6 +10,7 @@ use muster_operator::core::tree::in_partition;
 use muster_operator::core::{ArrayTask, Partition, PendingJob};
 
 use super::engine::{Cluster, SimJob, Workload, preemptive};
+use super::trace::TraceLimit;
 use super::shape::{GangRule, LimitRule, limit_for, request_for};
 use super::trace::Trace;
 
@@ -84,12 +85,6 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
     let mut jobs = Vec::with_capacity(trace.jobs.len());
     for (i, tj) in trace.jobs.iter().enumerate() {
         let mut request = request_for(&tj.ask, rules.gang, cl.gpus_per_node);
-        request.time_limit = Some(limit_for(
-            tj.limit,
-            tj.runtime,
-            rules.limit,
-            rules.limit_factor,
-        ));
         let partition = if trace.partitions.is_empty() {
             Some(0)
         } else {
@@ -100,6 +95,21 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
                     .map(|p| p as u32),
                 None => default_part,
             }
+        };
+        // A BatchJob spec without `time` runs with its partition's default (else maximum)
+        // time, as on a cluster; the run's rule decides only where neither is set.
+        let partition_limit = partition
+            .and_then(|p| partitions.get(p as usize))
+            .is_some_and(|p| p.default_time.is_some() || p.max_time.is_some());
+        request.time_limit = if tj.limit == TraceLimit::Partition && partition_limit {
+            None
+        } else {
+            Some(limit_for(
+                tj.limit,
+                tj.runtime,
+                rules.limit,
+                rules.limit_factor,
+            ))
         };
         let submit = ((tj.submit - first) as f64 / speed).round() as i64;
         let id = i as u64 + 1;

@@ -295,7 +295,7 @@ impl<'de> Deserialize<'de> for Exclusive {
         impl serde::de::Visitor<'_> for V {
             type Value = Exclusive;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("true, false or \"user\"")
+                f.write_str("exclusive: true, false or \"user\"")
             }
             fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Exclusive, E> {
                 Ok(if b { Exclusive::Node } else { Exclusive::Shared })

@@ -67,9 +67,11 @@ pub enum Ask {
 /// The time limit a trace records for a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceLimit {
-    /// None recorded (ITP; sacct `Partition_Limit`; a native spec without `time`): the run's
-    /// time-limit rule decides.
+    /// None recorded (ITP; sacct `Partition_Limit`): the run's time-limit rule decides.
     Missing,
+    /// A native spec without `time`: the partition's default (else maximum) time, as on a
+    /// cluster; the run's rule where the partition sets neither.
+    Partition,
     /// `UNLIMITED`.
     Unlimited,
     /// A limit in seconds.

@@ -231,7 +231,7 @@ fn job(nj: &NativeJob, i: usize) -> Result<Vec<TraceJob>, String> {
     };
     let parsed = translate::job_request(&nj.spec).map_err(|e| join_errors(&e))?;
     let limit = match parsed.time {
-        None => TraceLimit::Missing,
+        None => TraceLimit::Partition,
         Some(TimeLimit::Unlimited) => TraceLimit::Unlimited,
         Some(t) => TraceLimit::Secs(t.seconds().unwrap_or(u64::MAX)),
     };
