@@ -119,13 +119,18 @@ impl World {
     /// A fresh simulated cluster with the operator running, or the real cluster named by
     /// `MUSTER_E2E_KUBECONFIG` (whose operator runs in the cluster).
     pub async fn start() -> World {
+        World::start_with(SPEC, partitions()).await
+    }
+
+    /// [`World::start`] on another cluster spec (YAML) with other partitions.
+    pub async fn start_with(spec_yaml: &str, partitions: Vec<(String, Value)>) -> World {
         if let Ok(f) = std::env::var("MUSTER_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(f))
                 .with_writer(std::io::stderr)
                 .try_init();
         }
-        let spec = ClusterSpec::from_yaml(SPEC).expect("spec");
+        let spec = ClusterSpec::from_yaml(spec_yaml).expect("spec");
         let cluster = TestCluster::start_with(TestClusterOptions::new(spec.clone()))
             .await
             .expect("test cluster starts");
@@ -153,7 +158,7 @@ impl World {
         let _ = Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await;
-        for (name, spec) in partitions() {
+        for (name, spec) in partitions {
             let p: Partition = serde_json::from_value(json!({
                 "apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
                 "metadata": {"name": name}, "spec": world.to_cluster(&spec)}))
