@@ -45,7 +45,10 @@ fn every_spec_field_has_a_row() {
         "spec fields without a conformance row: {missing:?} (add rows to cli/tests/conformance/rows.rs)"
     );
     let unknown: Vec<&String> = covered.difference(&fields).collect();
-    assert!(unknown.is_empty(), "rows name fields the spec lacks: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "rows name fields the spec lacks: {unknown:?}"
+    );
     let mut names = BTreeSet::new();
     for r in rows() {
         assert!(names.insert(r.name), "two rows named {:?}", r.name);
@@ -75,5 +78,10 @@ async fn every_row_agrees_three_ways() {
         }
     }
     assert!(ran > 0, "no row ran");
-    assert!(failed.is_empty(), "{} row(s) failed:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} row(s) failed:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }

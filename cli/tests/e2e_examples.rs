@@ -114,7 +114,11 @@ fn with_run_time(mut obj: Value) -> Value {
         spec["template"] = json!({"spec": {"containers": [{"name": "task"}]}});
     }
     let c = &mut spec["template"]["spec"]["containers"][0];
-    let mut env = c.get("env").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut env = c
+        .get("env")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     env.push(json!({"name": "MUSTER_SIM_RUN_SECONDS", "value": RUN}));
     c["env"] = Value::Array(env);
     obj
@@ -124,7 +128,10 @@ async fn apply(w: &World, obj: &Value) {
     let kind = obj["kind"].as_str().unwrap();
     let (group, version) = match obj["apiVersion"].as_str().unwrap().split_once('/') {
         Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), obj["apiVersion"].as_str().unwrap().to_string()),
+        None => (
+            String::new(),
+            obj["apiVersion"].as_str().unwrap().to_string(),
+        ),
     };
     let plural = format!("{}s", kind.to_lowercase());
     let ar = kube::api::ApiResource {
@@ -165,7 +172,11 @@ async fn keeps(w: &World, names: &[String], promise: Promise, what: &str) {
         Promise::Waits(reason) => {
             for n in names {
                 let s = w
-                    .until(n, reason, |s| matches!(s, Seen::Pending { reason: r, .. } if r == reason))
+                    .until(
+                        n,
+                        reason,
+                        |s| matches!(s, Seen::Pending { reason: r, .. } if r == reason),
+                    )
                     .await;
                 tokio::time::sleep(std::time::Duration::from_millis(600)).await;
                 assert_eq!(w.observe(n).await, Some(s), "{what}: {n} changed");
@@ -173,8 +184,12 @@ async fn keeps(w: &World, names: &[String], promise: Promise, what: &str) {
         }
         Promise::WaitsThenCompletes(secs) => {
             for n in names {
-                w.until(n, "Resources", |s| matches!(s, Seen::Pending { reason, .. } if reason == "Resources"))
-                    .await;
+                w.until(
+                    n,
+                    "Resources",
+                    |s| matches!(s, Seen::Pending { reason, .. } if reason == "Resources"),
+                )
+                .await;
                 tokio::time::sleep(std::time::Duration::from_millis(600)).await;
                 assert!(
                     matches!(w.observe(n).await, Some(Seen::Pending { .. })),
@@ -268,7 +283,11 @@ const SCRIPTS: &[(&str, &str, Promise)] = &[
     ),
     ("array-sweep.sh", "sandbox.yaml", Promise::Completes),
     ("ray-cluster.sh", "sandbox.yaml", Promise::Completes),
-    ("interactive.sh", "sandbox.yaml", Promise::RunsUntilCancelled),
+    (
+        "interactive.sh",
+        "sandbox.yaml",
+        Promise::RunsUntilCancelled,
+    ),
 ];
 
 /// `muster sbatch --parsable [ARGS] SCRIPT`: the new job's BatchJob name.
@@ -331,7 +350,13 @@ async fn every_sbatch_example_reaches_its_promised_state() {
         .await;
     assert!(ok, "{err}");
     let train = out.trim().to_string();
-    let eval = sbatch(&w, "eval.sh", &[&format!("--dependency=afterok:{train}")], true).await;
+    let eval = sbatch(
+        &w,
+        "eval.sh",
+        &[&format!("--dependency=afterok:{train}")],
+        true,
+    )
+    .await;
     w.until(&eval, "Dependency", |s| {
         matches!(s, Seen::Pending { reason, .. } if reason == "Dependency")
             || matches!(s, Seen::Running { .. })

@@ -239,7 +239,8 @@ fn requested_and_excluded_nodes_are_shown() {
         "{shown}"
     );
     assert!(shown.contains("OverSubscribe=USER"), "{shown}");
-    let (format, _) = muster_cli::format::parse_format("%i %n %x %h", muster_cli::squeue::valid_code);
+    let (format, _) =
+        muster_cli::format::parse_format("%i %n %x %h", muster_cli::squeue::valid_code);
     let out = muster_cli::squeue::render(&rows[..2], &format, true, &TimeZone::UTC);
     assert_eq!(
         out,

@@ -260,7 +260,10 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
     (
         "edge",
         "exclusive_topo.sh",
-        Refused(Some(2), "invalid value 'topo' for --exclusive: --exclusive=topo is not supported"),
+        Refused(
+            Some(2),
+            "invalid value 'topo' for --exclusive: --exclusive=topo is not supported",
+        ),
     ),
     (
         "edge",

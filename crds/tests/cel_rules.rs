@@ -514,11 +514,9 @@ fn cel_rules_and_slurm_parsers_agree() {
             "dependency" => DependencySpec::parse(&s).map(drop),
             "switches" => Switches::parse(&s).map(drop),
             "gpuBind" => GpuBind::parse(&s).map(drop),
-            "nodelist" | "exclude" if s.contains('/') => Err(SyntaxError::new(
-                "hostlist",
-                &s,
-                "a file, not node names",
-            )),
+            "nodelist" | "exclude" if s.contains('/') => {
+                Err(SyntaxError::new("hostlist", &s, "a file, not node names"))
+            }
             // What the operator's translation takes: a hostlist of Node names.
             "nodelist" | "exclude" => hostlist::expand(&s).and_then(|names| {
                 match names.iter().find(|n| {

@@ -92,7 +92,7 @@ fn request(g: &JobGen) -> JobRequest {
         6 => JobRequest {
             ntasks: Some(g.a + g.b),
             gpus_per_node: Some([1, 2, 4][g.b as usize % 3]),
-            ntasks_per_node: (g.a % 3 == 0).then_some(g.b + 1),
+            ntasks_per_node: g.a.is_multiple_of(3).then_some(g.b + 1),
             ..Default::default()
         },
         // --gpus=G --ntasks=N, N not always dividing G.
@@ -113,7 +113,11 @@ fn request(g: &JobGen) -> JobRequest {
     };
     r.exclusive = g.exclusive;
     r.exclusive_user = g.exclusive_user;
-    r.nodelist = g.nodelist.map(|n| format!("gpu{n:03}")).into_iter().collect();
+    r.nodelist = g
+        .nodelist
+        .map(|n| format!("gpu{n:03}"))
+        .into_iter()
+        .collect();
     r.exclude = g
         .exclude
         .filter(|x| Some(*x) != g.nodelist)
@@ -345,7 +349,11 @@ fn check_no_overallocation(s: &Snapshot, d: &Decisions) {
             assert!(names.contains(w.as_str()), "job {} lacks {w}", st.job);
         }
         for x in &job.request.exclude {
-            assert!(!names.contains(x.as_str()), "job {} on excluded {x}", st.job);
+            assert!(
+                !names.contains(x.as_str()),
+                "job {} on excluded {x}",
+                st.job
+            );
         }
     }
     for (n, j) in locks {
@@ -398,8 +406,7 @@ fn check_whole_gang(s: &Snapshot, d: &Decisions) {
             "job {}: {n} nodes",
             st.job
         );
-        let gpus =
-            distinct_gpus(st.tasks.iter().map(|t| (t.node, t.gpus.as_slice()))) as u32;
+        let gpus = distinct_gpus(st.tasks.iter().map(|t| (t.node, t.gpus.as_slice()))) as u32;
         match dm.mode {
             Mode::Bundles { tasks_per_node } => {
                 assert_eq!(st.tasks.len() as u32, n * tasks_per_node, "job {}", st.job);
@@ -423,7 +430,11 @@ fn check_whole_gang(s: &Snapshot, d: &Decisions) {
         }
         // Every task has GPUs when the job has (shared when they outnumber the node's).
         if dm.unit.gpus > 0 || dm.node.gpus > 0 {
-            assert!(st.tasks.iter().all(|t| !t.gpus.is_empty()), "job {}", st.job);
+            assert!(
+                st.tasks.iter().all(|t| !t.gpus.is_empty()),
+                "job {}",
+                st.job
+            );
         }
         for (i, t) in st.tasks.iter().enumerate() {
             assert_eq!(t.rank as usize, i);
@@ -504,9 +515,8 @@ fn check_single_leaf_fits_stay_whole(s: &Snapshot, d: &Decisions) {
     for st in &d.starts {
         let job = s.pending.iter().find(|j| j.id == st.job).unwrap();
         let dm = normalize(&job.request, part).unwrap();
-        let placed_by_rules = !job.request.nodelist.is_empty()
-            || !job.request.exclude.is_empty()
-            || any_user_rule(s);
+        let placed_by_rules =
+            !job.request.nodelist.is_empty() || !job.request.exclude.is_empty() || any_user_rule(s);
         if st.leaves > 1 && job.request.gpu_type.is_none() && !placed_by_rules {
             // Capacity of each labelled leaf for this job at this point.
             let mut per_leaf: BTreeMap<String, (u64, u32)> = BTreeMap::new();

@@ -367,7 +367,11 @@ fn a_nodelist_that_cannot_be_met_says_why() {
         },
     );
     assert_eq!(p.reason, Reason::BadConstraints);
-    assert!(p.message.contains("nodelist names 2 nodes"), "{}", p.message);
+    assert!(
+        p.message.contains("nodelist names 2 nodes"),
+        "{}",
+        p.message
+    );
     // A named node too small for its part of the job.
     let p = refused(
         &s,
@@ -478,7 +482,11 @@ fn job(id: JobId, user: Option<&str>, exclusive_user: bool) -> PendingJob {
 }
 
 fn node_of(d: &Decisions, job: JobId) -> NodeId {
-    d.starts.iter().find(|x| x.job == job).expect("started").nodes[0]
+    d.starts
+        .iter()
+        .find(|x| x.job == job)
+        .expect("started")
+        .nodes[0]
 }
 
 #[test]
@@ -486,7 +494,10 @@ fn exclusive_user_nodes_take_only_that_users_jobs() {
     let mut s = cluster(224);
     // alice's --exclusive=user job holds one GPU of gpu001.
     held_by(&mut s, 9, 0, Some("alice"), true);
-    let d = start_of(&s, vec![job(1, Some("bob"), false), job(2, Some("alice"), false)]);
+    let d = start_of(
+        &s,
+        vec![job(1, Some("bob"), false), job(2, Some("alice"), false)],
+    );
     assert_ne!(node_of(&d, 1), 0, "bob's job stays off alice's node");
     assert_eq!(node_of(&d, 2), 0, "alice's own job may share it");
     // A job of no known user stays off it too.
@@ -510,12 +521,21 @@ fn an_exclusive_user_job_goes_where_only_its_user_runs() {
     barred.submit_time = NOW;
     let d = start_of(
         &s,
-        vec![job(3, Some("alice"), true), job(2, Some("bob"), false), joins, barred],
+        vec![
+            job(3, Some("alice"), true),
+            job(2, Some("bob"), false),
+            joins,
+            barred,
+        ],
     );
     assert_eq!(node_of(&d, 3), 1);
     assert_ne!(node_of(&d, 2), 1);
     assert_eq!(node_of(&d, 1), 1);
-    assert!(d.pending.iter().any(|p| p.job == 5), "bob cannot join: {:?}", d.starts);
+    assert!(
+        d.pending.iter().any(|p| p.job == 5),
+        "bob cannot join: {:?}",
+        d.starts
+    );
     // An --exclusive=user job of no known user shares with no one: an idle node, whole.
     let d = start_of(&s, vec![job(4, None, true)]);
     let st = d.starts.iter().find(|x| x.job == 4).unwrap();

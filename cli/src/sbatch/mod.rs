@@ -197,8 +197,16 @@ pub fn prepare(
             _ => &mut merged.options.exclude,
         };
         if let Some(v) = value.as_deref().filter(|v| v.contains('/')) {
-            let read = read_node_file(v, who.cwd.as_deref())
-                .map_err(|m| SbatchError::at(merged.origins.get(opt).cloned().unwrap_or(parse::Origin::CommandLine), m))?;
+            let read = read_node_file(v, who.cwd.as_deref()).map_err(|m| {
+                SbatchError::at(
+                    merged
+                        .origins
+                        .get(opt)
+                        .cloned()
+                        .unwrap_or(parse::Origin::CommandLine),
+                    m,
+                )
+            })?;
             *value = Some(read);
         }
     }

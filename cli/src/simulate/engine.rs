@@ -676,8 +676,9 @@ impl Engine<'_> {
             };
             if let Some(w) = wait {
                 let from = p.eligible_time.unwrap_or(p.submit_time).max(self.now);
-                self.wakes
-                    .push(Reverse(from.saturating_add(i64::try_from(w).unwrap_or(i64::MAX))));
+                self.wakes.push(Reverse(
+                    from.saturating_add(i64::try_from(w).unwrap_or(i64::MAX)),
+                ));
             }
         }
         self.qpos[i] = self.queue.len() as u32;
@@ -975,11 +976,7 @@ impl Engine<'_> {
         o.node_ids = s.nodes.clone();
         o.leaves = leaf_gpus.len() as u32;
         o.leaf_gpus = leaf_gpus.into_iter().collect();
-        o.tasks = s
-            .tasks
-            .iter()
-            .map(|t| (t.node, t.gpus.clone()))
-            .collect();
+        o.tasks = s.tasks.iter().map(|t| (t.node, t.gpus.clone())).collect();
         o.reason = None;
         o.pending_message = None;
         self.rpos[i] = self.snap.running.len() as u32;

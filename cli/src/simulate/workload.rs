@@ -10,9 +10,9 @@ use muster_operator::core::tree::in_partition;
 use muster_operator::core::{ArrayTask, Partition, PendingJob};
 
 use super::engine::{Cluster, SimJob, Workload, preemptive};
-use super::trace::TraceLimit;
 use super::shape::{GangRule, LimitRule, limit_for, request_for};
 use super::trace::Trace;
+use super::trace::TraceLimit;
 
 /// How trace jobs become requests.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use muster_crds::labels;
 use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
@@ -30,6 +30,7 @@ use muster_operator::controller::{self, Clock, Handle, Settings};
 use muster_operator::core::cluster_spec::ClusterSpec;
 use serde_json::{Value, json};
 
+#[allow(unused_imports)] // e2e_examples uses the harness, not the table.
 pub use rows::{Expect, Job, Row, rows};
 
 /// The operator's namespace.
@@ -59,7 +60,11 @@ overrides:
 /// The partitions: `gpu` (default; preempted jobs are requeued; at most a day) and `urgent`
 /// (a higher tier that may preempt `gpu`'s jobs).
 pub fn partitions() -> Vec<(String, Value)> {
-    let topo = json!(["muster.dev/spine", "muster.dev/leaf", "kubernetes.io/hostname"]);
+    let topo = json!([
+        "muster.dev/spine",
+        "muster.dev/leaf",
+        "kubernetes.io/hostname"
+    ]);
     vec![
         (
             "gpu".into(),
@@ -161,7 +166,7 @@ impl World {
         for (name, spec) in partitions {
             let p: Partition = serde_json::from_value(json!({
                 "apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
-                "metadata": {"name": name}, "spec": world.to_cluster(&spec)}))
+                "metadata": {"name": name}, "spec": world.cluster_names(&spec)}))
             .unwrap();
             // On a real cluster the chart's `gpu` partition may exist already.
             let _ = Api::<Partition>::all(client.clone())
@@ -199,12 +204,12 @@ impl World {
     }
 
     /// A value with the suite's node names replaced by the cluster's.
-    pub fn to_cluster(&self, v: &Value) -> Value {
+    pub fn cluster_names(&self, v: &Value) -> Value {
         rename(v, &self.names)
     }
 
     /// A text with the cluster's node names replaced by the suite's.
-    pub fn from_cluster(&self, s: &str) -> String {
+    pub fn suite_names(&self, s: &str) -> String {
         let back: BTreeMap<String, String> = self
             .names
             .iter()
@@ -233,7 +238,7 @@ impl World {
 
     /// Creates `job` as `kubectl apply` would, as its user; `Err` is the API server's refusal.
     pub async fn submit(&self, job: &Job) -> Result<(), String> {
-        let mut spec = self.to_cluster(&job.spec);
+        let mut spec = self.cluster_names(&job.spec);
         let mut template = json!({"spec": {"containers": [{"name": "task"}]}});
         if let Some(t) = spec.get("template") {
             template = t.clone();
@@ -300,10 +305,10 @@ impl World {
                 let mut tasks = st.tasks.clone();
                 tasks.sort_by_key(|t| t.rank);
                 Seen::Running {
-                    nodes: self.from_cluster(st.node_list.as_deref().unwrap_or("")),
+                    nodes: self.suite_names(st.node_list.as_deref().unwrap_or("")),
                     tasks: tasks
                         .iter()
-                        .map(|t| (self.from_cluster(&t.node), t.gpus.clone()))
+                        .map(|t| (self.suite_names(&t.node), t.gpus.clone()))
                         .collect(),
                 }
             }
@@ -358,7 +363,7 @@ impl World {
             );
             let env = env
                 .into_iter()
-                .map(|(k, v)| (k, self.from_cluster(&v)))
+                .map(|(k, v)| (k, self.suite_names(&v)))
                 .collect();
             out.insert(rank, env);
         }
@@ -383,7 +388,10 @@ impl World {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("{name}: still {last:?} after {:?}, waiting for {what}", self.wait());
+        panic!(
+            "{name}: still {last:?} after {:?}, waiting for {what}",
+            self.wait()
+        );
     }
 
     fn wait(&self) -> Duration {
@@ -398,7 +406,7 @@ impl World {
     /// BatchJob no sbatch option can express.
     pub async fn test_only_job(&self, job: &Job) -> Seen {
         use muster_cli::sbatch::test_only::{self, World as TestWorld};
-        let spec = self.to_cluster(&job.spec);
+        let spec = self.cluster_names(&job.spec);
         let bj: BatchJob = match serde_json::from_value(json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
             "metadata": {"name": job.name, "namespace": NS,
@@ -439,7 +447,7 @@ impl World {
         let now = self.now();
         match test_only::estimate(&bj, world, now) {
             Ok(e) => {
-                let nodes = self.from_cluster(&e.nodes);
+                let nodes = self.suite_names(&e.nodes);
                 if e.start <= now + 2 {
                     Seen::Running {
                         nodes,
@@ -577,7 +585,7 @@ pub fn test_only_line(ok: bool, err: &str, now: i64, w: &World) -> Seen {
         .unwrap()
         .timestamp()
         .as_second();
-    let nodes = w.from_cluster(nodes);
+    let nodes = w.suite_names(nodes);
     if t <= now + 2 {
         Seen::Running {
             nodes,
@@ -826,8 +834,12 @@ async fn operator_and_test_only(
     match &row.expect {
         Expect::Runs { nodes, ranks, env } => {
             submitted.map_err(|e| format!("operator: refused: {e}"))?;
-            let seen = w.until(name, "running", |s| matches!(s, Seen::Running { .. })).await;
-            let Seen::Running { nodes: got, tasks } = &seen else { unreachable!() };
+            let seen = w
+                .until(name, "running", |s| matches!(s, Seen::Running { .. }))
+                .await;
+            let Seen::Running { nodes: got, tasks } = &seen else {
+                unreachable!()
+            };
             if !matches_nodes(got, nodes) {
                 return Err(format!("operator: runs on {got}, expected {nodes}"));
             }
@@ -847,7 +859,11 @@ async fn operator_and_test_only(
             }
             match &test_only {
                 Seen::Running { nodes: t, .. } if matches_nodes(t, nodes) => {}
-                other => return Err(format!("test-only: {other:?}, expected to start now on {nodes}")),
+                other => {
+                    return Err(format!(
+                        "test-only: {other:?}, expected to start now on {nodes}"
+                    ));
+                }
             }
             if !env.is_empty() {
                 let deadline = tokio::time::Instant::now() + WAIT;
@@ -878,11 +894,16 @@ async fn operator_and_test_only(
         Expect::Waits { reason, words } => {
             submitted.map_err(|e| format!("operator: refused: {e}"))?;
             let seen = w.until(name, "a pending reason", waiting).await;
-            let Seen::Pending { reason: r, message, .. } = &seen else {
+            let Seen::Pending {
+                reason: r, message, ..
+            } = &seen
+            else {
                 return Err(format!("operator: {seen:?}"));
             };
             if r != reason || !message.contains(words) {
-                return Err(format!("operator: {r}: {message}; expected {reason} with {words:?}"));
+                return Err(format!(
+                    "operator: {r}: {message}; expected {reason} with {words:?}"
+                ));
             }
             // It stays so: a few more cycles do not start it.
             tokio::time::sleep(Duration::from_millis(600)).await;
@@ -899,8 +920,16 @@ async fn operator_and_test_only(
                 ));
             }
             match &test_only {
-                Seen::Pending { reason: tr, message: tm, .. } if tr == reason && tm == message => {}
-                other => return Err(format!("test-only: {other:?}; the operator: {r}: {message}")),
+                Seen::Pending {
+                    reason: tr,
+                    message: tm,
+                    ..
+                } if tr == reason && tm == message => {}
+                other => {
+                    return Err(format!(
+                        "test-only: {other:?}; the operator: {r}: {message}"
+                    ));
+                }
             }
         }
         Expect::RunsAfterWait { secs, nodes } => {
@@ -914,8 +943,12 @@ async fn operator_and_test_only(
                 return Err("operator: started before its wait was over".into());
             }
             w.shift(*secs + 1);
-            let seen = w.until(name, "running", |s| matches!(s, Seen::Running { .. })).await;
-            let Seen::Running { nodes: got, .. } = &seen else { unreachable!() };
+            let seen = w
+                .until(name, "running", |s| matches!(s, Seen::Running { .. }))
+                .await;
+            let Seen::Running { nodes: got, .. } = &seen else {
+                unreachable!()
+            };
             if !matches_nodes(got, nodes) {
                 return Err(format!("operator: runs on {got}, expected {nodes}"));
             }
@@ -924,21 +957,33 @@ async fn operator_and_test_only(
                 return Err(format!("simulate: start {:?} on {}", s.start, s.nodes));
             }
             match &test_only {
-                Seen::Pending { start: Some((t, n)), .. }
-                    if (t - secs).abs() <= 3 && matches_nodes(n, nodes) => {}
-                other => return Err(format!("test-only: {other:?}, expected +{secs}s on {nodes}")),
+                Seen::Pending {
+                    start: Some((t, n)),
+                    ..
+                } if (t - secs).abs() <= 3 && matches_nodes(n, nodes) => {}
+                other => {
+                    return Err(format!(
+                        "test-only: {other:?}, expected +{secs}s on {nodes}"
+                    ));
+                }
             }
         }
         Expect::RunsFirstWhenFreed { nodes, rival } => {
             submitted.map_err(|e| format!("operator: refused: {e}"))?;
-            let seen = w.until(name, "running", |s| matches!(s, Seen::Running { .. })).await;
-            let Seen::Running { nodes: got, .. } = &seen else { unreachable!() };
+            let seen = w
+                .until(name, "running", |s| matches!(s, Seen::Running { .. }))
+                .await;
+            let Seen::Running { nodes: got, .. } = &seen else {
+                unreachable!()
+            };
             if !matches_nodes(got, nodes) {
                 return Err(format!("operator: runs on {got}, expected {nodes}"));
             }
             let r = w.observe(rival).await;
             if !matches!(r, Some(Seen::Pending { .. })) {
-                return Err(format!("operator: the rival is {r:?} while the row's job runs"));
+                return Err(format!(
+                    "operator: the rival is {r:?} while the row's job runs"
+                ));
             }
             let s = sim_job(name)?;
             let sr = sim_job(rival)?;
@@ -951,38 +996,62 @@ async fn operator_and_test_only(
                 ));
             }
             match &test_only {
-                Seen::Pending { start: Some((t, n)), .. } if *t > 0 && matches_nodes(n, nodes) => {}
-                other => return Err(format!("test-only: {other:?}, expected a later start on {nodes}")),
+                Seen::Pending {
+                    start: Some((t, n)),
+                    ..
+                } if *t > 0 && matches_nodes(n, nodes) => {}
+                other => {
+                    return Err(format!(
+                        "test-only: {other:?}, expected a later start on {nodes}"
+                    ));
+                }
             }
         }
         Expect::RunsAfterDependency { nodes } => {
             submitted.map_err(|e| format!("operator: refused: {e}"))?;
-            let seen = w.until(name, "running", |s| matches!(s, Seen::Running { .. })).await;
-            let Seen::Running { nodes: got, .. } = &seen else { unreachable!() };
+            let seen = w
+                .until(name, "running", |s| matches!(s, Seen::Running { .. }))
+                .await;
+            let Seen::Running { nodes: got, .. } = &seen else {
+                unreachable!()
+            };
             if !matches_nodes(got, nodes) {
                 return Err(format!("operator: runs on {got}, expected {nodes}"));
             }
             let first = w.observe(row.background[0].name).await;
             if first != Some(Seen::Ended("COMPLETED".into())) {
-                return Err(format!("operator: started while its dependency is {first:?}"));
+                return Err(format!(
+                    "operator: started while its dependency is {first:?}"
+                ));
             }
             let s = sim_job(name)?;
             let b = sim_job(row.background[0].name)?;
-            if !(s.start.is_some_and(|t| b.end.is_some_and(|e| t >= e)) && matches_nodes(&s.nodes, nodes)) {
-                return Err(format!("simulate: starts {:?} on {} (dependency ends {:?})", s.start, s.nodes, b.end));
+            if !(s.start.is_some_and(|t| b.end.is_some_and(|e| t >= e))
+                && matches_nodes(&s.nodes, nodes))
+            {
+                return Err(format!(
+                    "simulate: starts {:?} on {} (dependency ends {:?})",
+                    s.start, s.nodes, b.end
+                ));
             }
             match &test_only {
                 Seen::Pending { reason, .. } if reason == "Dependency" => {}
                 other => return Err(format!("test-only: {other:?}, expected Dependency")),
             }
         }
-        Expect::Ends { shift, state, sim: sim_state } => {
+        Expect::Ends {
+            shift,
+            state,
+            sim: sim_state,
+        } => {
             submitted.map_err(|e| format!("operator: refused: {e}"))?;
             if *shift > 0 {
-                w.until(name, "running", |s| matches!(s, Seen::Running { .. })).await;
+                w.until(name, "running", |s| matches!(s, Seen::Running { .. }))
+                    .await;
                 w.shift(*shift);
             }
-            w.until(name, state, |s| *s == Seen::Ended(state.to_string())).await;
+            w.until(name, state, |s| *s == Seen::Ended(state.to_string()))
+                .await;
             let s = sim_job(name)?;
             if s.state != *sim_state {
                 return Err(format!("simulate: {}, expected {sim_state}", s.state));
@@ -995,12 +1064,16 @@ async fn operator_and_test_only(
         }
         Expect::Preempted { requeued } => {
             submitted.map_err(|e| format!("operator: refused: {e}"))?;
-            w.until(name, "running", |s| matches!(s, Seen::Running { .. })).await;
+            w.until(name, "running", |s| matches!(s, Seen::Running { .. }))
+                .await;
             for l in &row.later {
-                w.submit(l).await.map_err(|e| format!("later {}: {e}", l.name))?;
+                w.submit(l)
+                    .await
+                    .map_err(|e| format!("later {}: {e}", l.name))?;
             }
             if *requeued {
-                w.until(name, "requeued", |s| matches!(s, Seen::Pending { .. })).await;
+                w.until(name, "requeued", |s| matches!(s, Seen::Pending { .. }))
+                    .await;
                 let restarts = w
                     .job(name)
                     .await
@@ -1011,12 +1084,20 @@ async fn operator_and_test_only(
                     return Err("operator: pending again without a restart".into());
                 }
             } else {
-                w.until(name, "PREEMPTED", |s| *s == Seen::Ended("PREEMPTED".into())).await;
+                w.until(name, "PREEMPTED", |s| *s == Seen::Ended("PREEMPTED".into()))
+                    .await;
             }
             let s = sim_job(name)?;
-            let ok = if *requeued { s.requeues > 0 } else { s.state == "PREEMPTED" };
+            let ok = if *requeued {
+                s.requeues > 0
+            } else {
+                s.state == "PREEMPTED"
+            };
             if !ok {
-                return Err(format!("simulate: {} after {} requeues", s.state, s.requeues));
+                return Err(format!(
+                    "simulate: {} after {} requeues",
+                    s.state, s.requeues
+                ));
             }
             if !matches!(test_only, Seen::Running { .. }) {
                 return Err(format!("test-only: {test_only:?}"));
@@ -1030,11 +1111,18 @@ async fn operator_and_test_only(
                 for i in 0..*total {
                     states.push(w.observe(&format!("{name}-{i}")).await);
                 }
-                let run = states.iter().filter(|s| matches!(s, Some(Seen::Running { .. }))).count();
+                let run = states
+                    .iter()
+                    .filter(|s| matches!(s, Some(Seen::Running { .. })))
+                    .count();
                 // What squeue shows of the indices not started: one pending record held back
                 // by the throttle (`123_[2-3%2] PENDING JobArrayTaskLimit`).
                 let (_, q, _) = w.muster("dana", &["squeue", "-h", "-o", "%i|%T|%r"]).await;
-                let want = format!("_[{}-{}%{running}]|PENDING|JobArrayTaskLimit", running, total - 1);
+                let want = format!(
+                    "_[{}-{}%{running}]|PENDING|JobArrayTaskLimit",
+                    running,
+                    total - 1
+                );
                 if run as u32 == *running && q.lines().any(|l| l.ends_with(&want)) {
                     break;
                 }
@@ -1062,13 +1150,18 @@ async fn operator_and_test_only(
         Expect::Refused { field, words } => {
             let op = match submitted {
                 Err(e) => e,
-                Ok(()) => match w.until(name, "refused", |s| matches!(s, Seen::Refused(_))).await {
+                Ok(()) => match w
+                    .until(name, "refused", |s| matches!(s, Seen::Refused(_)))
+                    .await
+                {
                     Seen::Refused(m) => m,
                     _ => unreachable!(),
                 },
             };
             if !op.contains(field) || !op.contains(words) {
-                return Err(format!("operator: {op:?} does not name {field} and {words:?}"));
+                return Err(format!(
+                    "operator: {op:?} does not name {field} and {words:?}"
+                ));
             }
             match sim {
                 Err(e) if e.contains(field) => {}

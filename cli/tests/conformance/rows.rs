@@ -178,7 +178,10 @@ pub fn rows() -> Vec<Row> {
         row(
             "-n 1 --gres=gpu:1: one node, one GPU",
             &["ntasks", "gres"],
-            job(&["-n", "1", "--gres=gpu:1"], json!({"ntasks": 1, "gres": "gpu:1"})),
+            job(
+                &["-n", "1", "--gres=gpu:1"],
+                json!({"ntasks": 1, "gres": "gpu:1"}),
+            ),
             Expect::Runs {
                 nodes: "gpu001",
                 ranks: Some(vec![("gpu001", vec![0])]),
@@ -192,7 +195,10 @@ pub fn rows() -> Vec<Row> {
         row(
             "-n 4 --gres=gpu:4: one node, a GPU per task",
             &["ntasks", "gres"],
-            job(&["-n", "4", "--gres=gpu:4"], json!({"ntasks": 4, "gres": "gpu:4"})),
+            job(
+                &["-n", "4", "--gres=gpu:4"],
+                json!({"ntasks": 4, "gres": "gpu:4"}),
+            ),
             runs(
                 "gpu001",
                 &[
@@ -285,7 +291,11 @@ pub fn rows() -> Vec<Row> {
             // Each pair shares an NVLink group and NUMA node.
             runs(
                 "gpu001",
-                &[("gpu001", &[4, 5]), ("gpu001", &[0, 1]), ("gpu001", &[2, 3])],
+                &[
+                    ("gpu001", &[4, 5]),
+                    ("gpu001", &[0, 1]),
+                    ("gpu001", &[2, 3]),
+                ],
             ),
         ),
         row(
@@ -447,7 +457,13 @@ pub fn rows() -> Vec<Row> {
             "gpuBind closest",
             &["gpuBind", "nodes", "ntasksPerNode", "gpusPerTask"],
             job(
-                &["-N", "1", "--ntasks-per-node=2", "--gpus-per-task=2", "--gpu-bind=closest"],
+                &[
+                    "-N",
+                    "1",
+                    "--ntasks-per-node=2",
+                    "--gpus-per-task=2",
+                    "--gpu-bind=closest",
+                ],
                 json!({"nodes": 1, "ntasksPerNode": 2, "gpusPerTask": 2, "gpuBind": "closest"}),
             ),
             runs("gpu001", &[("gpu001", &[0, 1]), ("gpu001", &[2, 3])]),
@@ -456,20 +472,35 @@ pub fn rows() -> Vec<Row> {
             "gpuBind map_gpu:7,6 gives GPUs 7 and 6",
             &["gpuBind"],
             job(
-                &["-N", "1", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=map_gpu:7,6"],
+                &[
+                    "-N",
+                    "1",
+                    "--ntasks-per-node=2",
+                    "--gpus-per-task=1",
+                    "--gpu-bind=map_gpu:7,6",
+                ],
                 json!({"nodes": 1, "ntasksPerNode": 2, "gpusPerTask": 1, "gpuBind": "map_gpu:7,6"}),
             ),
             Expect::Runs {
                 nodes: "gpu001",
                 ranks: Some(vec![("gpu001", vec![7]), ("gpu001", vec![6])]),
-                env: vec![(0, "SLURM_JOB_GPUS", "6,7"), (1, "CUDA_VISIBLE_DEVICES", "0")],
+                env: vec![
+                    (0, "SLURM_JOB_GPUS", "6,7"),
+                    (1, "CUDA_VISIBLE_DEVICES", "0"),
+                ],
             },
         ),
         row(
             "gpuBind map_gpu naming a GPU the nodes lack never starts",
             &["gpuBind"],
             job(
-                &["-N", "1", "--ntasks-per-node=1", "--gpus-per-task=1", "--gpu-bind=map_gpu:9"],
+                &[
+                    "-N",
+                    "1",
+                    "--ntasks-per-node=1",
+                    "--gpus-per-task=1",
+                    "--gpu-bind=map_gpu:9",
+                ],
                 json!({"nodes": 1, "ntasksPerNode": 1, "gpusPerTask": 1, "gpuBind": "map_gpu:9"}),
             ),
             Expect::Waits {
@@ -481,7 +512,13 @@ pub fn rows() -> Vec<Row> {
             "gpuBind mask_gpu",
             &["gpuBind"],
             job(
-                &["-N", "1", "--ntasks-per-node=2", "--gpus-per-task=1", "--gpu-bind=mask_gpu:0x10,0x20"],
+                &[
+                    "-N",
+                    "1",
+                    "--ntasks-per-node=2",
+                    "--gpus-per-task=1",
+                    "--gpu-bind=mask_gpu:0x10,0x20",
+                ],
                 json!({"nodes": 1, "ntasksPerNode": 2, "gpusPerTask": 1, "gpuBind": "mask_gpu:0x10,0x20"}),
             ),
             runs("gpu001", &[("gpu001", &[4]), ("gpu001", &[5])]),
@@ -548,7 +585,10 @@ pub fn rows() -> Vec<Row> {
         row(
             "nodelist: a node not in the partition",
             &["nodelist"],
-            job(&["-w", "gpu009", "-n", "1"], json!({"nodelist": "gpu009", "ntasks": 1})),
+            job(
+                &["-w", "gpu009", "-n", "1"],
+                json!({"nodelist": "gpu009", "ntasks": 1}),
+            ),
             Expect::Waits {
                 reason: "BadConstraints",
                 words: "with nodelist gpu009",
@@ -600,7 +640,10 @@ pub fn rows() -> Vec<Row> {
             ..Row {
                 job: Job {
                     user: "bob",
-                    ..job(&["-n", "1", "--gres=gpu:1"], json!({"ntasks": 1, "gres": "gpu:1"}))
+                    ..job(
+                        &["-n", "1", "--gres=gpu:1"],
+                        json!({"ntasks": 1, "gres": "gpu:1"}),
+                    )
                 },
                 ..row(
                     "exclusive=user: another user's job stays off the node",
@@ -613,7 +656,10 @@ pub fn rows() -> Vec<Row> {
         row(
             "exclusive: a value other than true, false or user is refused",
             &["exclusive"],
-            job(&["-n", "1", "--exclusive=users"], json!({"ntasks": 1, "exclusive": "users"})),
+            job(
+                &["-n", "1", "--exclusive=users"],
+                json!({"ntasks": 1, "exclusive": "users"}),
+            ),
             Expect::Refused {
                 field: "exclusive",
                 words: "user",
@@ -754,7 +800,10 @@ pub fn rows() -> Vec<Row> {
         row(
             "partition",
             &["partition"],
-            job(&["-p", "urgent", "-n", "1"], json!({"partition": "urgent", "ntasks": 1})),
+            job(
+                &["-p", "urgent", "-n", "1"],
+                json!({"partition": "urgent", "ntasks": 1}),
+            ),
             runs_on("gpu001"),
         ),
         Row {
@@ -780,7 +829,10 @@ pub fn rows() -> Vec<Row> {
             ..row(
                 "requeue: true requeues a preempted job",
                 &["requeue"],
-                job(&["--requeue", "-n", "1"], json!({"requeue": true, "ntasks": 1})),
+                job(
+                    &["--requeue", "-n", "1"],
+                    json!({"requeue": true, "ntasks": 1}),
+                ),
                 Expect::Preempted { requeued: true },
             )
         },
@@ -798,7 +850,10 @@ pub fn rows() -> Vec<Row> {
         row(
             "jobName",
             &["jobName"],
-            job(&["-J", "renamed", "-n", "1"], json!({"jobName": "renamed", "ntasks": 1})),
+            job(
+                &["-J", "renamed", "-n", "1"],
+                json!({"jobName": "renamed", "ntasks": 1}),
+            ),
             Expect::Runs {
                 nodes: "gpu001",
                 ranks: None,

@@ -298,7 +298,11 @@ impl<'de> Deserialize<'de> for Exclusive {
                 f.write_str("exclusive: true, false or \"user\"")
             }
             fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Exclusive, E> {
-                Ok(if b { Exclusive::Node } else { Exclusive::Shared })
+                Ok(if b {
+                    Exclusive::Node
+                } else {
+                    Exclusive::Shared
+                })
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Exclusive, E> {
                 match v {
@@ -313,7 +317,11 @@ impl<'de> Deserialize<'de> for Exclusive {
 
 impl From<bool> for Exclusive {
     fn from(b: bool) -> Self {
-        if b { Exclusive::Node } else { Exclusive::Shared }
+        if b {
+            Exclusive::Node
+        } else {
+            Exclusive::Shared
+        }
     }
 }
 

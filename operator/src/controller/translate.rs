@@ -262,7 +262,9 @@ pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
             req.memory = Some(MemoryRequest::PerGpu(m.mib()));
         }
     }
-    if req.memory.is_some_and(|m| matches!(m, MemoryRequest::PerGpu(_)))
+    if req
+        .memory
+        .is_some_and(|m| matches!(m, MemoryRequest::PerGpu(_)))
         && spec.gpus.is_none()
         && spec.gpus_per_node.is_none()
         && spec.gpus_per_task.is_none()
@@ -1063,10 +1065,16 @@ mod tests {
     fn the_user_is_the_submitters_annotation() {
         let mut j = BatchJob::new("a", BatchJobSpec::default());
         assert_eq!(job_user(&j), None);
-        j.metadata.annotations = Some([(muster_crds::labels::USER.to_string(), "dana".to_string())].into());
+        j.metadata.annotations =
+            Some([(muster_crds::labels::USER.to_string(), "dana".to_string())].into());
         assert_eq!(job_user(&j).as_deref(), Some("dana"));
         let p = job_request(&j.spec).unwrap();
-        assert_eq!(pending_job(&j, 1, &p, Some(0), 0, None, None).user.as_deref(), Some("dana"));
+        assert_eq!(
+            pending_job(&j, 1, &p, Some(0), 0, None, None)
+                .user
+                .as_deref(),
+            Some("dana")
+        );
     }
 
     #[test]

@@ -221,10 +221,7 @@ impl NodeUsers {
             let mine = if user == 0 {
                 0
             } else {
-                self.by_user
-                    .iter()
-                    .find(|x| x.0 == user)
-                    .map_or(0, |x| x.1)
+                self.by_user.iter().find(|x| x.0 == user).map_or(0, |x| x.1)
             };
             return self.jobs == mine;
         }

@@ -396,10 +396,7 @@ impl<'a> Cycle<'a> {
             demand.exclusive = true;
             exclusive_user = false;
         }
-        let user = self
-            .users
-            .get(idx)
-            .map(|&u| (u, exclusive_user));
+        let user = self.users.get(idx).map(|&u| (u, exclusive_user));
         let bind = bind_sets(r, &demand).map_err(|m| (Reason::BadConstraints, m))?;
         let gpu_type = r.gpu_type.as_deref();
         let alternatives: Vec<Option<Constraint>> = match &r.constraint {
@@ -443,9 +440,11 @@ impl<'a> Cycle<'a> {
             // --nodelist: each named node is a count of one, among the nodes the job may use.
             let mut required = Vec::with_capacity(r.nodelist.len());
             for name in &r.nodelist {
-                let f = self.e.filter(pi, gpu_type, &format!("={name}|{key}"), &|n| {
-                    n.name == *name && fits(n)
-                });
+                let f = self
+                    .e
+                    .filter(pi, gpu_type, &format!("={name}|{key}"), &|n| {
+                        n.name == *name && fits(n)
+                    });
                 counts.push((f, 1));
                 required.push(f);
             }
@@ -638,8 +637,13 @@ impl<'a> Cycle<'a> {
                 let ns = &self.e.nodes[tree.nodes[pos] as usize];
                 ok && if up {
                     ns.sched
-                        && self.e.units_for_count(c, pos as u32, ns.total, ns.healthy_mask, ns.total)
-                            > 0
+                        && self.e.units_for_count(
+                            c,
+                            pos as u32,
+                            ns.total,
+                            ns.healthy_mask,
+                            ns.total,
+                        ) > 0
                 } else {
                     self.e
                         .units_for_count(c, pos as u32, ns.all_total, ns.all_mask, ns.all_total)
@@ -1154,12 +1158,16 @@ fn placement_terms(r: &JobRequest) -> String {
         ));
     }
     if !r.exclude.is_empty() {
-        s.push_str(&format!(" excluding {}", hostlist::compress(r.exclude.iter())));
+        s.push_str(&format!(
+            " excluding {}",
+            hostlist::compress(r.exclude.iter())
+        ));
     }
     if let Some(b) = &r.gpu_bind
         && matches!(
             b.mode,
-            muster_crds::slurm::GpuBindMode::MapGpu(_) | muster_crds::slurm::GpuBindMode::MaskGpu(_)
+            muster_crds::slurm::GpuBindMode::MapGpu(_)
+                | muster_crds::slurm::GpuBindMode::MaskGpu(_)
         )
     {
         s.push_str(&format!(" with gpu-bind {b}"));

@@ -309,7 +309,11 @@ pub fn normalize(req: &JobRequest, part: &Partition) -> Result<Demand, String> {
         bundle(gpus, p, (nmin, nmax))
     } else if let Some(n) = ntasks {
         // Node range of a task count: the one given (raised to the nodelist), else 1..=n.
-        let (lo, hi) = if nodes_given { (nmin, nmax) } else { (required.max(1), n) };
+        let (lo, hi) = if nodes_given {
+            (nmin, nmax)
+        } else {
+            (required.max(1), n)
+        };
         if required > n {
             return Err(format!(
                 "nodelist names {required} nodes but the job has only {n} task(s)"
