@@ -57,8 +57,6 @@ pub struct NodeState {
     pub releases: SmallVec<[(i64, Res, u32); 2]>,
     /// Holds of reservations.
     pub claims: Vec<Claim>,
-    /// Who holds the node, for `--exclusive=user` (kept by the occupancy and by starts).
-    pub users: NodeUsers,
     /// For nodes with holds: `(time, least free from now until just after time)` at now and
     /// at every hold start after now, so the free room over `[now, end)` is one binary
     /// search. Rebuilt whenever the node's holds or releases change.
@@ -159,7 +157,8 @@ impl NodeState {
 /// The jobs holding a node, as `--exclusive=user` needs them: how many, how many of each
 /// known user, and the user whose `--exclusive=user` jobs keep the node to themselves.
 /// User ids are an [`Occupancy`](super::occupancy::Occupancy)'s; 0 is "unknown", a user no
-/// other job shares with.
+/// other job shares with. Built by a cycle only when some job is `--exclusive=user`
+/// ([`Engine::users`]), so other cycles pay nothing for the rule.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeUsers {
     /// Jobs with resources on the node.
@@ -722,6 +721,9 @@ pub struct Engine<'a> {
     /// Per partition, the leaves whose nodes changed since cached bases were taken (the
     /// occupancy's log; `CachedBase::seen` indexes it).
     leaf_log: Vec<Vec<u32>>,
+    /// Who holds each node (by [`NodeId`]), when the cycle applies `--exclusive=user`; kept
+    /// current with the cycle's starts (a class's [`Gate`] reads it).
+    pub users: Option<Vec<NodeUsers>>,
 }
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
@@ -811,7 +813,6 @@ pub fn base_nodes(nodes: &[Node], prep: &Prepared) -> Vec<NodeState> {
             releases: SmallVec::new(),
             claims: Vec::new(),
             profile: Vec::new(),
-            users: NodeUsers::default(),
         });
     }
     out
@@ -889,6 +890,7 @@ impl<'a> Engine<'a> {
             class_ids: HashMap::with_hasher(FnvBuild),
             filters: Vec::new(),
             filter_keys: Vec::new(),
+            users: None,
         }
     }
 
@@ -1383,8 +1385,8 @@ impl<'a> Engine<'a> {
         if !ns.sched {
             return (0, 0);
         }
-        if let Some((user, excl)) = c.gate
-            && !ns.users.admit(user, excl)
+        if let (Some((user, excl)), Some(users)) = (c.gate, &self.users)
+            && !users[n as usize].admit(user, excl)
         {
             return (0, 0);
         }

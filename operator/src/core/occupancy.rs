@@ -25,7 +25,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use super::enforce;
-use super::engine::{BaseEvents, Carried, Event, NEVER, Prepared, base_nodes, part_free_gpus};
+use super::engine::{
+    BaseEvents, Carried, Event, NEVER, NodeUsers, Prepared, base_nodes, part_free_gpus,
+};
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
 use super::shape::Res;
@@ -262,9 +264,6 @@ impl Occupancy {
         let mut nodes = SmallVec::new();
         for &(n, mask, cpu, mem) in &per_node {
             let (res, taken_mask) = self.hold(prep, n, mask, cpu, mem, exclusive);
-            self.carried.nodes[n as usize]
-                .users
-                .count(user, exclusive_user, true);
             if res != Res::default() {
                 self.carried.nodes[n as usize]
                     .releases
@@ -331,16 +330,11 @@ impl Occupancy {
         self.index(slot, false);
         let held = std::mem::take(&mut self.run[slot as usize].nodes);
         let release = self.run[slot as usize].release;
-        let (user, exclusive_user) = (
-            self.run[slot as usize].user,
-            self.run[slot as usize].exclusive_user,
-        );
-        self.user_locks -= u32::from(exclusive_user);
+        self.user_locks -= u32::from(self.run[slot as usize].exclusive_user);
         self.release_events(prep, &held, release, false);
         self.log_leaves(prep, &held);
         for h in &held {
             let ns = &mut self.carried.nodes[h.node as usize];
-            ns.users.count(user, exclusive_user, false);
             ns.releases.retain(|r| r.2 != slot);
             ns.free_mask |= h.mask;
             ns.free = Res {
@@ -568,6 +562,19 @@ impl Occupancy {
     /// Whether some running job keeps its nodes to its user (`--exclusive=user`).
     pub(crate) fn has_user_locks(&self) -> bool {
         self.user_locks > 0
+    }
+
+    /// Who holds each of `nodes` nodes: the running jobs' users, counted per node.
+    pub(crate) fn node_users(&self, nodes: usize) -> Vec<NodeUsers> {
+        let mut out = vec![NodeUsers::default(); nodes];
+        for r in self.run.iter().filter(|r| r.live) {
+            for h in &r.nodes {
+                if let Some(u) = out.get_mut(h.node as usize) {
+                    u.count(r.user, r.exclusive_user, true);
+                }
+            }
+        }
+        out
     }
 
     /// Running elements per array job.

@@ -141,9 +141,11 @@ pub(crate) fn run_cycle(
     } else {
         Vec::new()
     };
+    let node_users = (!users.is_empty()).then(|| occ.node_users(snap.nodes.len()));
     let mut run = std::mem::take(&mut occ.run);
     let (carried, part_free) = occ.take_carried();
     let mut e = Engine::from_base(snap, prep, now, carried, part_free);
+    e.users = node_users;
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
         let r = &mut run[s as usize];
@@ -407,17 +409,17 @@ impl<'a> Cycle<'a> {
             },
         };
         // --exclude: never these nodes (a filter like a constraint's).
-        let mut excluded: Vec<&str> = r.exclude.iter().map(String::as_str).collect();
-        excluded.sort_unstable();
-        let exclude_key = if excluded.is_empty() {
-            String::new()
-        } else {
-            format!("|x:{}", excluded.join(","))
-        };
+        let mut excluded: Vec<&str> = Vec::new();
+        let mut exclude_key = String::new();
+        if !r.exclude.is_empty() {
+            excluded.extend(r.exclude.iter().map(String::as_str));
+            excluded.sort_unstable();
+            exclude_key = format!("|x:{}", excluded.join(","));
+        }
         let mut alts = Vec::with_capacity(alternatives.len());
         for alt in &alternatives {
-            let ckey = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            let key = format!("{ckey}{exclude_key}");
+            let mut key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            key.push_str(&exclude_key);
             let fits = |n: &super::node::Node| {
                 alt.as_ref().is_none_or(|c| c.matches(|f| n.has_feature(f)))
                     && excluded.binary_search(&n.name.as_str()).is_err()
@@ -835,10 +837,8 @@ impl<'a> Cycle<'a> {
         for (n, all, cpu, mem) in holds {
             let taken = self.e.hold(n, all, cpu, mem, d.exclusive);
             self.e.release_at(n, end, taken, u32::MAX);
-            if let Some((user, exclusive_user)) = jc.user {
-                self.e.nodes[n as usize]
-                    .users
-                    .count(user, exclusive_user, true);
+            if let (Some((user, exclusive_user)), Some(users)) = (jc.user, &mut self.e.users) {
+                users[n as usize].count(user, exclusive_user, true);
             }
         }
         Some(Start {
@@ -931,8 +931,8 @@ impl<'a> Cycle<'a> {
                 return 0;
             }
             // User rules are not undone by evictions here: such nodes are left alone.
-            if let Some((user, excl)) = c.gate
-                && !ns.users.admit(user, excl)
+            if let (Some((user, excl)), Some(users)) = (c.gate, &self.e.users)
+                && !users[n as usize].admit(user, excl)
             {
                 return 0;
             }
