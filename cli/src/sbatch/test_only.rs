@@ -132,19 +132,6 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             .resolve(st.partition.as_deref().or(j.spec.partition.as_deref()))
             .ok();
         match st.state {
-            // Ended jobs answer dependencies (`afterok:train`).
-            Some(state) if state.is_terminal() => {
-                snap.finished.push(core::FinishedJob {
-                    id,
-                    name: j.name_any(),
-                    namespace: j.namespace().unwrap_or_default(),
-                    state,
-                    start_time: st.start_time.as_ref().map(secs),
-                    end_time: st.end_time.as_ref().map(secs).unwrap_or(now),
-                    array_job_id: st.array_job_id,
-                    array_task_id: st.array_task_id,
-                });
-            }
             Some(JobState::Running) if !st.tasks.is_empty() => {
                 snap.running
                     .push(translate::running_job(j, id, jp, &nodes, None));
@@ -185,8 +172,10 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             .unwrap_or_else(|| "test-only".into()),
     );
     let mut pending = translate::pending_job(&probe, id, &parsed, Some(part), now, None, None);
-    // Its dependency is judged against the jobs there are, as the operator will judge it.
-    pending.dependency = parsed.dependency.clone();
+    // As Slurm's --test-only (checked against Slurm 22.05): when it would start if released
+    // and its dependencies met — a hold or a dependency is not an answer about resources.
+    pending.hold = false;
+    pending.dependency = None;
     snap.pending.push(pending);
 
     // Every waiting job may get a reservation, so the one under test gets an estimate however

@@ -1035,8 +1035,39 @@ async fn operator_and_test_only(
                 ));
             }
             match &test_only {
-                Seen::Pending { reason, .. } if reason == "Dependency" => {}
-                other => return Err(format!("test-only: {other:?}, expected Dependency")),
+                Seen::Running { .. } | Seen::Pending { start: Some(_), .. } => {}
+                other => return Err(format!("test-only: {other:?}, expected an estimate")),
+            }
+        }
+        Expect::Held { nodes } => {
+            submitted.map_err(|e| format!("operator: refused: {e}"))?;
+            let seen = w.until(name, "held", waiting).await;
+            let Seen::Pending {
+                reason, message, ..
+            } = &seen
+            else {
+                unreachable!()
+            };
+            if reason != "JobHeldUser" {
+                return Err(format!("operator: {reason}: {message}"));
+            }
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            if w.observe(name).await.as_ref() != Some(&seen) {
+                return Err("operator: a held job changed".into());
+            }
+            let s = sim_job(name)?;
+            if s.start.is_some() || s.reason != "JobHeldUser" || s.message != *message {
+                return Err(format!(
+                    "simulate: {s:?}; the operator: {reason}: {message}"
+                ));
+            }
+            match &test_only {
+                Seen::Running { nodes: t, .. } if matches_nodes(t, nodes) => {}
+                other => {
+                    return Err(format!(
+                        "test-only: {other:?}, expected {nodes} once released"
+                    ));
+                }
             }
         }
         Expect::Ends {

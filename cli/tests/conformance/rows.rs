@@ -59,8 +59,15 @@ pub enum Expect {
         /// The job it must beat.
         rival: &'static str,
     },
+    /// Held (reason `JobHeldUser`, never started by the simulator); `sbatch --test-only`, as
+    /// Slurm's, answers when it would start on `nodes` once released.
+    Held {
+        /// Hostlist.
+        nodes: &'static str,
+    },
     /// Waits (reason `Dependency`) until the background job it depends on completes, then
-    /// starts on `nodes`.
+    /// starts on `nodes`; `sbatch --test-only`, as Slurm's, gives an estimate regardless of
+    /// the dependency.
     RunsAfterDependency {
         /// Hostlist.
         nodes: &'static str,
@@ -739,10 +746,7 @@ pub fn rows() -> Vec<Row> {
             "hold",
             &["hold"],
             job(&["-H", "-n", "1"], json!({"hold": true, "ntasks": 1})),
-            Expect::Waits {
-                reason: "JobHeldUser",
-                words: "held",
-            },
+            Expect::Held { nodes: "gpu001" },
         ),
         Row {
             background: vec![

@@ -1344,7 +1344,8 @@ impl<'a> Engine<'a> {
         if f.typed {
             a.gpus = a.gpus.min((mask & f.gpu_mask[pos as usize]).count_ones());
         }
-        let idle = avail == total;
+        // Only an exclusive job asks whether the node is idle.
+        let idle = !c.demand.exclusive || avail == total;
         let mut k = c.demand.units_fitting(a, total, idle);
         if let Some(sets) = &c.bind {
             // map_gpu/mask_gpu: local task i uses sets[i % len]; tasks may not share GPUs.
@@ -1385,7 +1386,8 @@ impl<'a> Engine<'a> {
         if !ns.sched {
             return (0, 0);
         }
-        if let (Some((user, excl)), Some(users)) = (c.gate, &self.users)
+        if let Some((user, excl)) = c.gate
+            && let Some(users) = &self.users
             && !users[n as usize].admit(user, excl)
         {
             return (0, 0);

@@ -156,29 +156,35 @@ impl Demand {
     }
 
     /// Units that fit in `avail` on a node of `total` capacity (ignoring which GPUs).
+    #[inline]
     pub fn units_fitting(&self, avail: Res, total: Res, idle: bool) -> u32 {
         if self.exclusive && !idle {
             return 0;
         }
-        if avail.gpus < self.node.gpus || avail.cpu < self.node.cpu {
+        // What the units may use once the node's own share is set aside (this is the hot
+        // path of every placement search: no more than a subtraction per resource).
+        let (Some(gpus), Some(cpu)) = (
+            avail.gpus.checked_sub(self.node.gpus),
+            avail.cpu.checked_sub(self.node.cpu),
+        ) else {
             return 0;
-        }
-        let mut k = self.per_node_cap();
+        };
         let mem = if self.whole_mem {
             if avail.mem < total.mem {
                 return 0;
             }
             u64::MAX
         } else {
-            if avail.mem < self.node.mem {
-                return 0;
+            match avail.mem.checked_sub(self.node.mem) {
+                Some(m) => m,
+                None => return 0,
             }
-            avail.mem - self.node.mem
         };
-        if let Some(n) = (avail.gpus - self.node.gpus).checked_div(self.unit.gpus) {
+        let mut k = self.per_node_cap();
+        if let Some(n) = gpus.checked_div(self.unit.gpus) {
             k = k.min(n);
         }
-        if let Some(n) = (avail.cpu - self.node.cpu).checked_div(self.unit.cpu) {
+        if let Some(n) = cpu.checked_div(self.unit.cpu) {
             k = k.min(u32::try_from(n).unwrap_or(u32::MAX));
         }
         if self.unit.mem > 0 && !self.whole_mem {
