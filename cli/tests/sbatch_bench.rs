@@ -14,8 +14,8 @@ use common::sbatch_args;
 use muster_cli::sbatch::manifest::Submitter;
 use muster_cli::sbatch::{ScriptInput, prepare};
 
-/// A script of `lines` directive lines cycling through common options (every one valid), the
-/// last values winning.
+/// A script of `lines` directive lines cycling through common options (every one valid, and
+/// implemented before issue 16 too, so the figures compare), the last values winning.
 fn script(lines: usize) -> String {
     const OPTS: &[&str] = &[
         "--job-name=train-{i}",
@@ -26,8 +26,8 @@ fn script(lines: usize) -> String {
         "--partition=gpu",
         "--cpus-per-task=12 --mem=0",
         "-o logs/%x-%j.out",
-        "--mail-type=END,FAIL",
-        "--account=proj{i}",
+        "--nice=10 --requeue",
+        "--dependency=afterok:{i}",
         "--exclusive",
         "--constraint=h100&ib # a comment",
     ];
