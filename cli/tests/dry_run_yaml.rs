@@ -83,7 +83,6 @@ fn dry_run(argv: &[&str]) -> BatchJob {
         &|_: &str| None::<String>,
         &muster_cli::sbatch::manifest::Submitter {
             namespace: None,
-            user: Some("alice".into()),
             cwd: None,
         },
     )

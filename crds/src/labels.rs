@@ -33,7 +33,8 @@ pub const ERROR: &str = "muster.dev/error";
 /// Annotation with the `--comment` of `sbatch` (Slurm's job comment, shown by `scontrol show
 /// job` and `sacct -o Comment`).
 pub const COMMENT: &str = "muster.dev/comment";
-/// Annotation with the user who submitted the job (Slurm's `%u`); the CLI sets it.
+/// Annotation with the user who submitted the job (Slurm's `%u`): written at admission by the
+/// operator's mutating webhook from the API server's `userInfo.username`, never by clients.
 pub const USER: &str = "muster.dev/user";
 
 /// Finalizer the operator keeps on a BatchJob while it holds an allocation, so that a deleted

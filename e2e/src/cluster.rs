@@ -35,8 +35,10 @@ use muster_operator::core::cluster_spec::{ClusterSpec, GpuInfo, NodeInfo, SpecEr
 use muster_operator::core::node::Taint;
 use serde_json::json;
 
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::{ApiServer, ApiServerOptions, Faults, StartError};
 use crate::clock::SimClock;
+use crate::exec::{ExecError, ExecOptions, Runtime};
 use crate::kubelet::{self, Kubelet, KubeletError, KubeletOptions, KubeletStats};
 use crate::nodes;
 use crate::quantity::parse_milli;
@@ -77,6 +79,9 @@ pub enum ClusterError {
     /// A simulated kubelet command failed.
     #[error(transparent)]
     Kubelet(#[from] KubeletError),
+    /// Exec mode cannot run here.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
     /// The operation needs the simulated cluster (or a configured command).
     #[error("{0}")]
     Unsupported(String),
@@ -111,10 +116,15 @@ pub struct TestClusterOptions {
     pub scheduler: Option<SchedulerOptions>,
     /// Simulated kubelet; `None`: no kubelet (bound pods stay Pending).
     pub kubelet: Option<KubeletOptions>,
+    /// Run pods for real (the kubelet's exec mode, see [`crate::exec`]); `None`: simulate.
+    pub exec: Option<ExecOptions>,
     /// Where to write the kubeconfig; default: a temporary directory removed with the cluster.
     pub kubeconfig: Option<PathBuf>,
     /// Writes in flight at once while registering nodes.
     pub register_concurrency: usize,
+    /// Who the kubeconfig authenticates as (with a token of its own); default: the double's
+    /// `kubernetes-admin`.
+    pub kubeconfig_user: Option<UserInfo>,
 }
 
 impl TestClusterOptions {
@@ -126,8 +136,10 @@ impl TestClusterOptions {
             api: ApiServerOptions::default().with_muster_crds(),
             scheduler: Some(SchedulerOptions::default()),
             kubelet: Some(KubeletOptions::default()),
+            exec: None,
             kubeconfig: None,
             register_concurrency: 32,
+            kubeconfig_user: None,
         }
     }
 
@@ -142,6 +154,7 @@ struct Simulated {
     server: ApiServer,
     scheduler: Option<Scheduler>,
     kubelet: Option<Kubelet>,
+    exec: bool,
 }
 
 /// A running test cluster (simulated or real); dropping it stops the simulated one.
@@ -215,12 +228,18 @@ impl TestCluster {
                 (Some(dir), p)
             }
         };
-        server
-            .write_kubeconfig(&path)
-            .map_err(|e| ClusterError::Kubeconfig {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
+        let text = match &opts.kubeconfig_user {
+            None => server.kubeconfig(),
+            Some(u) => {
+                let token = format!("token-{}", uuid::Uuid::new_v4());
+                server.add_token(&token, u.clone());
+                server.kubeconfig_with_token(&u.username, &token)
+            }
+        };
+        std::fs::write(&path, text).map_err(|e| ClusterError::Kubeconfig {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
         let client = server.client();
         let gpunodes = opts.kubelet.as_ref().is_some_and(|k| k.gpunodes);
         nodes::register(
@@ -232,10 +251,28 @@ impl TestCluster {
         )
         .await
         .map_err(kube_err("registering the nodes"))?;
-        let kubelet = opts
-            .kubelet
-            .clone()
-            .map(|k| Kubelet::start(server.client(), opts.clock.clone(), infos.clone(), k));
+        let kubelet = match (opts.kubelet.clone(), opts.exec.clone()) {
+            (Some(k), Some(mut x)) => {
+                if x.logs.is_none() {
+                    x.logs = Some(server.pod_logs());
+                }
+                let rt = Runtime::start(server.client(), opts.clock.clone(), x).await?;
+                Some(Kubelet::start_exec(
+                    server.client(),
+                    opts.clock.clone(),
+                    infos.clone(),
+                    k,
+                    rt,
+                ))
+            }
+            (Some(k), None) => Some(Kubelet::start(
+                server.client(),
+                opts.clock.clone(),
+                infos.clone(),
+                k,
+            )),
+            (None, _) => None,
+        };
         let scheduler = opts
             .scheduler
             .clone()
@@ -250,6 +287,7 @@ impl TestCluster {
                 server,
                 scheduler,
                 kubelet,
+                exec: opts.exec.is_some(),
             }),
             node_commands: NodeCommands::default(),
         })
@@ -301,6 +339,29 @@ impl TestCluster {
     /// The kubeconfig file (for `kubectl`, the CLI, the operator binary).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// A kubeconfig file (beside [`TestCluster::kubeconfig`]) whose user is `user`, with a
+    /// bearer token of its own (simulated cluster only).
+    pub fn kubeconfig_for(&self, user: &UserInfo) -> Result<PathBuf, ClusterError> {
+        let server = self.api_server().ok_or_else(|| {
+            ClusterError::Unsupported("users are made on the simulated cluster only".into())
+        })?;
+        let token = format!("token-{}", uuid::Uuid::new_v4());
+        server.add_token(&token, user.clone());
+        let safe: String = user
+            .username
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let path = self.kubeconfig.with_file_name(format!("kubeconfig-{safe}"));
+        std::fs::write(&path, server.kubeconfig_with_token(&user.username, &token)).map_err(
+            |e| ClusterError::Kubeconfig {
+                path: path.clone(),
+                message: e.to_string(),
+            },
+        )?;
+        Ok(path)
     }
 
     /// Whether this is the simulated cluster.
@@ -403,6 +464,11 @@ impl TestCluster {
         exit_code: u8,
     ) -> Result<(), ClusterError> {
         self.kubelet("finish_pod")?;
+        if self.sim.as_ref().is_some_and(|s| s.exec) {
+            return Err(ClusterError::Unsupported(
+                "finish_pod: in exec mode containers exit when their processes do".into(),
+            ));
+        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"metadata": {"annotations": {
             kubelet::RUN_SECONDS: "0",

@@ -70,7 +70,6 @@ pub fn ours(
         &lookup,
         &Submitter {
             namespace: None,
-            user: Some("alice".into()),
             cwd: Some(script_path(sub, "")),
         },
     )

@@ -24,6 +24,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use muster_crds::labels;
 use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
+use muster_e2e::apiserver::auth::UserInfo;
 use muster_e2e::{TestCluster, TestClusterOptions};
 use muster_operator::controller::metrics::Metrics;
 use muster_operator::controller::{self, Clock, Handle, Settings};
@@ -223,11 +224,17 @@ impl World {
 
     /// `muster ARGS...` against the cluster as user `user`: (success, stdout, stderr).
     pub async fn muster(&self, user: &str, args: &[&str]) -> (bool, String, String) {
-        let mut argv: Vec<OsString> = vec![
-            "muster".into(),
-            "--kubeconfig".into(),
-            self.cluster.kubeconfig().into(),
-        ];
+        // As that user: who submits comes from the API server (SelfSubjectReview), as on a
+        // real cluster; a real cluster's kubeconfig is whoever it names.
+        let kubeconfig = if self.cluster.is_simulated() {
+            self.cluster
+                .kubeconfig_for(&UserInfo::new(user, &[]))
+                .expect("a kubeconfig for the user")
+        } else {
+            self.cluster.kubeconfig().to_path_buf()
+        };
+        let mut argv: Vec<OsString> =
+            vec!["muster".into(), "--kubeconfig".into(), kubeconfig.into()];
         argv.extend(args.iter().map(OsString::from));
         run_cli(argv, user).await
     }
@@ -300,6 +307,11 @@ impl World {
         let j = self.job(name).await?;
         let st = j.status.clone()?;
         let state = st.state?;
+        // A spec the operator cannot run ends FAILED with reason InvalidSpec (the message
+        // names the field): to the user, refused as written.
+        if st.reason.as_deref() == Some("InvalidSpec") {
+            return Some(Seen::Refused(st.message.clone().unwrap_or_default()));
+        }
         Some(match state {
             JobState::Running => {
                 let mut tasks = st.tasks.clone();
@@ -313,19 +325,14 @@ impl World {
                 }
             }
             JobState::Pending => {
-                let reason = st.reason.clone().unwrap_or_default();
-                if reason == "InvalidSpec" {
-                    Seen::Refused(st.message.clone().unwrap_or_default())
-                } else {
-                    let start = st
-                        .start_time
-                        .as_ref()
-                        .map(|t| (t.0.as_second() - self.now(), String::new()));
-                    Seen::Pending {
-                        reason,
-                        message: st.message.clone().unwrap_or_default(),
-                        start,
-                    }
+                let start = st
+                    .start_time
+                    .as_ref()
+                    .map(|t| (t.0.as_second() - self.now(), String::new()));
+                Seen::Pending {
+                    reason: st.reason.clone().unwrap_or_default(),
+                    message: st.message.clone().unwrap_or_default(),
+                    start,
                 }
             }
             s => Seen::Ended(s.as_str().to_string()),
@@ -406,7 +413,11 @@ impl World {
     /// BatchJob no sbatch option can express.
     pub async fn test_only_job(&self, job: &Job) -> Seen {
         use muster_cli::sbatch::test_only::{self, World as TestWorld};
-        let spec = self.cluster_names(&job.spec);
+        let mut spec = self.cluster_names(&job.spec);
+        // Something to run, as `submit` gives it.
+        if spec.get("script").is_none() && spec.get("template").is_none() {
+            spec["script"] = json!("true");
+        }
         let bj: BatchJob = match serde_json::from_value(json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
             "metadata": {"name": job.name, "namespace": NS,
@@ -928,6 +939,48 @@ async fn operator_and_test_only(
                 other => {
                     return Err(format!(
                         "test-only: {other:?}; the operator: {r}: {message}"
+                    ));
+                }
+            }
+        }
+        Expect::Infeasible { words } => {
+            // The cycle's reason for an admitted job is the submission check's text.
+            let message = match submitted {
+                // A real cluster's operator refuses it at admission (webhook).
+                Err(e) if e.contains(words) => {
+                    let at = e.find(words).unwrap_or(0);
+                    e[at..].trim_end_matches(')').to_string()
+                }
+                Err(e) => return Err(format!("operator: refused: {e}; expected {words:?}")),
+                Ok(()) => {
+                    let seen = w.until(name, "a pending reason", waiting).await;
+                    match &seen {
+                        Seen::Pending {
+                            reason: r, message, ..
+                        } if r == "BadConstraints" && message.contains(words) => message.clone(),
+                        other => {
+                            return Err(format!(
+                                "operator: {other:?}; expected BadConstraints with {words:?}"
+                            ));
+                        }
+                    }
+                }
+            };
+            let s = sim_job(name)?;
+            if s.start.is_some() || !s.reason.starts_with("BadConstraints") || s.message != message
+            {
+                return Err(format!(
+                    "simulate: {} {:?} reason {:?} message {:?}; the operator: {message}",
+                    s.state, s.start, s.reason, s.message
+                ));
+            }
+            match &test_only {
+                Seen::Refused(t)
+                    if t.contains("Job submit/allocate failed") && t.contains(message.as_str()) => {
+                }
+                other => {
+                    return Err(format!(
+                        "test-only: {other:?}; expected refused with {message:?}"
                     ));
                 }
             }

@@ -94,6 +94,16 @@ pub enum Expect {
         /// At once.
         running: u32,
     },
+    /// Can never run where it is sent: `sbatch`, `--test-only` and the admission webhook refuse
+    /// it ("Requested node configuration is not available", [`validate::submission`]); a job
+    /// already admitted (an operator without webhooks, the simulator) waits `BadConstraints`
+    /// — all with the same text, which contains `words`.
+    ///
+    /// [`validate::submission`]: muster_operator::controller::validate::submission
+    Infeasible {
+        /// In the message.
+        words: &'static str,
+    },
     /// Refused as written, by the API server, the operator, the trace reader and sbatch:
     /// every message names `field` and says `words`.
     Refused {
@@ -347,15 +357,14 @@ pub fn rows() -> Vec<Row> {
             runs_on("gpu001"),
         ),
         row(
-            "--mem larger than any node never starts",
+            "--mem larger than any node is refused",
             &["mem"],
             job(
                 &["-N", "1", "--mem=600G", "--gres=gpu:1"],
                 json!({"nodes": 1, "mem": "600G", "gres": "gpu:1"}),
             ),
-            Expect::Waits {
-                reason: "BadConstraints",
-                words: "can never hold",
+            Expect::Infeasible {
+                words: "memory: 600G per node requested",
             },
         ),
         row(
@@ -393,12 +402,11 @@ pub fn rows() -> Vec<Row> {
             runs_on("gpu004"),
         ),
         row(
-            "a GPU type no node has never starts",
+            "a GPU type no node has is refused",
             &["gpuType", "gpus"],
             spec_only(json!({"gpuType": "v100", "gpus": 1})),
-            Expect::Waits {
-                reason: "BadConstraints",
-                words: "(v100)",
+            Expect::Infeasible {
+                words: "GPU type v100: no node of partition gpu has one",
             },
         ),
         // ---- constraints ----
@@ -448,15 +456,14 @@ pub fn rows() -> Vec<Row> {
             runs_on("gpu[002,004]"),
         ),
         row(
-            "constraint: a feature no node has never starts and says why",
+            "constraint: a feature no node has is refused and says why",
             &["constraint"],
             job(
                 &["-n", "1", "-C", "nosuchfeature"],
                 json!({"ntasks": 1, "constraint": "nosuchfeature"}),
             ),
-            Expect::Waits {
-                reason: "BadConstraints",
-                words: "with constraint nosuchfeature",
+            Expect::Infeasible {
+                words: "no node of partition gpu matches constraint nosuchfeature",
             },
         ),
         // ---- GPU binding ----
@@ -590,15 +597,14 @@ pub fn rows() -> Vec<Row> {
             },
         ),
         row(
-            "nodelist: a node not in the partition",
+            "nodelist: a node not in the partition is refused",
             &["nodelist"],
             job(
                 &["-w", "gpu009", "-n", "1"],
                 json!({"nodelist": "gpu009", "ntasks": 1}),
             ),
-            Expect::Waits {
-                reason: "BadConstraints",
-                words: "with nodelist gpu009",
+            Expect::Infeasible {
+                words: "nodelist: node gpu009 is not a node of partition gpu",
             },
         ),
         row(

@@ -65,8 +65,8 @@
 //!
 //! CPUs per task default to 1 (or the partition's `DefCpuPerGPU` × GPUs when neither CPUs
 //! nor memory are asked for); memory to the partition's `DefMemPerGPU` × GPUs, else none.
-//! `--mem=0` takes the node's whole memory. Contradictions (`--gpus=7 --ntasks=2`) are
-//! `BadConstraints` with a message saying why.
+//! `--mem=0` takes the node's whole memory. Contradictions (`--nodes=3-2`, `--gpus=8
+//! --gpus-per-task=3`) are `BadConstraints` with a message saying why.
 //!
 //! # Placement
 //!
@@ -186,7 +186,8 @@
 //! # Modules
 //!
 //! [`model`] (input and output types), [`cluster_spec`] (the shared cluster file format),
-//! [`node`], [`shape`], [`tree`], [`gpus`], [`engine`] (cycle state and placement),
+//! [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
+//! [`gpus`], [`engine`] (cycle state and placement),
 //! [`occupancy`] (running jobs' holds kept between cycles),
 //! [`timeline`] (earliest starts), [`schedule`](mod@schedule) (the cycle), [`priority`],
 //! [`deps`], [`enforce`], [`baseline`] (the naive first-fit yardstick), [`synth`] (seeded
@@ -199,6 +200,7 @@ pub mod cluster_spec;
 pub mod deps;
 pub mod enforce;
 pub mod engine;
+pub mod feasible;
 pub mod gpus;
 pub mod model;
 pub mod node;
