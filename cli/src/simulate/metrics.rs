@@ -32,7 +32,7 @@ pub const BSLD_TAU_SECS: f64 = 10.0;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// Policy name (`muster`, `fifo`, `first-fit`).
+    /// Policy name (`muster`, `slurm`, `fifo`, `first-fit`).
     pub policy: String,
     /// Jobs in the trace.
     pub jobs: usize,

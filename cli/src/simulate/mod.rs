@@ -76,10 +76,13 @@ Metrics:
 Policies (--policy, or all with --compare):
   muster     the scheduling core: topology-aware gangs, multifactor priority, backfill
              with reservations, preemption
+  slurm      Slurm-like EASY backfill: submit order, a reservation for every waiting job a
+             cycle tests, Slurm's topology/tree placement (lowest switch with enough nodes,
+             largest-first spill, nodes in order)
   fifo       the core's placement in submit order, no backfill (stops at the first job
              that does not fit, like Slurm's sched/builtin)
   first-fit  topology-unaware first fit in submit order; jobs that do not fit are passed
-             over (no reservations)";
+             over (no reservations); every other placement rule is kept";
 
 /// `muster simulate` options.
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
@@ -121,7 +124,7 @@ pub struct SimulateArgs {
     #[arg(long, short = 'p', value_enum, default_value_t = Policy::Muster)]
     pub policy: Policy,
 
-    /// Run every policy (muster, fifo, first-fit) and report them side by side.
+    /// Run every policy (muster, slurm, fifo, first-fit) and report them side by side.
     #[arg(long)]
     pub compare: bool,
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
 use super::engine::{
-    Claim, Engine, LeafAgg, LeafView, NEVER, Prepared, SelectInput, Selection, select,
+    Claim, Engine, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput, Selection, select,
 };
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
@@ -25,7 +25,7 @@ use super::util::{NameKey, natural_cmp_keyed};
 pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     let prep = Prepared::new(&snap.nodes, &snap.partitions);
     let mut occ = Occupancy::new(&prep, snap);
-    run_cycle(snap, &prep, &mut occ, now, cfg)
+    run_cycle(snap, &prep, &mut occ, now, cfg, Placement::Topology)
 }
 
 /// [`schedule`] with the cluster's trees built beforehand (see [`Prepared`]), for callers
@@ -34,7 +34,7 @@ pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
 pub fn schedule_prepared(prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     if prep.fits(snap) {
         let mut occ = Occupancy::new(prep, snap);
-        run_cycle(snap, prep, &mut occ, now, cfg)
+        run_cycle(snap, prep, &mut occ, now, cfg, Placement::Topology)
     } else {
         schedule(snap, now, cfg)
     }
@@ -60,6 +60,10 @@ struct JobCtx {
     alts: Vec<Alt>,
     max_leaves: Option<u32>,
     leaves_deadline: i64,
+    /// `max_leaves` is Muster's own preference for the fewest leaves (no `--switches`): it
+    /// holds while the spread placement would not start more than
+    /// [`Config::topology_wait_secs`] sooner.
+    implicit: bool,
 }
 
 struct Cycle<'a> {
@@ -86,7 +90,12 @@ struct Cycle<'a> {
     demands: Vec<Option<Result<Demand, String>>>,
     /// "waiting for …" messages by class and need (formatting is costly in long queues).
     messages: BTreeMap<(u32, u32), String>,
+    /// Timeline sweeps spent deciding whether gangs wait for their fewest leaves.
+    topology_checks: u32,
 }
+
+/// Most [`Cycle::worth_waiting`] sweeps per cycle.
+const TOPOLOGY_CHECKS: u32 = 32;
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
     match limit {
@@ -109,6 +118,7 @@ pub(crate) fn run_cycle(
     occ: &mut Occupancy,
     now: i64,
     cfg: &Config,
+    placement: Placement,
 ) -> Decisions {
     let stops = occ.stops(snap, now);
     let mut stop_horizon = occ.stop_horizon(now);
@@ -122,6 +132,7 @@ pub(crate) fn run_cycle(
     let mut run = std::mem::take(&mut occ.run);
     let (carried, part_free) = occ.take_carried();
     let mut e = Engine::from_base(snap, prep, now, carried, part_free);
+    e.placement = placement;
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
         let r = &mut run[s as usize];
@@ -150,6 +161,7 @@ pub(crate) fn run_cycle(
         buf: Vec::new(),
         demands: Vec::new(),
         messages: BTreeMap::new(),
+        topology_checks: 0,
         lowest_preemptable_tier,
         deps: snap
             .pending
@@ -396,7 +408,19 @@ impl<'a> Cycle<'a> {
             let cid = self.e.class(pi, filter, &demand, bind.clone());
             alts.push(Alt { cid, counts });
         }
+        let mut implicit = false;
         let (max_leaves, leaves_deadline) = match &job.request.switches {
+            None if self.cfg.topology_wait_secs > 0
+                && alts.iter().all(|a| a.counts.is_empty()) =>
+            {
+                match self.fewest_leaves(pi, alts[0].cid, &demand) {
+                    Some(lb) => {
+                        implicit = true;
+                        (Some(lb), NEVER)
+                    }
+                    None => (None, NEVER),
+                }
+            }
             None => (None, NEVER),
             Some(sw) => {
                 let wait = match sw.max_wait {
@@ -414,7 +438,32 @@ impl<'a> Cycle<'a> {
             alts,
             max_leaves,
             leaves_deadline,
+            implicit,
         })
+    }
+
+    /// The fewest leaves a multi-node gang of class `cid` can span: its fewest nodes (from
+    /// the class's capacities with every node idle) over the largest leaf. `None` for a
+    /// gang that one node holds.
+    fn fewest_leaves(&mut self, part: u32, cid: u32, d: &Demand) -> Option<u32> {
+        let need = u64::from(d.need());
+        let (up, _) = self.e.statics(cid);
+        let k = up.prefix.iter().position(|&u| u >= need)?.max(d.min_nodes as usize) as u64;
+        if k <= 1 {
+            return None;
+        }
+        let tree = self.e.parts[part as usize].tree;
+        let widest = tree
+            .leaves
+            .iter()
+            .map(|&l| {
+                let r = &tree.switches[l as usize].nodes;
+                u64::from(r.end - r.start)
+            })
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        u32::try_from(k.div_ceil(widest)).ok()
     }
 
     /// Tries to start the job; otherwise preempts for it or reserves for it, and sets its
@@ -437,6 +486,17 @@ impl<'a> Cycle<'a> {
                 && let Some(start) = self.commit_start(job, jc, alt, &sel)
             {
                 return Some(start);
+            }
+        }
+        if jc.implicit {
+            // Spread now, unless the fewest leaves come soon enough to wait for them.
+            for alt in &jc.alts {
+                if let Some(sel) = self.try_now(jc, alt, end, None)
+                    && !self.worth_waiting(jc, alt, self.now)
+                    && let Some(start) = self.commit_start(job, jc, alt, &sel)
+                {
+                    return Some(start);
+                }
             }
         }
         // Could it ever start? (Checked only now: jobs that start need not be.)
@@ -500,21 +560,40 @@ impl<'a> Cycle<'a> {
             .clone();
         let tier = self.snap.partitions[part].priority_tier;
         let can_preempt = self.cfg.preemption && self.lowest_preemptable_tier < tier;
-        if !can_preempt && self.reservations >= self.cfg.max_reservations {
+        let waited = self.now - job.eligible_time.unwrap_or(job.submit_time);
+        let may_reserve = self.reservations < self.cfg.max_reservations
+            && waited >= i64::try_from(self.cfg.reserve_after_secs).unwrap_or(i64::MAX);
+        if !can_preempt && !may_reserve {
             return None;
         }
         // The earliest alternative (the first on a tie).
         let mut earliest: Option<(i64, Selection)> = None;
         for alt in usable.iter().map(|&i| &jc.alts[i]) {
             let counts = self.count_masks(alt);
-            if let Some((t, sel)) = self.e.earliest(
+            let mut found = self.e.earliest(
                 alt.cid,
                 &jc.demand,
                 jc.limit,
                 jc.max_leaves,
                 jc.leaves_deadline,
                 &counts,
-            ) && earliest.as_ref().is_none_or(|(b, _)| t < *b)
+            );
+            if jc.implicit {
+                // The fewest leaves only while they are not much later than any leaves.
+                let any = self
+                    .e
+                    .earliest(alt.cid, &jc.demand, jc.limit, None, NEVER, &counts);
+                let wait = i64::try_from(self.cfg.topology_wait_secs).unwrap_or(NEVER);
+                if let Some((ta, _)) = &any
+                    && found
+                        .as_ref()
+                        .is_none_or(|(t1, _)| t1.saturating_sub(*ta) > wait)
+                {
+                    found = any;
+                }
+            }
+            if let Some((t, sel)) = found
+                && earliest.as_ref().is_none_or(|(b, _)| t < *b)
             {
                 earliest = Some((t, sel));
             }
@@ -548,12 +627,27 @@ impl<'a> Cycle<'a> {
                 return None;
             }
         }
-        if self.reservations < self.cfg.max_reservations
-            && let Some((t, sel)) = earliest
+        if may_reserve && let Some((t, sel)) = earliest
         {
             self.reserve(job, jc, t, &sel, info);
         }
         None
+    }
+
+    /// Whether a gang that could start now spread over more leaves than it needs should
+    /// wait for its fewest leaves instead: they come (by the running jobs' time limits and
+    /// the reservations) within [`Config::topology_wait_secs`]. Each check is a sweep of
+    /// the timeline; past a budget per cycle the gang does not wait.
+    fn worth_waiting(&mut self, jc: &JobCtx, alt: &Alt, now: i64) -> bool {
+        if self.topology_checks >= TOPOLOGY_CHECKS {
+            return false;
+        }
+        self.topology_checks += 1;
+        let counts = self.count_masks(alt);
+        let wait = i64::try_from(self.cfg.topology_wait_secs).unwrap_or(NEVER);
+        self.e
+            .earliest(alt.cid, &jc.demand, jc.limit, jc.max_leaves, NEVER, &counts)
+            .is_some_and(|(t, _)| t.saturating_sub(now) <= wait)
     }
 
     /// The feature-count requirements of an alternative as node masks for [`select`].
@@ -613,6 +707,8 @@ impl<'a> Cycle<'a> {
             demand: d,
             max_leaves,
             counts: &counts,
+            placement: e.placement,
+            order: ps.node_order,
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
@@ -888,6 +984,8 @@ impl<'a> Cycle<'a> {
                 demand: d,
                 max_leaves: ml,
                 counts: &counts,
+                placement: self.e.placement,
+                order: ps.node_order,
             };
             select(&inp, &|p| (masked[p as usize], masked[p as usize]))
         };
