@@ -1731,6 +1731,117 @@ fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opt
     Some(out)
 }
 
+/// A later gang of the cycle as a placement sees it (see [`select_weighed`]).
+#[derive(Clone, Debug)]
+pub struct Ahead {
+    /// Its class.
+    pub cid: u32,
+    /// Units it needs.
+    pub need: u32,
+    /// Fewest nodes.
+    pub min_nodes: u32,
+    /// End of its run if it started now.
+    pub end: i64,
+    /// Its aggregates per leaf now.
+    pub leaves: Vec<LeafAgg>,
+    /// Leaves that hold it whole now.
+    pub fitting: u32,
+}
+
+impl Engine<'_> {
+    /// What placing `sel` (a job of class `c` with demand `d`, all on one leaf) costs the
+    /// later gangs `ahead`: each gang that fitted that leaf whole and no longer would counts
+    /// 1, or 2^20 if it was the only leaf that held it.
+    pub fn lookahead_penalty(
+        &self,
+        c: &Class,
+        d: &Demand,
+        sel: &Selection,
+        ahead: &[Ahead],
+        ps: &PartState<'_>,
+    ) -> u64 {
+        let _ = c;
+        let Some(&(p0, _)) = sel.first() else {
+            return 0;
+        };
+        let leaf = ps.tree.leaf_of[p0 as usize] as usize;
+        let mut pen = 0u64;
+        for g in ahead {
+            let a = g.leaves[leaf];
+            if a.units < g.need || a.nodes < g.min_nodes {
+                continue;
+            }
+            let cg = &self.classes[g.cid as usize];
+            let (mut units, mut nodes) = (i64::from(a.units), i64::from(a.nodes));
+            for &(p, u) in sel {
+                let ns = &self.nodes[ps.tree.nodes[p as usize] as usize];
+                if !ns.sched {
+                    continue;
+                }
+                let avail = ns.window_now(g.end);
+                let before = self.units_for_count(cg, p, avail, ns.free_mask, ns.total);
+                let after = if d.exclusive {
+                    0
+                } else {
+                    let left = avail.minus(d.take(u, ns.total));
+                    self.units_for_count(cg, p, left, ns.free_mask, ns.total)
+                };
+                units -= i64::from(before.saturating_sub(after));
+                if before > 0 && after == 0 {
+                    nodes -= 1;
+                }
+            }
+            if units < i64::from(g.need) || nodes < i64::from(g.min_nodes) {
+                pen += if g.fitting <= 1 { 1 << 20 } else { 1 };
+            }
+        }
+        pen
+    }
+}
+
+/// [`select`] for a gang that one leaf holds, weighing the best-fit candidates: the first
+/// `k` leaves by best fit, each placed, and the one whose placement costs `penalty` least
+/// (then best fit) wins. `None` if no single leaf holds the gang.
+pub fn select_weighed(
+    inp: &SelectInput<'_>,
+    node: &dyn Fn(u32) -> (u32, u32),
+    penalty: &dyn Fn(&Selection) -> u64,
+    k: usize,
+) -> Option<Selection> {
+    let d = inp.demand;
+    let need = d.need();
+    let view = inp.leaf_aggs;
+    let direct = |s: u32| -> (u64, u64) {
+        let r = &inp.tree.switches[s as usize].leaves;
+        (r.start..r.end).fold((0, 0), |(u, n), l| {
+            let a = view.get(l as usize);
+            (u + u64::from(a.units), n + u64::from(a.nodes))
+        })
+    };
+    let mut cands: Vec<(u64, u64, u32)> = (0..view.len())
+        .filter_map(|l| {
+            let a = view.get(l);
+            (a.units >= need && a.nodes >= d.min_nodes)
+                .then(|| (a.slack, u64::from(a.units - need), inp.tree.leaves[l]))
+        })
+        .collect();
+    cands.sort_unstable();
+    let mut best: Option<(u64, usize, Selection)> = None;
+    for (rank, &(_, _, sid)) in cands.iter().take(k).enumerate() {
+        let Some(sel) = take_switch(inp, sid, node, &direct) else {
+            continue;
+        };
+        let p = penalty(&sel);
+        if best.as_ref().is_none_or(|b| (p, rank) < (b.0, b.1)) {
+            best = Some((p, rank, sel));
+            if p == 0 {
+                break;
+            }
+        }
+    }
+    best.map(|b| b.2)
+}
+
 /// [`Placement::FirstFit`]: nodes in node-list order, each taking what it can. A node is
 /// passed over when the nodes still allowed (`--nodes` maximum) could not carry the rest
 /// after it, and a node leaves a unit for every further node `--nodes` requires, so a

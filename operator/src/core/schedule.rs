@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
 use super::engine::{
-    Claim, Engine, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput, Selection, select,
+    Ahead, Claim, Engine, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput, Selection,
+    select, select_weighed,
 };
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
@@ -92,7 +93,30 @@ struct Cycle<'a> {
     messages: BTreeMap<(u32, u32), String>,
     /// Timeline sweeps spent deciding whether gangs wait for their fewest leaves.
     topology_checks: u32,
+    /// The cycle's gangs in queue order, for placements that look ahead (see
+    /// [`Cycle::lookahead`]).
+    gangs: Vec<Gang>,
+    /// Queue position of the job being considered.
+    at: usize,
+    /// Most GPUs on one node (a job asking more is a gang).
+    widest_node: u32,
 }
+
+/// A later gang of the cycle that a placement should leave room for: its queue position,
+/// partition, class and request.
+struct Gang {
+    pos: usize,
+    part: u32,
+    cid: Option<u32>,
+    demand: Demand,
+    end: i64,
+}
+
+/// Later gangs a placement looks at.
+const LOOKAHEAD: usize = 8;
+
+/// Candidate leaves a placement weighs against the later gangs.
+const LOOKAHEAD_LEAVES: usize = 8;
 
 /// Most [`Cycle::worth_waiting`] sweeps per cycle.
 const TOPOLOGY_CHECKS: u32 = 32;
@@ -162,6 +186,9 @@ pub(crate) fn run_cycle(
         demands: Vec::new(),
         messages: BTreeMap::new(),
         topology_checks: 0,
+        gangs: Vec::new(),
+        at: 0,
+        widest_node: snap.nodes.iter().map(|n| n.gpus.len() as u32).max().unwrap_or(0),
         lowest_preemptable_tier,
         deps: snap
             .pending
@@ -193,7 +220,11 @@ impl<'a> Cycle<'a> {
 
     fn plan(&mut self, sizes: &[(u64, u64)], fs: &BTreeMap<String, f64>) {
         let order = self.order(sizes, fs);
-        for (idx, prio) in order {
+        if self.e.placement == Placement::Topology {
+            self.gangs = self.collect_gangs(&order);
+        }
+        for (pos, (idx, prio)) in order.into_iter().enumerate() {
+            self.at = pos;
             let job = &self.snap.pending[idx];
             let mut info = PendingInfo {
                 job: job.id,
@@ -650,6 +681,88 @@ impl<'a> Cycle<'a> {
             .is_some_and(|(t, _)| t.saturating_sub(now) <= wait)
     }
 
+    /// Waiting multi-node gangs in queue order with plain requests (no constraint, GPU
+    /// type or binding): the jobs whose room a placement should not take by accident.
+    fn collect_gangs(&self, order: &[(usize, u32)]) -> Vec<Gang> {
+        let mut out = Vec::new();
+        for (pos, &(idx, _)) in order.iter().enumerate() {
+            let job = &self.snap.pending[idx];
+            let r = &job.request;
+            if job.hold || r.constraint.is_some() || r.gpu_type.is_some() || r.gpu_bind.is_some()
+            {
+                continue;
+            }
+            let (Some(part), Some(Some(Ok(d)))) = (job.partition, self.demands.get(idx)) else {
+                continue;
+            };
+            let Some(p) = self.snap.partitions.get(part as usize) else {
+                continue;
+            };
+            if d.min_nodes < 2 && d.min_gpus() <= u64::from(self.widest_node) {
+                continue;
+            }
+            out.push(Gang {
+                pos,
+                part,
+                cid: None,
+                demand: d.clone(),
+                end: end_of(self.now, p.effective_limit(r.time_limit)),
+            });
+        }
+        out
+    }
+
+    /// What the next later gangs of the job's partition hold now: per gang its class, need,
+    /// fewest nodes, per-leaf aggregates and how many leaves hold it whole. Built only for a
+    /// job with a choice of leaves.
+    fn lookahead(&mut self, part: u32) -> Vec<Ahead> {
+        let mut out = Vec::new();
+        let start = self.gangs.partition_point(|g| g.pos <= self.at);
+        let mut k = start;
+        while k < self.gangs.len() && out.len() < LOOKAHEAD {
+            if self.gangs[k].part != part {
+                k += 1;
+                continue;
+            }
+            let cid = match self.gangs[k].cid {
+                Some(c) => c,
+                None => {
+                    let f = self.e.filter(part, None, "", &|_| true);
+                    let d = self.gangs[k].demand.clone();
+                    let c = self.e.class(part, f, &d, None);
+                    self.gangs[k].cid = Some(c);
+                    c
+                }
+            };
+            let end = self.gangs[k].end;
+            let mut buf = Vec::new();
+            self.e.leaf_aggs_now(cid, end, &mut buf);
+            let c = &self.e.classes[cid as usize];
+            let view = LeafView {
+                base: &c.base,
+                patch: &buf,
+            };
+            let d = &self.gangs[k].demand;
+            let leaves: Vec<LeafAgg> = (0..view.len()).map(|l| view.get(l)).collect();
+            let fitting = leaves
+                .iter()
+                .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
+                .count() as u32;
+            if fitting > 0 {
+                out.push(Ahead {
+                    cid,
+                    need: d.need(),
+                    min_nodes: d.min_nodes,
+                    end,
+                    leaves,
+                    fitting,
+                });
+            }
+            k += 1;
+        }
+        out
+    }
+
     /// The feature-count requirements of an alternative as node masks for [`select`].
     fn count_masks(&self, alt: &Alt) -> Vec<(Vec<bool>, u32)> {
         alt.counts
@@ -712,7 +825,55 @@ impl<'a> Cycle<'a> {
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
-        if sel.is_some() {
+        if let Some(first) = sel {
+            // A choice of leaves, and later gangs of the cycle that a leaf may hold: weigh
+            // the candidates against them.
+            let one_leaf = first
+                .iter()
+                .all(|&(p, _)| ps.tree.leaf_of[p as usize] == ps.tree.leaf_of[first[0].0 as usize]);
+            let view = inp.leaf_aggs;
+            let choices = (0..view.len())
+                .filter(|&l| {
+                    let a = view.get(l);
+                    a.units >= d.need() && a.nodes >= d.min_nodes
+                })
+                .count();
+            if e.placement != Placement::Topology
+                || !one_leaf
+                || choices < 2
+                || !counts.is_empty()
+                || self.gangs.partition_point(|g| g.pos <= self.at) >= self.gangs.len()
+            {
+                self.buf = buf;
+                return Some(first);
+            }
+            let ahead = self.lookahead(jc.part);
+            if ahead.is_empty() {
+                self.buf = buf;
+                return Some(first);
+            }
+            // The lookahead may have refreshed this class's base (other classes share no
+            // state with it, but its leaves could be patched again): read it afresh.
+            self.e.leaf_aggs_now(cid, end, &mut buf);
+            let e = &self.e;
+            let c = &e.classes[cid as usize];
+            let ps = &e.parts[part];
+            let penalty = |s: &Selection| -> u64 { e.lookahead_penalty(c, d, s, &ahead, ps) };
+            let inp = SelectInput {
+                tree: ps.tree,
+                levels: ps.levels,
+                leaf_aggs: LeafView {
+                    base: &c.base,
+                    patch: &buf,
+                },
+                demand: d,
+                max_leaves,
+                counts: &counts,
+                placement: e.placement,
+                order: ps.node_order,
+            };
+            let node_fn = |p: u32| e.units_now(c, p, end);
+            let sel = select_weighed(&inp, &node_fn, &penalty, LOOKAHEAD_LEAVES).or(Some(first));
             self.buf = buf;
             return sel;
         }
