@@ -119,9 +119,9 @@ impl Policy {
                 reserve_after_secs: 0,
                 ..base.clone()
             },
-            Policy::Slurm | Policy::FirstFit => {
-                self.yardstick().map_or_else(|| base.clone(), |y| y.config(base))
-            }
+            Policy::Slurm | Policy::FirstFit => self
+                .yardstick()
+                .map_or_else(|| base.clone(), |y| y.config(base)),
         }
     }
 
@@ -251,6 +251,9 @@ pub struct SimOptions {
     pub max_queue: usize,
     /// The core's configuration for the Muster policy (the others derive theirs from it).
     pub config: Config,
+    /// Stop at this simulated time (seconds from the first submit): jobs still running are
+    /// reported as running, with their placements, and waiting ones as pending.
+    pub until: Option<i64>,
 }
 
 impl Default for SimOptions {
@@ -259,6 +262,7 @@ impl Default for SimOptions {
             interval: 10,
             max_queue: 1_000,
             config: Config::default(),
+            until: None,
         }
     }
 }
@@ -277,8 +281,10 @@ pub enum Outcome {
     NodeFail,
     /// The scheduler refused it for good (too big, contradictory, partition limits).
     Rejected,
-    /// Still waiting when the trace ran out of events.
+    /// Still waiting when the trace ran out of events (or at `--until`).
     NeverStarted,
+    /// Running at `--until`.
+    Running,
 }
 
 /// What happened to one job.
@@ -408,6 +414,8 @@ pub struct SimRun {
     pub lost_gpu_secs: f64,
     /// Time of the last event.
     pub end_time: i64,
+    /// When the replay was stopped (`--until`), if it was.
+    pub stopped_at: Option<i64>,
 }
 
 /// What an end event means.
@@ -540,6 +548,8 @@ pub fn simulate(
     for (i, j) in jobs.iter_mut().enumerate() {
         if e.qpos[i] != NONE {
             j.outcome = Outcome::NeverStarted;
+        } else if e.rpos[i] != NONE {
+            j.outcome = Outcome::Running;
         }
     }
     SimRun {
@@ -552,6 +562,7 @@ pub fn simulate(
         preemptions: e.preemptions,
         lost_gpu_secs: e.lost_gpu_secs,
         end_time,
+        stopped_at: opts.until.filter(|&u| u <= end_time),
     }
 }
 
@@ -563,6 +574,17 @@ impl Engine<'_> {
                 Some(l) => c.max(l.saturating_add(self.opts.interval as i64)),
                 None => c,
             });
+            let next = match (ev, cyc) {
+                (Some(e), Some(c)) => Some(e.min(c)),
+                (e, c) => e.or(c),
+            };
+            if let (Some(u), Some(t)) = (self.opts.until, next)
+                && t > u
+            {
+                // Stop at T: the figures and placements are those of that moment.
+                self.advance(u.max(self.now));
+                break;
+            }
             match (ev, cyc) {
                 (None, None) => break,
                 (Some(e), Some(c)) if e <= c => self.events_at(e),

@@ -1941,7 +1941,10 @@ fn select_slurm(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opti
                 return None;
             }
             if let Some(ml) = inp.max_leaves {
-                let mut ls: Vec<u32> = out.iter().map(|&(p, _)| inp.tree.leaf_of[p as usize]).collect();
+                let mut ls: Vec<u32> = out
+                    .iter()
+                    .map(|&(p, _)| inp.tree.leaf_of[p as usize])
+                    .collect();
                 ls.sort_unstable();
                 ls.dedup();
                 if ls.len() as u32 > ml {

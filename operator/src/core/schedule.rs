@@ -188,7 +188,12 @@ pub(crate) fn run_cycle(
         topology_checks: 0,
         gangs: Vec::new(),
         at: 0,
-        widest_node: snap.nodes.iter().map(|n| n.gpus.len() as u32).max().unwrap_or(0),
+        widest_node: snap
+            .nodes
+            .iter()
+            .map(|n| n.gpus.len() as u32)
+            .max()
+            .unwrap_or(0),
         lowest_preemptable_tier,
         deps: snap
             .pending
@@ -441,9 +446,7 @@ impl<'a> Cycle<'a> {
         }
         let mut implicit = false;
         let (max_leaves, leaves_deadline) = match &job.request.switches {
-            None if self.cfg.topology_wait_secs > 0
-                && alts.iter().all(|a| a.counts.is_empty()) =>
-            {
+            None if self.cfg.topology_wait_secs > 0 && alts.iter().all(|a| a.counts.is_empty()) => {
                 match self.fewest_leaves(pi, alts[0].cid, &demand) {
                     Some(lb) => {
                         implicit = true;
@@ -479,7 +482,11 @@ impl<'a> Cycle<'a> {
     fn fewest_leaves(&mut self, part: u32, cid: u32, d: &Demand) -> Option<u32> {
         let need = u64::from(d.need());
         let (up, _) = self.e.statics(cid);
-        let k = up.prefix.iter().position(|&u| u >= need)?.max(d.min_nodes as usize) as u64;
+        let k = up
+            .prefix
+            .iter()
+            .position(|&u| u >= need)?
+            .max(d.min_nodes as usize) as u64;
         if k <= 1 {
             return None;
         }
@@ -658,8 +665,7 @@ impl<'a> Cycle<'a> {
                 return None;
             }
         }
-        if may_reserve && let Some((t, sel)) = earliest
-        {
+        if may_reserve && let Some((t, sel)) = earliest {
             self.reserve(job, jc, t, &sel, info);
         }
         None
@@ -688,8 +694,7 @@ impl<'a> Cycle<'a> {
         for (pos, &(idx, _)) in order.iter().enumerate() {
             let job = &self.snap.pending[idx];
             let r = &job.request;
-            if job.hold || r.constraint.is_some() || r.gpu_type.is_some() || r.gpu_bind.is_some()
-            {
+            if job.hold || r.constraint.is_some() || r.gpu_type.is_some() || r.gpu_bind.is_some() {
                 continue;
             }
             let (Some(part), Some(Some(Ok(d)))) = (job.partition, self.demands.get(idx)) else {
