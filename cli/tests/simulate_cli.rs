@@ -582,7 +582,10 @@ fn until_reports_the_figures_and_placements_at_that_time() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("stopped    at 50s after the first submit"), "{out}");
+    assert!(
+        out.contains("stopped    at 50s after the first submit"),
+        "{out}"
+    );
     // At 50 s under first fit: a, b, d, e run; c (all 16 nodes) waits.
     assert!(
         out.contains("First fit at 50s: 4 running on 56 of 128 GPUs, 1 waiting"),
@@ -598,10 +601,14 @@ fn until_reports_the_figures_and_placements_at_that_time() {
     assert_eq!(line("a"), ["a", "0s", "8", "1", "1", "gpu001"]);
     assert_eq!(line("b"), ["b", "1s", "32", "4", "2", "gpu[002-005]"]);
     assert_eq!(row(&out, "Jobs started / in trace"), ["4 / 5"]);
-    assert_eq!(row(&out, "Completed / timed out / preempted"), ["0 / 0 / 0"]);
+    assert_eq!(
+        row(&out, "Completed / timed out / preempted"),
+        ["0 / 0 / 0"]
+    );
     let jobs = std::fs::read_to_string(dir.path().join("jobs-first-fit.csv")).unwrap();
     assert!(
-        jobs.lines().any(|l| l.starts_with("b,") && l.contains(",RUNNING,")),
+        jobs.lines()
+            .any(|l| l.starts_with("b,") && l.contains(",RUNNING,")),
         "{jobs}"
     );
     // A time that is not one is refused with what is allowed.

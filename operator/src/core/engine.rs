@@ -541,7 +541,9 @@ impl Prepared {
             .iter()
             .map(|(tree, _): &(Tree, Vec<Vec<u32>>)| {
                 let mut o: Vec<u32> = (0..tree.nodes.len() as u32).collect();
-                o.sort_unstable_by_key(|&p| tree.nodes[p as usize]);
+                if !tree.nodes.windows(2).all(|w| w[0] < w[1]) {
+                    o.sort_unstable_by_key(|&p| tree.nodes[p as usize]);
+                }
                 o
             })
             .collect();
@@ -685,11 +687,42 @@ fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
 
 /// Whether two nodes' GPUs are wired the same (indices, NUMA, NVLink peers, links).
 fn same_gpu_layout(a: &Node, b: &Node) -> bool {
-    a.gpus.len() == b.gpus.len()
-        && a.gpu_links == b.gpu_links
-        && a.gpus.iter().zip(&b.gpus).all(|(x, y)| {
-            x.index == y.index && x.numa == y.numa && x.nvlink_peers == y.nvlink_peers
-        })
+    // Element by element: the slices are a few entries long, where a library comparison
+    // costs more in calls than in work (this runs for every node of every cycle's trees).
+    fn same<T: PartialEq>(x: &[T], y: &[T]) -> bool {
+        x.len() == y.len() && (0..x.len()).all(|i| x[i] == y[i])
+    }
+    // A link as one number, so a row compares without matching enum variants pairwise.
+    fn code(l: Link) -> u16 {
+        match l {
+            Link::Itself => 0,
+            Link::NvLink(n) => 0x100 | u16::from(n),
+            Link::Pix => 2,
+            Link::Pxb => 3,
+            Link::Phb => 4,
+            Link::Node => 5,
+            Link::Sys => 6,
+        }
+    }
+    let rows_same = |x: &[Link], y: &[Link]| {
+        x.len() == y.len()
+            && x.iter()
+                .zip(y)
+                .fold(true, |ok, (p, q)| ok & (code(*p) == code(*q)))
+    };
+    let n = a.gpus.len();
+    if n != b.gpus.len()
+        || a.gpu_links.len() != b.gpu_links.len()
+        || !(0..a.gpu_links.len()).all(|i| rows_same(&a.gpu_links[i], &b.gpu_links[i]))
+    {
+        return false;
+    }
+    // With a whole link matrix, NVLink peers never decide a link (see `Node::link`): they
+    // need not be compared (each GPU's list is a heap read of its own).
+    let whole = a.gpu_links.len() == n && a.gpu_links.iter().all(|r| r.len() == n);
+    a.gpus.iter().zip(&b.gpus).all(|(x, y)| {
+        x.index == y.index && x.numa == y.numa && (whole || same(&x.nvlink_peers, &y.nvlink_peers))
+    })
 }
 
 /// A key describing a node's GPU wiring, so identical nodes share one [`GpuTree`].

@@ -447,12 +447,11 @@ impl<'a> Cycle<'a> {
         let mut implicit = false;
         let (max_leaves, leaves_deadline) = match &job.request.switches {
             None if self.cfg.topology_wait_secs > 0 && alts.iter().all(|a| a.counts.is_empty()) => {
-                match self.fewest_leaves(pi, alts[0].cid, &demand) {
-                    Some(lb) => {
-                        implicit = true;
-                        (Some(lb), NEVER)
-                    }
-                    None => (None, NEVER),
+                if self.fits_one_leaf(pi, &demand) {
+                    implicit = true;
+                    (Some(1), NEVER)
+                } else {
+                    (None, NEVER)
                 }
             }
             None => (None, NEVER),
@@ -476,19 +475,25 @@ impl<'a> Cycle<'a> {
         })
     }
 
-    /// The fewest leaves a multi-node gang of class `cid` can span: its fewest nodes (from
-    /// the class's capacities with every node idle) over the largest leaf. `None` for a
-    /// gang that one node holds.
-    fn fewest_leaves(&mut self, part: u32, cid: u32, d: &Demand) -> Option<u32> {
-        let need = u64::from(d.need());
-        let (up, _) = self.e.statics(cid);
-        let k = up
-            .prefix
-            .iter()
-            .position(|&u| u >= need)?
-            .max(d.min_nodes as usize) as u64;
-        if k <= 1 {
-            return None;
+    /// Whether a gang of `d` spans nodes but fits one leaf of the partition: its fewest
+    /// nodes (by the widest node for packed tasks) are at least two and at most the largest
+    /// leaf's. Such a gang prefers a single leaf (see [`Config::topology_wait_secs`]).
+    fn fits_one_leaf(&self, part: u32, d: &Demand) -> bool {
+        let k = match d.mode {
+            Mode::Bundles { .. } => u64::from(d.min_nodes),
+            Mode::Units { .. } => {
+                let per = if d.unit.gpus > 0 {
+                    (self.widest_node / d.unit.gpus).min(d.per_node_cap())
+                } else {
+                    d.per_node_cap()
+                };
+                u64::from(d.need())
+                    .div_ceil(u64::from(per.max(1)))
+                    .max(u64::from(d.min_nodes))
+            }
+        };
+        if k < 2 {
+            return false;
         }
         let tree = self.e.parts[part as usize].tree;
         let widest = tree
@@ -499,9 +504,8 @@ impl<'a> Cycle<'a> {
                 u64::from(r.end - r.start)
             })
             .max()
-            .unwrap_or(1)
-            .max(1);
-        u32::try_from(k.div_ceil(widest)).ok()
+            .unwrap_or(0);
+        k <= widest
     }
 
     /// Tries to start the job; otherwise preempts for it or reserves for it, and sets its
