@@ -43,7 +43,8 @@ pub struct Cluster {
     pub client: Client,
     /// The namespace for namespaced objects (BatchJobs, pods).
     pub namespace: String,
-    /// The user name recorded on submitted jobs and matched by `--me`.
+    /// Who the API server says we are (`kubectl auth whoami`): the user admission records on
+    /// submitted jobs, matched by `--me`, `sacct` without `-a` and `scancel -u`-less filters.
     pub user: String,
 }
 
@@ -133,7 +134,10 @@ impl ClusterArgs {
             .namespace()
             .unwrap_or_else(|| config.default_namespace.clone());
         let client = Client::try_from(config).context("cannot build a Kubernetes client")?;
-        let user = user_name(env, &self.identity());
+        let user = match whoami(&client).await {
+            Some(u) => u,
+            None => user_name(env, &self.identity()),
+        };
         Ok(Cluster {
             client,
             namespace,
@@ -172,9 +176,46 @@ impl Target<'_> {
     }
 }
 
-/// The Slurm user name of whoever runs the command: `$USER`, else the kubeconfig context's
-/// user name, else `unknown`. It is recorded in the `muster.dev/user` annotation and is a
-/// label for people, not an authenticated identity.
+/// Who the API server says the client is (`SelfSubjectReview`, what `kubectl auth whoami`
+/// asks): the name admission records as a job's submitter. `None` when the server cannot
+/// say (Kubernetes before 1.28).
+pub async fn whoami(client: &Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    match api
+        .create(&Default::default(), &SelfSubjectReview::default())
+        .await
+    {
+        Ok(r) => r.status?.user_info?.username,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot ask the API server who we are");
+            None
+        }
+    }
+}
+
+/// The `-n` trap: after the command name, `-n` keeps Slurm's meaning (a job name for squeue
+/// and scancel, a node list for sinfo), unlike kubectl's namespace. When `value` found no
+/// `what` but names a namespace, one line for standard error says so; `None` otherwise (or
+/// when namespaces may not be read).
+pub async fn dash_n_hint(
+    cluster: &Cluster,
+    command: &str,
+    what: &str,
+    value: &str,
+) -> Option<String> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(cluster.client.clone());
+    match api.get_opt(value).await {
+        Ok(Some(_)) => Some(format!(
+            "{command}: hint: -n {value} after the command name is Slurm's {what} (none is named {value}); for namespace {value} use `kubectl muster -n {value} {command}` or --namespace={value}"
+        )),
+        _ => None,
+    }
+}
+
+/// Who runs the command when the API server cannot say ([`whoami`]): `$USER`, else the
+/// kubeconfig context's user name, else `unknown`.
 pub fn user_name(env: &dyn Fn(&str) -> Option<String>, id: &Identity) -> String {
     env("USER")
         .filter(|u| !u.is_empty())

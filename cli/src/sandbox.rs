@@ -78,8 +78,9 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 pub struct Sandbox {
     /// The simulated cluster.
     pub cluster: TestCluster,
-    /// The Muster operator scheduling in it, unless `--no-operator`.
-    pub operator: Option<muster_operator::controller::Handle>,
+    /// The Muster operator scheduling in it (with its admission webhooks), unless
+    /// `--no-operator`.
+    pub operator: Option<muster_e2e::operator::InProcessOperator>,
     /// The kubeconfig written.
     pub kubeconfig: PathBuf,
 }
@@ -102,6 +103,15 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
     let path = io.cwd.join(&args.write_kubeconfig);
     let mut opts = TestClusterOptions::new(spec.clone()).speed(args.speed);
     opts.kubeconfig = Some(path.clone());
+    // The kubeconfig's user is you (`$USER`), as the API server authenticates you: jobs record
+    // it as their submitter; `kubectl --as=someone` acts as someone else.
+    let me = (io.env)("USER")
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "sandbox-user".to_string());
+    opts.kubeconfig_user = Some(muster_e2e::apiserver::auth::UserInfo::new(
+        &me,
+        &["system:masters"],
+    ));
     let cluster = TestCluster::simulated(opts)
         .await
         .context("starting the sandbox")?;
@@ -128,7 +138,10 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
     };
     let nodes = cluster.nodes();
     let gpus: usize = nodes.iter().map(|n| n.gpus.len()).sum();
-    let url = cluster.api_server().map(|s| s.url()).unwrap_or_default();
+    let url = cluster
+        .api_server()
+        .map(|s| s.https_url())
+        .unwrap_or_default();
     let shown = path.canonicalize().unwrap_or(path.clone());
     let k = shown.display();
     let out = &mut io.out;
@@ -191,35 +204,23 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
 }
 
 /// Start the real operator in this process against the sandbox's API server: the same
-/// controllers the chart deploys, one replica, so it always leads.
+/// controllers and admission webhooks the chart deploys, one replica, so it always leads.
 async fn start_operator(
     cluster: &TestCluster,
-) -> anyhow::Result<muster_operator::controller::Handle> {
-    use k8s_openapi::api::core::v1::Namespace;
-    use muster_operator::controller::{Settings, metrics::Metrics};
-    let client = cluster.client();
-    let ns: Namespace = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}
-    }))?;
-    match Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e).context("creating the operator's namespace"),
-    }
+) -> anyhow::Result<muster_e2e::operator::InProcessOperator> {
+    use muster_operator::controller::Settings;
+    let server = cluster
+        .api_server()
+        .context("the sandbox runs on the API server double")?;
     let settings = Settings {
         namespace: OPERATOR_NAMESPACE.into(),
         leader_election: false,
         identity: "muster-sandbox".into(),
         ..Settings::default()
     };
-    Ok(muster_operator::controller::start(
-        client,
-        settings,
-        Metrics::new(),
-    ))
+    muster_e2e::operator::start(server, settings, true)
+        .await
+        .context("starting the operator")
 }
 
 impl Sandbox {

@@ -159,6 +159,12 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let plan = plan(args, &rows, &cluster.user).map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(name) = &args.name
+        && !rows.iter().any(|r| &r.job_name == name)
+        && let Some(h) = crate::cluster::dash_n_hint(&cluster, "scancel", "job name", name).await
+    {
+        writeln!(io.err, "{h}")?;
+    }
     let patch = serde_json::json!({ "spec": { "cancel": true } });
     let mut failed = false;
     for (ns, name, id) in &plan.cancel {

@@ -431,6 +431,15 @@ pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyh
     let gpunodes = crate::fetch::gpunodes(&cluster).await;
     let jobs = crate::fetch::batchjobs_all_or_own(&cluster).await?;
     let (parts, node_rows) = crate::rows::cluster_rows(&partitions, &nodes, &gpunodes, &jobs);
+    if let Some(v) = &args.nodes
+        && !v.contains(['[', ','])
+        && !nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(v.as_str()))
+        && let Some(h) = crate::cluster::dash_n_hint(&cluster, "sinfo", "node list", v).await
+    {
+        writeln!(io.err, "{h}")?;
+    }
     let (text, warnings) = report(args, &parts, &node_rows).map_err(|e| anyhow::anyhow!(e))?;
     for w in warnings {
         writeln!(io.err, "sinfo: error: {w}")?;

@@ -508,10 +508,21 @@ pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
     if let Some(list) = &args.sort {
         parse_sort(list).map_err(|e| anyhow::anyhow!(e))?;
     }
+    let mut first = true;
     loop {
         let now = jiff::Timestamp::now();
         let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
         let rows = crate::rows::job_rows(&jobs, now, args.array);
+        if std::mem::take(&mut first) {
+            for name in &args.names {
+                if !rows.iter().any(|r| &r.job_name == name)
+                    && let Some(h) =
+                        crate::cluster::dash_n_hint(&cluster, "squeue", "job name", name).await
+                {
+                    writeln!(io.err, "{h}")?;
+                }
+            }
+        }
         let (text, warnings) =
             report(args, rows, &cluster.user, &tz).map_err(|e| anyhow::anyhow!(e))?;
         for w in warnings {

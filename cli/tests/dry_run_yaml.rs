@@ -81,10 +81,7 @@ fn dry_run(argv: &[&str]) -> BatchJob {
         &args,
         None,
         &|_: &str| None::<String>,
-        &muster_cli::sbatch::manifest::Submitter {
-            namespace: None,
-            user: Some("alice".into()),
-        },
+        &muster_cli::sbatch::manifest::Submitter { namespace: None },
     )
     .unwrap()
     .job

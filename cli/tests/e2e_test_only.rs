@@ -115,7 +115,8 @@ async fn test_only_estimates_with_the_scheduling_core() {
     assert_eq!((procs.as_str(), nodes.as_str()), ("4", "gpu[001-002]"));
     assert_eq!(batchjob_count(&sim).await, 1, "still only the filler");
 
-    // A request no node set can ever satisfy is refused with the core's reason.
+    // A request no node set can ever satisfy is refused as Slurm refuses it, naming the
+    // resource and the largest that exists (the check sbatch and admission make).
     let (ok, _, err) = sim
         .run(&[
             "sbatch",
@@ -128,9 +129,9 @@ async fn test_only_estimates_with_the_scheduling_core() {
         ])
         .await;
     assert!(!ok);
-    assert!(
-        err.starts_with("sbatch: error: Job would never start: BadConstraints"),
-        "{err}"
+    assert_eq!(
+        err.trim_end(),
+        "sbatch: error: Job submit/allocate failed: Requested node configuration is not available (GPUs: 9 per node requested, the most on one node of partition blackwell is 8)"
     );
     // An unknown partition is refused as a submission would be.
     let (ok, _, err) = sim

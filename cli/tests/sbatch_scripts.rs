@@ -56,7 +56,8 @@ fn gpus_per_task() {
         annotation(&j, "muster.dev/error"),
         Some("gpus_per_task_test.err")
     );
-    assert_eq!(annotation(&j, "muster.dev/user"), Some("alice"));
+    // Who submits is recorded by the API server at admission, never written by the client.
+    assert_eq!(annotation(&j, "muster.dev/user"), None);
     assert_spec(
         "gpus_per_task.sh",
         BatchJobSpec {

@@ -24,9 +24,36 @@ pub const VERSION: &str = "v1alpha1";
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         v1alpha1::Partition::crd(),
-        v1alpha1::BatchJob::crd(),
+        batchjob_crd(),
         v1alpha1::GpuNode::crd(),
     ]
+}
+
+/// The BatchJob CRD with its object-level rules: those that read `metadata.name`, which only
+/// a rule at the root of the schema may (kube-derive places rules on `spec`).
+fn batchjob_crd() -> CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule;
+    use v1alpha1::rules;
+    let mut crd = v1alpha1::BatchJob::crd();
+    let rule = |r: &str, m: &str| ValidationRule {
+        rule: r.to_string(),
+        message: Some(m.to_string()),
+        reason: Some("FieldValueInvalid".into()),
+        ..Default::default()
+    };
+    for v in &mut crd.spec.versions {
+        if let Some(root) = v
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            root.x_kubernetes_validations = Some(vec![
+                rule(rules::NAME_FITS, rules::NAME_FITS_MSG),
+                rule(rules::ARRAY_NAME_FITS, rules::ARRAY_NAME_FITS_MSG),
+            ]);
+        }
+    }
+    crd
 }
 
 /// The file name under `crds/yaml/` for a CRD (`batchjobs.muster.dev.yaml`).

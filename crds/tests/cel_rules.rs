@@ -14,9 +14,18 @@ fn schema(file: &str) -> Value {
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
 }
 
+/// A BatchJob named `train` with `spec` (and a script, unless `spec` gives a template or a
+/// script of its own).
 fn bj(spec: Value) -> Value {
+    bj_named("train", spec)
+}
+
+fn bj_named(name: &str, mut spec: Value) -> Value {
+    if spec.get("script").is_none() && spec.get("template").is_none() {
+        spec["script"] = json!("#!/bin/bash\nsrun hostname\n");
+    }
     json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
-           "metadata": {"name": "train", "namespace": "ml"}, "spec": spec})
+           "metadata": {"name": name, "namespace": "ml"}, "spec": spec})
 }
 
 /// Errors from validating `obj` (and, for updates, `old`) against `file`'s schema.
@@ -99,7 +108,15 @@ fn field_cases() -> Vec<(&'static str, Vec<Value>, Vec<Value>, &'static str)> {
         (
             "gpusPerNode",
             vec![json!(8), json!("8"), json!("a100:8"), json!("h100-80gb:4")],
-            vec![json!("8:a100"), json!(-1), json!("a100"), json!("a100:")],
+            vec![
+                json!("8:a100"),
+                json!(-1),
+                json!("a100"),
+                json!("a100:"),
+                json!(0),
+                json!("a100:0"),
+                json!("00"),
+            ],
             "GPU counts must be COUNT or TYPE:COUNT",
         ),
         (
@@ -290,6 +307,70 @@ fn batchjob_cross_field_rules() {
 }
 
 #[test]
+fn arrays_stay_within_max_array_size_and_ranges_go_up() {
+    for good in [
+        json!("0-1000"),
+        json!(1000),
+        json!("5-5"),
+        json!("0-15:4%2"),
+        json!("1,3,999"),
+    ] {
+        accepts(BJ, bj(json!({ "array": good })));
+    }
+    for bad in [
+        json!("0-1000000"),
+        json!(1001),
+        json!("1,2,3-2000"),
+        json!("01001"),
+    ] {
+        refuses(BJ, bj(json!({ "array": bad })), "MaxArraySize");
+    }
+    for bad in [json!("5-1"), json!("1,2,30-20:2"), json!("0-15,9-8%2")] {
+        refuses(BJ, bj(json!({ "array": bad })), "LO <= HI");
+    }
+    // A step or throttle above 1000 is no index.
+    accepts(BJ, bj(json!({ "array": "0-10:2000%5000" })));
+}
+
+#[test]
+fn names_must_fit_pod_labels_and_array_elements() {
+    accepts(BJ, bj_named(&"a".repeat(63), json!({})));
+    refuses(
+        BJ,
+        bj_named(&"a".repeat(64), json!({})),
+        "metadata.name must be at most 63 characters",
+    );
+    // Elements are NAME-INDEX: 58 + 1 + 4 digits fits; 60 + 1 + 4 does not.
+    accepts(BJ, bj_named(&"a".repeat(58), json!({"array": "0-1000"})));
+    accepts(BJ, bj_named(&"a".repeat(60), json!({"array": "0-15"})));
+    refuses(
+        BJ,
+        bj_named(&"a".repeat(60), json!({"array": "0-1000"})),
+        "elements are named NAME-INDEX",
+    );
+}
+
+#[test]
+fn a_job_must_have_something_to_run() {
+    refuses(
+        BJ,
+        bj(json!({"template": {"metadata": {}}})),
+        "nothing to run",
+    );
+    refuses(BJ, bj(json!({"script": "  \n "})), "nothing to run");
+    refuses(
+        BJ,
+        bj(json!({"template": {"spec": {"containers": []}}})),
+        "nothing to run",
+    );
+    accepts(
+        BJ,
+        bj(json!({"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}})),
+    );
+    accepts(BJ, bj(json!({"script": "hostname"})));
+}
+
+#[test]
 fn cancel_cannot_be_undone() {
     let old = bj(json!({"cancel": true}));
     let undo = bj(json!({"cancel": false}));
@@ -381,6 +462,7 @@ fn typed_validate_cel_agrees() {
         "x",
         BatchJobSpec {
             mem: Some("1G".into()),
+            script: Some("hostname".into()),
             ..Default::default()
         },
     );
@@ -458,7 +540,17 @@ fn cel_rules_and_slurm_parsers_agree() {
             "time" => TimeLimit::parse(&s).map(drop),
             "nodes" => NodeRange::parse(&s).map(drop),
             "mem" => MemSize::parse(&s).map(drop),
-            "gpusPerNode" => GpuCount::parse(&s).map(drop),
+            // The count's syntax is Slurm's (which parses 0); the operator needs at least 1
+            // (`parse_job`), as the CEL rule says at apply time.
+            "gpusPerNode" => GpuCount::parse(&s)
+                .and_then(|c| {
+                    if c.count == 0 {
+                        GpuCount::parse("a100:")
+                    } else {
+                        Ok(c)
+                    }
+                })
+                .map(drop),
             "gres" => parse_gres(&s).and_then(|g| gpus_from_gres(&g)).map(drop),
             "constraint" => Constraint::parse(&s).map(drop),
             "array" => ArraySpec::parse(&s).map(drop),

@@ -35,6 +35,7 @@ use muster_operator::core::cluster_spec::{ClusterSpec, GpuInfo, NodeInfo, SpecEr
 use muster_operator::core::node::Taint;
 use serde_json::json;
 
+use crate::apiserver::auth::UserInfo;
 use crate::apiserver::{ApiServer, ApiServerOptions, Faults, StartError};
 use crate::clock::SimClock;
 use crate::kubelet::{self, Kubelet, KubeletError, KubeletOptions, KubeletStats};
@@ -115,6 +116,9 @@ pub struct TestClusterOptions {
     pub kubeconfig: Option<PathBuf>,
     /// Writes in flight at once while registering nodes.
     pub register_concurrency: usize,
+    /// Who the kubeconfig authenticates as (with a token of its own); default: the double's
+    /// `kubernetes-admin`.
+    pub kubeconfig_user: Option<UserInfo>,
 }
 
 impl TestClusterOptions {
@@ -128,6 +132,7 @@ impl TestClusterOptions {
             kubelet: Some(KubeletOptions::default()),
             kubeconfig: None,
             register_concurrency: 32,
+            kubeconfig_user: None,
         }
     }
 
@@ -215,12 +220,18 @@ impl TestCluster {
                 (Some(dir), p)
             }
         };
-        server
-            .write_kubeconfig(&path)
-            .map_err(|e| ClusterError::Kubeconfig {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
+        let text = match &opts.kubeconfig_user {
+            None => server.kubeconfig(),
+            Some(u) => {
+                let token = format!("token-{}", uuid::Uuid::new_v4());
+                server.add_token(&token, u.clone());
+                server.kubeconfig_with_token(&u.username, &token)
+            }
+        };
+        std::fs::write(&path, text).map_err(|e| ClusterError::Kubeconfig {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
         let client = server.client();
         let gpunodes = opts.kubelet.as_ref().is_some_and(|k| k.gpunodes);
         nodes::register(
@@ -301,6 +312,29 @@ impl TestCluster {
     /// The kubeconfig file (for `kubectl`, the CLI, the operator binary).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// A kubeconfig file (beside [`TestCluster::kubeconfig`]) whose user is `user`, with a
+    /// bearer token of its own (simulated cluster only).
+    pub fn kubeconfig_for(&self, user: &UserInfo) -> Result<PathBuf, ClusterError> {
+        let server = self.api_server().ok_or_else(|| {
+            ClusterError::Unsupported("users are made on the simulated cluster only".into())
+        })?;
+        let token = format!("token-{}", uuid::Uuid::new_v4());
+        server.add_token(&token, user.clone());
+        let safe: String = user
+            .username
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let path = self.kubeconfig.with_file_name(format!("kubeconfig-{safe}"));
+        std::fs::write(&path, server.kubeconfig_with_token(&user.username, &token)).map_err(
+            |e| ClusterError::Kubeconfig {
+                path: path.clone(),
+                message: e.to_string(),
+            },
+        )?;
+        Ok(path)
     }
 
     /// Whether this is the simulated cluster.

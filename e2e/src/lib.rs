@@ -5,12 +5,17 @@
 //! - [`cluster`]: [`TestCluster`], the double plus simulated nodes ([`nodes`]), a
 //!   kube-scheduler stand-in ([`scheduler`]) and a simulated kubelet ([`kubelet`]) on a
 //!   [`clock`] that can run fast — or a real cluster when `MUSTER_E2E_KUBECONFIG` is set.
+//! - [`kstatus`]: kstatus' rules (as Flux and other GitOps tools read conditions), for tests.
+//! - [`operator`]: the real operator in-process, as the chart deploys it (its service account,
+//!   its admission webhooks behind a Service).
 
 pub mod apiserver;
 pub mod clock;
 pub mod cluster;
+pub mod kstatus;
 pub mod kubelet;
 pub mod nodes;
+pub mod operator;
 pub mod quantity;
 pub mod scheduler;
 

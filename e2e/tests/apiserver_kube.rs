@@ -61,7 +61,11 @@ fn partition_api(c: &Client) -> Api<DynamicObject> {
     Api::all_with(c.clone(), &ar)
 }
 
-fn bj(name: &str, spec: Value) -> DynamicObject {
+/// A BatchJob named `name` with `spec` (and a script, which the CRD requires, unless given).
+fn bj(name: &str, mut spec: Value) -> DynamicObject {
+    if spec.get("script").is_none() && spec.get("template").is_none() {
+        spec["script"] = json!("hostname");
+    }
     serde_json::from_value(json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob", "metadata": {"name": name}, "spec": spec})).unwrap()
 }
 
@@ -222,7 +226,7 @@ async fn generation_and_status_subresource() {
             &PostParams::default(),
             &serde_json::from_value(
                 json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
-            "metadata": {"name": "g2"}, "spec": {"time": 5}, "status": {"jobId": 3}}),
+            "metadata": {"name": "g2"}, "spec": {"time": 5, "script": "hostname"}, "status": {"jobId": 3}}),
             )
             .unwrap(),
         )
@@ -1341,6 +1345,45 @@ async fn events_recorded_through_events_k8s_io_show_as_core_events() {
     assert_eq!(l.items.len(), 1);
     assert_eq!(l.items[0].message.as_deref(), Some("hello"));
     assert_eq!(l.items[0].reason.as_deref(), Some("Tested"));
+}
+
+/// As kube-apiserver: an events.k8s.io/v1 Event may not carry the deprecated core/v1 fields
+/// (so its core view has no `lastTimestamp`), while a core/v1 Event may carry both
+/// `eventTime` and `lastTimestamp`, and then names its reporting controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_k8s_io_refuses_deprecated_fields_and_core_events_carry_both() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as V1Event;
+    let (_s, c) = start().await;
+    let v1: Api<V1Event> = Api::default_namespaced(c.clone());
+    let mut ev: V1Event = serde_json::from_value(json!({
+        "metadata": {"name": "e1"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+        "type": "Normal", "reason": "Tested", "action": "Test",
+        "reportingController": "t", "reportingInstance": "t",
+        "regarding": {"kind": "ConfigMap", "name": "x", "namespace": "default"},
+        "deprecatedLastTimestamp": "2026-01-01T00:00:00Z"}))
+    .unwrap();
+    let err = v1.create(&PostParams::default(), &ev).await.unwrap_err();
+    assert!(err.to_string().contains("deprecatedLastTimestamp"), "{err}");
+    ev.deprecated_last_timestamp = None;
+    v1.create(&PostParams::default(), &ev).await.unwrap();
+    let core: Api<CoreEvent> = Api::default_namespaced(c.clone());
+    assert_eq!(core.get("e1").await.unwrap().last_timestamp, None);
+
+    let mut ce: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "e2"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z", "firstTimestamp": "2026-01-01T00:00:00Z",
+        "count": 1, "type": "Normal", "reason": "Tested", "message": "m",
+        "involvedObject": {"kind": "ConfigMap", "name": "x", "namespace": "default"}}))
+    .unwrap();
+    let err = core.create(&PostParams::default(), &ce).await.unwrap_err();
+    assert!(err.to_string().contains("reportingComponent"), "{err}");
+    ce.reporting_component = Some("t".into());
+    ce.reporting_instance = Some("t".into());
+    ce.action = Some("Test".into());
+    core.create(&PostParams::default(), &ce).await.unwrap();
+    let back = core.get("e2").await.unwrap();
+    assert!(back.last_timestamp.is_some() && back.event_time.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

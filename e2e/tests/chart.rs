@@ -178,6 +178,9 @@ fn default_install_has_every_component() {
         "ValidatingAdmissionPolicyBinding/muster-gpu-binding",
         "ValidatingAdmissionPolicy/muster-node-agent-scope",
         "ValidatingAdmissionPolicyBinding/muster-node-agent-scope",
+        "Service/muster-operator-webhook",
+        "MutatingWebhookConfiguration/muster-operator",
+        "ValidatingWebhookConfiguration/muster-operator",
         "Partition/gpu",
     ]
     .into_iter()
@@ -193,6 +196,8 @@ fn default_install_has_every_component() {
                 | "ClusterRoleBinding"
                 | "ValidatingAdmissionPolicy"
                 | "ValidatingAdmissionPolicyBinding"
+                | "MutatingWebhookConfiguration"
+                | "ValidatingWebhookConfiguration"
                 | "Partition"
         );
         if cluster_scoped {
@@ -284,6 +289,85 @@ fn operator_deployment_is_hardened_and_wired_to_its_flags() {
             &r.get("DaemonSet", "muster-node-agent")["spec"]["template"]["metadata"]["labels"]
         ),
         "the metrics Service must not select node agents"
+    );
+}
+
+/// The webhook configurations the chart installs are the operator's own
+/// (`admission::mutating_configuration`, `validating_configuration`), its Service reaches the
+/// operator's webhook port, and its flags name them.
+#[test]
+fn webhooks_are_the_operators_configurations() {
+    use muster_operator::controller::admission::{self, WebhookConfig};
+    let Some(r) = render_as(
+        json!({"operator": {"webhook": {"timeoutSeconds": 7}}}),
+        "gpu-sched",
+        "batch-system",
+    ) else {
+        return;
+    };
+    let r = r.unwrap();
+    let cfg = WebhookConfig {
+        name: "gpu-sched-muster-operator".into(),
+        namespace: "batch-system".into(),
+        service: "gpu-sched-muster-operator-webhook".into(),
+        port: 443,
+        failure_policy: "Fail".into(),
+        timeout_seconds: 7,
+    };
+    let strip = |mut v: Value| {
+        v["metadata"] = json!({"name": v["metadata"]["name"]});
+        v
+    };
+    let mutating = strip(r.get("MutatingWebhookConfiguration", &cfg.name).clone());
+    assert_eq!(
+        mutating,
+        serde_json::to_value(admission::mutating_configuration(&cfg)).unwrap()
+    );
+    let validating = strip(r.get("ValidatingWebhookConfiguration", &cfg.name).clone());
+    assert_eq!(
+        validating,
+        serde_json::to_value(admission::validating_configuration(&cfg)).unwrap()
+    );
+    let d = r.get("Deployment", "gpu-sched-muster-operator");
+    let c = container(d, "operator");
+    let a = args(c);
+    for want in [
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-service=gpu-sched-muster-operator-webhook",
+        "--webhook-secret=gpu-sched-muster-webhook-tls",
+        "--webhook-configuration=gpu-sched-muster-operator",
+    ] {
+        assert!(a.contains(&want.to_string()), "missing {want} in {a:?}");
+    }
+    let svc = r.get("Service", "gpu-sched-muster-operator-webhook");
+    assert!(labels_match(
+        &svc["spec"]["selector"],
+        &d["spec"]["template"]["metadata"]["labels"]
+    ));
+    assert_eq!(svc["spec"]["ports"][0]["port"], 443);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "webhook");
+    assert!(
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "webhook" && p["containerPort"] == 9443)
+    );
+    // Disabled: no webhook objects, no secrets, and the operator is told.
+    let Some(r) = render(json!({"operator": {"webhook": {"enabled": false}}})) else {
+        return;
+    };
+    assert!(r.all("MutatingWebhookConfiguration").is_empty());
+    assert!(r.all("ValidatingWebhookConfiguration").is_empty());
+    let a = args(container(
+        r.get("Deployment", "muster-operator"),
+        "operator",
+    ));
+    assert!(a.contains(&"--no-webhook".to_string()), "{a:?}");
+    assert!(
+        !perms(r.get("Role", "muster-operator"))
+            .iter()
+            .any(|p| p.1 == "secrets")
     );
 }
 
@@ -568,12 +652,32 @@ fn operator_cluster_perms() -> BTreeSet<Perm> {
         ("", "pods", &["list", "watch", "create", "delete"], "*"),
         ("", "services", &["create"], "*"),
         ("", "nodes", &["list", "watch"], "*"),
-        ("events.k8s.io", "events", &["create", "patch"], "*"),
+        ("", "events", &["create", "patch"], "*"),
+        (
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            &["create"],
+            "*",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            &["get", "patch"],
+            "muster-operator",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            &["get", "patch"],
+            "muster-operator",
+        ),
     ])
 }
 
-fn operator_namespace_perms(lease: &str) -> BTreeSet<Perm> {
+fn operator_namespace_perms(lease: &str, secret: &str) -> BTreeSet<Perm> {
     expect(&[
+        ("", "secrets", &["get", "update"], secret),
+        ("", "secrets", &["create"], "*"),
         ("coordination.k8s.io", "leases", &["get", "update"], lease),
         ("coordination.k8s.io", "leases", &["create"], "*"),
         (
@@ -612,22 +716,30 @@ fn rbac_grants_exactly_the_documented_verbs() {
     );
     assert_eq!(
         perms(r.get("Role", "muster-operator")),
-        operator_namespace_perms("muster-operator")
+        operator_namespace_perms("muster-operator", "muster-webhook-tls")
     );
     assert_eq!(
         perms(r.get("ClusterRole", "muster-node-agent")),
         node_agent_perms()
     );
-    // No wildcards, no secrets, no privilege-escalation verbs anywhere.
+    // No wildcards, no privilege-escalation verbs anywhere; secrets only in the release
+    // namespace, and of them only the webhook certificate may be read.
     for o in r.all("ClusterRole").into_iter().chain(r.all("Role")) {
-        for (g, res, v, _) in perms(&o.value) {
+        for (g, res, v, n) in perms(&o.value) {
             assert!(g != "*" && res != "*" && v != "*", "{}: wildcard", o.name());
             assert!(
-                !["secrets", "clusterroles", "roles", "serviceaccounts/token"]
-                    .contains(&res.as_str()),
+                !["clusterroles", "roles", "serviceaccounts/token"].contains(&res.as_str()),
                 "{}: {res}",
                 o.name()
             );
+            if res == "secrets" {
+                assert_eq!(o.kind(), "Role", "{}: secrets cluster-wide", o.name());
+                assert!(
+                    v == "create" || n == "muster-webhook-tls",
+                    "{}: {v} on secrets {n}",
+                    o.name()
+                );
+            }
             assert!(
                 !["escalate", "bind", "impersonate"].contains(&v.as_str()),
                 "{}: {v}",
@@ -674,7 +786,7 @@ fn rbac_bindings_name_the_service_accounts_the_pods_run_as() {
     );
     assert_eq!(
         perms(r.get("Role", "gpu-sched-muster-operator")),
-        operator_namespace_perms("gpu-sched-muster-operator"),
+        operator_namespace_perms("gpu-sched-muster-operator", "gpu-sched-muster-webhook-tls"),
         "the Role names the lease the operator is told to use"
     );
     assert!(

@@ -39,6 +39,11 @@ async fn two_nodes_two_tasks_one_gpu_each() {
     assert_eq!(st.num_nodes, Some(2));
     assert_eq!(st.num_tasks, Some(4));
     assert_eq!(st.time_limit.as_deref(), Some("10:00"));
+    // The allocation is recorded before the pods are created: wait for the gang's pods.
+    env.until(20, "the gang's 4 pods", || async {
+        env.pods_of("gpus-per-task").await.len() == 4
+    })
+    .await;
     let pods = env.pods_of("gpus-per-task").await;
     assert_eq!(pods.len(), 4);
     let mut gpus = BTreeSet::new();

@@ -43,6 +43,22 @@ struct Args {
     /// This replica's identity in the Lease (the pod name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Address of the admission webhooks (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    webhook_addr: SocketAddr,
+    /// Do not serve the admission webhooks (submissions are then not checked at admission
+    /// and jobs record no submitter).
+    #[arg(long)]
+    no_webhook: bool,
+    /// The webhook Service in --namespace (its certificate is for SERVICE.NAMESPACE.svc).
+    #[arg(long, default_value = "muster-operator-webhook")]
+    webhook_service: String,
+    /// The Secret in --namespace holding the webhook's CA and serving certificate.
+    #[arg(long, default_value = "muster-webhook-tls")]
+    webhook_secret: String,
+    /// The Mutating- and ValidatingWebhookConfiguration whose caBundle the operator sets.
+    #[arg(long, default_value = "muster")]
+    webhook_configuration: String,
 }
 
 /// `5s`, `500ms`, `2m`, `1h` (a bare number is seconds).
@@ -127,7 +143,31 @@ async fn main() -> anyhow::Result<()> {
     settings.plan.gang_start_timeout_secs = args.gang_start_timeout.as_secs().max(1) as i64;
     tracing::info!(?args, "starting");
     let metrics = Metrics::new();
-    let handle = controller::start(client, settings, metrics.clone());
+    let handle = controller::start(client.clone(), settings, metrics.clone());
+    let (hook_tx, hook_rx) = tokio::sync::oneshot::channel::<()>();
+    let webhook = if args.no_webhook {
+        None
+    } else {
+        let ws = controller::webhook::WebhookSettings {
+            addr: args.webhook_addr,
+            namespace: args.namespace.clone(),
+            service: args.webhook_service.clone(),
+            secret: args.webhook_secret.clone(),
+            configuration: args.webhook_configuration.clone(),
+            refresh: Duration::from_secs(300),
+        };
+        let hook = controller::webhook::Webhook::bind(
+            client,
+            ws,
+            handle.stores.clone(),
+            handle.ready.clone(),
+        )
+        .await
+        .context("starting the admission webhooks")?;
+        Some(tokio::spawn(hook.serve(async {
+            let _ = hook_rx.await;
+        })))
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(
         args.metrics_addr,
@@ -141,7 +181,11 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!("shutting down");
     let r = handle.shutdown().await;
     let _ = stop_tx.send(());
+    let _ = hook_tx.send(());
     let _ = server.await;
+    if let Some(w) = webhook {
+        let _ = w.await;
+    }
     r.context("operator stopped")?;
     Ok(())
 }
@@ -180,6 +224,14 @@ mod tests {
             "json",
             "--identity",
             "pod-1",
+            "--webhook-addr",
+            "0.0.0.0:9443",
+            "--webhook-service",
+            "muster-operator-webhook",
+            "--webhook-secret",
+            "muster-webhook-tls",
+            "--webhook-configuration",
+            "muster",
         ])
         .unwrap();
         assert_eq!(a.namespace, "muster");

@@ -741,3 +741,37 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// `feasible::check` (what sbatch and admission refuse) and the cycle agree: a request it
+    /// refuses the cycle can never start (BadConstraints), and one it accepts the cycle does
+    /// not call impossible — on any cluster, with nodes down and GPUs unhealthy.
+    #[test]
+    fn feasibility_agrees_with_the_cycle(w in world(), g in job_gen(), scale in 1u32..=6) {
+        let cfg = Config::default();
+        let mut big = g.clone();
+        big.a *= scale;
+        big.cpus = big.cpus.map(|c| c * scale);
+        big.mem_gib = big.mem_gib.map(|m| m * scale * scale);
+        let empty = World { running: vec![], pending: vec![], ..w };
+        let mut s = build(&empty, &cfg);
+        let req = request(&big);
+        s.pending = vec![PendingJob::new(1, NOW, req.clone())];
+        let d = schedule(&s, NOW, &cfg);
+        let refused = feasible::check(&req, &s.partitions[0], &s.nodes, None);
+        let never = d.pending.iter().find(|p| p.reason == Reason::BadConstraints);
+        prop_assert_eq!(
+            refused.is_err(),
+            never.is_some(),
+            "check: {:?}, cycle: {:?}",
+            refused,
+            d.pending
+        );
+        if let (Err(e), Some(p)) = (refused, never) {
+            // The cycle says the same, naming the resource.
+            prop_assert_eq!(&p.message, &e.to_string());
+        }
+    }
+}

@@ -112,3 +112,12 @@ imagePullSecrets:
 {{- $content }}
 {{- end }}
 {{- end }}
+
+{{/* The webhook Service, certificate Secret and webhook configurations' name. */}}
+{{- define "muster.operator.webhookService" -}}
+{{- printf "%s-webhook" (include "muster.operator.fullname" .) }}
+{{- end }}
+
+{{- define "muster.operator.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "muster.fullname" .) }}
+{{- end }}

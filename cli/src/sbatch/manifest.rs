@@ -28,13 +28,12 @@ pub struct JobSource {
     pub args: Vec<String>,
 }
 
-/// Who submits, and where.
+/// Where the job is submitted. Who submits it is not written by the client: the API server
+/// records the authenticated user at admission (annotation `muster.dev/user`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Submitter {
     /// Namespace to put in the manifest (omitted: the one kubectl/muster is pointed at).
     pub namespace: Option<String>,
-    /// The user recorded in the `muster.dev/user` annotation.
-    pub user: Option<String>,
 }
 
 /// The script `sbatch --wrap` submits (Slurm's own wording).
@@ -237,9 +236,6 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         .unwrap_or_else(|| source.default_name.clone());
 
     let mut annotations = BTreeMap::new();
-    if let Some(user) = &who.user {
-        annotations.insert(labels::USER.to_string(), user.clone());
-    }
     if let Some(out) = &o.output {
         annotations.insert(labels::OUTPUT.to_string(), out.clone());
     }

@@ -21,7 +21,7 @@ use kube::api::PostParams;
 use muster_crds::v1alpha1::{BatchJob, Partition};
 
 use crate::Io;
-use crate::cluster::{Target, user_name};
+use crate::cluster::Target;
 use manifest::{JobSource, Submitter};
 use options::SbatchOptions;
 use parse::{Merged, SbatchError};
@@ -285,7 +285,6 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
     let env = io.env;
     let who = Submitter {
         namespace: identity.explicit_namespace.clone(),
-        user: Some(user_name(env, &identity)),
     };
     let prepared = prepare(args, script, env, &who).map_err(anyhow::Error::new)?;
     for w in &prepared.warnings {
@@ -306,13 +305,11 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
     let cluster = target.cluster(env).await?;
     let mut job = prepared.job;
     job.metadata.namespace = Some(cluster.namespace.clone());
-    if let Some(a) = job.metadata.annotations.as_mut() {
-        a.insert(muster_crds::labels::USER.to_string(), cluster.user.clone());
-    }
     check_partition(&cluster.client, &prepared.merged).await?;
     if prepared.merged.options.test_only {
         return print_test_only(&cluster, &job, io).await;
     }
+    check_runnable(&cluster, &job).await?;
     check_dependencies(&cluster, &prepared.merged).await?;
     let (name, id) = submit(
         &cluster.client,
@@ -399,6 +396,29 @@ async fn wait_for_end(client: &kube::Client, namespace: &str, name: &str) -> any
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(2));
     }
+}
+
+/// Refuse what can never run before creating anything, as sbatch does ("Requested node
+/// configuration is not available"), with the check admission makes
+/// ([`muster_operator::controller::validate::submission`]). Skipped when the cluster's nodes
+/// may not be read: admission then judges.
+async fn check_runnable(cluster: &crate::cluster::Cluster, job: &BatchJob) -> anyhow::Result<()> {
+    let world = match test_only::read_world(cluster).await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the cluster; admission will judge the job");
+            return Ok(());
+        }
+    };
+    world
+        .submission(job, &cluster.namespace)
+        .map(drop)
+        .map_err(|r| SbatchError::general(submission_failed(&r)).into())
+}
+
+/// sbatch's message for a refused submission, with the detail Slurm leaves out.
+pub fn submission_failed(r: &muster_operator::controller::validate::Refusal) -> String {
+    format!("Batch job submission failed: {} ({})", r.slurm, r.detail)
 }
 
 /// Refuse an unknown partition before creating anything, as sbatch does.
@@ -508,10 +528,24 @@ pub async fn submit(
     timeout: Duration,
 ) -> anyhow::Result<(String, u64)> {
     let api: Api<BatchJob> = Api::namespaced(client.clone(), namespace);
-    let created = api
-        .create(&PostParams::default(), job)
-        .await
-        .context("Batch job submission failed")?;
+    let created = match api.create(&PostParams::default(), job).await {
+        Ok(c) => c,
+        // Refused by admission: its reason, as sbatch prints slurmctld's.
+        Err(kube::Error::Api(e)) if e.message.contains(" denied the request: ") => {
+            let why = e
+                .message
+                .split_once(" denied the request: ")
+                .map(|(_, w)| w.to_string())
+                .unwrap_or(e.message);
+            // "Slurm's error: detail", as check_runnable prints it.
+            let why = match why.split_once(": ") {
+                Some((slurm, detail)) => format!("{slurm} ({detail})"),
+                None => why,
+            };
+            return Err(SbatchError::general(format!("Batch job submission failed: {why}")).into());
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context("Batch job submission failed")),
+    };
     let name = created
         .metadata
         .name

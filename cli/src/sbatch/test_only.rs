@@ -19,6 +19,7 @@ use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition};
 use muster_operator::controller::status::NOT_QUEUED;
 use muster_operator::controller::translate::{self, NodeTable, join_errors, secs};
 use muster_operator::controller::usage;
+use muster_operator::controller::validate::{self, Refusal};
 use muster_operator::core::{self, JobId, Snapshot};
 
 /// Where and when the job would start.
@@ -37,6 +38,9 @@ pub struct Estimate {
 /// Why no start can be given.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TestOnlyError {
+    /// Submission would be refused (what `sbatch` and admission refuse: the same check).
+    #[error("Job submit/allocate failed: {} ({})", .0.slurm, .0.detail)]
+    Refused(Refusal),
     /// The spec does not parse.
     #[error("invalid job: {0}")]
     Invalid(String),
@@ -85,21 +89,76 @@ pub struct World<'a> {
     pub usage: Option<&'a usage::Record>,
 }
 
-/// Estimate `job`'s start at `now` on `world`.
-pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, TestOnlyError> {
-    let table = translate::partitions(world.partitions.iter());
-    let gpu_by: HashMap<String, &GpuNode> = world
-        .gpunodes
+/// The cluster's nodes (with their GpuNodes), as the operator translates them.
+pub fn node_table(nodes: &[Node], gpunodes: &[GpuNode]) -> NodeTable {
+    let gpu_by: HashMap<String, &GpuNode> = gpunodes
         .iter()
         .map(|g| (g.spec.node_name.clone(), g))
         .collect();
-    let nodes = NodeTable::new(
-        world
-            .nodes
+    NodeTable::new(
+        nodes
             .iter()
             .map(|n| translate::node(n, gpu_by.get(&n.name_any()).copied()))
             .collect(),
-    );
+    )
+}
+
+/// What submission checks read of the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterView {
+    /// Every Partition.
+    pub partitions: Vec<Partition>,
+    /// Every Node.
+    pub nodes: Vec<Node>,
+    /// Every GpuNode.
+    pub gpunodes: Vec<GpuNode>,
+}
+
+impl ClusterView {
+    /// Whether `job` would be admitted in `namespace`: the operator's own submission check.
+    pub fn submission(&self, job: &BatchJob, namespace: &str) -> Result<Vec<String>, Refusal> {
+        let table = translate::partitions(self.partitions.iter());
+        let nodes = node_table(&self.nodes, &self.gpunodes);
+        let objs: Vec<&Partition> = self.partitions.iter().collect();
+        validate::submission(
+            job,
+            namespace,
+            validate::World {
+                partitions: &table,
+                partition_objects: &objs,
+                nodes: &nodes,
+            },
+        )
+    }
+}
+
+/// Reads partitions, nodes and GpuNodes.
+pub async fn read_world(cluster: &crate::cluster::Cluster) -> anyhow::Result<ClusterView> {
+    Ok(ClusterView {
+        partitions: crate::fetch::partitions(cluster).await?,
+        nodes: crate::fetch::nodes(cluster).await?,
+        gpunodes: crate::fetch::gpunodes(cluster).await,
+    })
+}
+
+/// Estimate `job`'s start at `now` on `world`.
+pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, TestOnlyError> {
+    let table = translate::partitions(world.partitions.iter());
+    let nodes = node_table(world.nodes, world.gpunodes);
+    {
+        let objs: Vec<&Partition> = world.partitions.iter().collect();
+        let ns = job.metadata.namespace.clone().unwrap_or_default();
+        validate::submission(
+            job,
+            &ns,
+            validate::World {
+                partitions: &table,
+                partition_objects: &objs,
+                nodes: &nodes,
+            },
+        )
+        .map_err(TestOnlyError::Refused)?;
+    }
     let parsed =
         translate::parse_job(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
     let part = table

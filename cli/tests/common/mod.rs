@@ -68,10 +68,7 @@ pub fn ours(
             text,
         }),
         &lookup,
-        &Submitter {
-            namespace: None,
-            user: Some("alice".into()),
-        },
+        &Submitter { namespace: None },
     )
 }
 

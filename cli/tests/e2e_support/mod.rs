@@ -1,9 +1,10 @@
 //! The test control plane with the real operator, for the CLI's end-to-end suites.
 //!
-//! The operator is started in-process as the operator's own suites do
-//! (`e2e/tests/operator_support`): `muster_operator::controller::start` on a client of the
-//! test cluster, no leader election, short cycles. The commands reach the cluster through the
-//! kubeconfig file the test cluster writes, as `kubectl muster` would.
+//! The operator is started in-process as the chart deploys it (`muster_e2e::operator`): its
+//! own service account, its admission webhooks called by the API server double; no leader
+//! election, short cycles. The commands reach the cluster through a kubeconfig file for the
+//! user `dana`, as `kubectl muster` would: the API server authenticates her, and admission
+//! records her as the submitter.
 
 #![allow(dead_code)]
 
@@ -15,9 +16,10 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
 use muster_crds::v1alpha1::{BatchJob, Partition};
+use muster_e2e::apiserver::auth::UserInfo;
+use muster_e2e::operator::InProcessOperator;
 use muster_e2e::{TestCluster, TestClusterOptions};
-use muster_operator::controller::metrics::Metrics;
-use muster_operator::controller::{self, Handle, Settings};
+use muster_operator::controller::Settings;
 use muster_operator::core::cluster_spec::ClusterSpec;
 use serde_json::json;
 
@@ -54,7 +56,9 @@ pub fn howto(name: &str) -> PathBuf {
 pub struct Sim {
     /// The simulated cluster.
     pub cluster: TestCluster,
-    operator: Option<Handle>,
+    operator: Option<InProcessOperator>,
+    /// The kubeconfig of the user `dana`, who runs the commands.
+    pub kubeconfig: PathBuf,
 }
 
 impl Sim {
@@ -95,7 +99,8 @@ impl Sim {
             .create(&PostParams::default(), &p)
             .await
             .unwrap();
-        let operator = operator.then(|| {
+        let _ = client;
+        let operator = if operator {
             let mut s = Settings {
                 namespace: OPERATOR_NS.into(),
                 leader_election: false,
@@ -105,9 +110,23 @@ impl Sim {
                 ..Settings::default()
             };
             s.plan.status_refresh_secs = 1;
-            controller::start(client, s, Metrics::new())
-        });
-        Sim { cluster, operator }
+            let server = cluster.api_server().expect("the simulated cluster");
+            Some(
+                muster_e2e::operator::start(server, s, true)
+                    .await
+                    .expect("the operator starts with its webhooks"),
+            )
+        } else {
+            None
+        };
+        let kubeconfig = cluster
+            .kubeconfig_for(&UserInfo::new("dana", &["ml-team"]))
+            .expect("dana's kubeconfig");
+        Sim {
+            cluster,
+            operator,
+            kubeconfig,
+        }
     }
 
     /// Run `muster ARGS...` with `--kubeconfig` of the test cluster, as user `dana`, in the
@@ -131,7 +150,7 @@ impl Sim {
         let mut argv: Vec<OsString> = vec![
             "muster".into(),
             "--kubeconfig".into(),
-            self.cluster.kubeconfig().into(),
+            self.kubeconfig.clone().into(),
         ];
         argv.extend(args.iter().map(OsString::from));
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -234,6 +253,67 @@ impl Sim {
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
+    }
+
+    /// Run the real `kubectl ARGS...` as `dana` (`admin`: as the cluster's admin, who may
+    /// impersonate with `--as`), with `stdin`: (success, stdout, stderr). `None` when kubectl
+    /// is not installed (the test then skips, unless `MUSTER_REQUIRE_KUBECTL=1`).
+    pub async fn kubectl(
+        &self,
+        admin: bool,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Option<(bool, String, String)> {
+        use std::process::Stdio;
+        use tokio::io::AsyncWriteExt;
+        let present = std::process::Command::new("kubectl")
+            .args(["version", "--client"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !present {
+            assert!(
+                std::env::var("MUSTER_REQUIRE_KUBECTL").as_deref() != Ok("1"),
+                "kubectl is not on PATH and MUSTER_REQUIRE_KUBECTL=1"
+            );
+            eprintln!("note: kubectl not on PATH; skipping");
+            return None;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let kubeconfig = if admin {
+            self.cluster.kubeconfig().to_path_buf()
+        } else {
+            self.kubeconfig.clone()
+        };
+        let mut child = tokio::process::Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", home.path())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl runs");
+        if let Some(input) = stdin {
+            let mut s = child.stdin.take().unwrap();
+            s.write_all(input.as_bytes()).await.unwrap();
+            drop(s);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .expect("kubectl finishes")
+            .unwrap();
+        Some((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 
     /// Stop the operator and the cluster.

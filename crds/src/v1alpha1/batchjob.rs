@@ -66,7 +66,8 @@ use super::rules;
     validation = rules::rule(
         "!has(self.memPerGpu) || has(self.gpus) || has(self.gpusPerNode) || has(self.gpusPerTask) || has(self.gres)",
         "memPerGpu needs a GPU request (gpus, gpusPerNode, gpusPerTask or gres)"
-    )
+    ),
+    validation = rules::rule(rules::SOMETHING_TO_RUN, rules::SOMETHING_TO_RUN_MSG)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BatchJobSpec {
@@ -175,6 +176,8 @@ pub struct BatchJobSpec {
     /// optional `%N` to run at most N at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = rules::rule(rules::ARRAY, "array must be indices N or N-M[:STEP] joined by commas, then an optional %MAX_RUNNING, e.g. \"0-15%4\" or \"1,3,5-7\""))]
+    #[x_kube(validation = rules::rule(rules::ARRAY_MAX, rules::ARRAY_MAX_MSG))]
+    #[x_kube(validation = rules::rule(rules::ARRAY_RANGES, rules::ARRAY_RANGES_MSG))]
     #[schemars(extend("maxLength" = 64))]
     pub array: Option<IntOrString>,
 
@@ -231,7 +234,7 @@ pub struct BatchJobSpec {
     /// placement (node affinity), the Slurm/torchrun environment and the GPU binding.
     /// Omitted containers get the partition's default image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "super::preserve_unknown_object")]
+    #[schemars(schema_with = "super::pod_template")]
     pub template: Option<PodTemplateSpec>,
 }
 
@@ -466,8 +469,10 @@ pub struct BatchJobStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Standard conditions: `Ready`, `Reconciling` and `Stalled` (kstatus), plus `Admitted`
-    /// and `Complete`.
+    /// Conditions as `batch/v1` Job and kstatus define them: `Complete` (succeeded), `Failed`
+    /// (ended otherwise, with the Slurm reason), `Suspended` (held), `Ready` (running),
+    /// `Reconciling` (will start by itself), `Stalled` (cannot without a change, or ended
+    /// badly), and `Admitted` (holds an allocation). Reasons are CamelCase and say why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -12,12 +12,27 @@ pub use batchjob::*;
 pub use gpunode::*;
 pub use partition::*;
 
-/// Schema for an embedded object whose own schema the API server already knows (the pod
-/// template): kept open so the CRD stays small; the API server validates the pods the
-/// operator creates from it.
-pub(crate) fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+/// Schema of a BatchJob's pod template: open like [`preserve_unknown_object`], with just the
+/// path `spec.containers` declared so that a CEL rule can see whether there is a container
+/// (Kubernetes hides preserved unknown fields from CEL).
+pub(crate) fn pod_template(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true
+        "x-kubernetes-preserve-unknown-fields": true,
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "containers": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true
+                        }
+                    }
+                }
+            }
+        }
     })
 }

@@ -24,6 +24,11 @@ use super::rules;
     printcolumn(name = "State", type_ = "string", json_path = ".spec.state"),
     printcolumn(name = "Default", type_ = "boolean", json_path = ".spec.default"),
     printcolumn(name = "Tier", type_ = "integer", json_path = ".spec.priorityTier"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
     printcolumn(name = "GPUs", type_ = "integer", json_path = ".status.gpusTotal"),
     printcolumn(name = "Alloc", type_ = "integer", json_path = ".status.gpusAllocated"),
@@ -67,13 +72,16 @@ pub struct PartitionSpec {
     #[schemars(length(max = 8), inner(length(min = 1, max = 317)), extend("x-kubernetes-list-type" = "set"))]
     pub topology: Vec<String>,
 
-    /// Jobs that name no partition go to the default one (Slurm's `Default=YES`).
+    /// Jobs that name no partition go to the default one (Slurm's `Default=YES`). At most one
+    /// partition may be the default (the operator's admission webhook refuses a second).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
     pub default: Option<bool>,
 
     /// Up: jobs queue and start. Down: jobs queue but do not start. Drain: no new jobs are
     /// accepted, running ones finish. Inactive: no new jobs and none start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Up"))]
     pub state: Option<PartitionState>,
 
     /// Time limit for jobs that give none (Slurm's `DefaultTime`). Same syntax as a job's time.
@@ -101,7 +109,7 @@ pub struct PartitionSpec {
 
     /// Jobs of a higher tier are scheduled first and may preempt lower tiers (`PriorityTier`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(max = 65533))]
+    #[schemars(range(max = 65533), extend("default" = 0))]
     pub priority_tier: Option<u32>,
 
     /// What happens to this partition's jobs when a higher tier needs their GPUs
@@ -206,8 +214,8 @@ pub struct PartitionStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (the partition is valid and Up) and, when more than one partition claims to be
-    /// the default, `DefaultConflict`.
+    /// `Ready` (the partition is valid and Up; reason `DefaultConflict` when more than one
+    /// partition claims to be the default) and, in that case, `DefaultConflict`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

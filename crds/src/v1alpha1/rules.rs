@@ -31,10 +31,11 @@ pub const MEM: &str = "self.matches('^[0-9]+([KMGTkmgt][Bb]?)?$')";
 pub const MEM_MSG: &str =
     "memory must be an integer with an optional unit K, M, G or T (default M), e.g. 16G or 64000";
 
-/// `--gpus*`: `[TYPE:]COUNT`.
-pub const GPUS: &str = "string(self).matches('^([A-Za-z0-9_.-]+:)?[0-9]+$')";
+/// `--gpus*`: `[TYPE:]COUNT` with COUNT >= 1.
+pub const GPUS: &str = "string(self).matches('^([A-Za-z0-9_.-]+:)?[0-9]*[1-9][0-9]*$')";
 /// Message for [`GPUS`].
-pub const GPUS_MSG: &str = "GPU counts must be COUNT or TYPE:COUNT (e.g. 8 or \"a100:8\")";
+pub const GPUS_MSG: &str =
+    "GPU counts must be COUNT or TYPE:COUNT with COUNT >= 1 (e.g. 8 or \"a100:8\")";
 
 /// `--gres`: only the gpu resource is scheduled.
 pub const GRES: &str = "self.matches('^gpu(:[A-Za-z0-9_.-]+)?(:[0-9]+)?$')";
@@ -47,6 +48,55 @@ pub const CONSTRAINT: &str = "self.matches('^[A-Za-z0-9_.:=,&|*()\\\\[\\\\]-]+$'
 
 /// `--array`: index list and optional throttle.
 pub const ARRAY: &str = "string(self).matches('^[0-9]+(-[0-9]+(:[0-9]*[1-9][0-9]*)?)?(,[0-9]+(-[0-9]+(:[0-9]*[1-9][0-9]*)?)?)*(%[0-9]*[1-9][0-9]*)?$')";
+
+/// An array index above 1000 (a number at the start, after `,` or after `-`; steps after `:`
+/// and the `%` throttle may be larger).
+#[cfg(test)]
+const ARRAY_BIG: &str = "(^|[,-])0*(100[1-9]|10[1-9][0-9]|1[1-9][0-9][0-9]|[2-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)($|[^0-9])";
+
+/// `--array` bounds: every index is below Slurm's default MaxArraySize (1001).
+pub const ARRAY_MAX: &str = concat!(
+    "!string(self).matches('",
+    "(^|[,-])0*(100[1-9]|10[1-9][0-9]|1[1-9][0-9][0-9]|[2-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)($|[^0-9])",
+    "')"
+);
+/// Message for [`ARRAY_MAX`].
+pub const ARRAY_MAX_MSG: &str =
+    "array indices must be at most 1000 (below Slurm's MaxArraySize of 1001)";
+
+/// `--array` ranges go up: `LO-HI` needs `LO <= HI`. Malformed values and indices above 1000
+/// are left to [`ARRAY`] and [`ARRAY_MAX`] (one message each).
+pub const ARRAY_RANGES: &str = concat!(
+    "!string(self).matches('^[0-9]+(-[0-9]+(:[0-9]+)?)?(,[0-9]+(-[0-9]+(:[0-9]+)?)?)*(%[0-9]+)?$') || ",
+    "string(self).matches('",
+    "(^|[,-])0*(100[1-9]|10[1-9][0-9]|1[1-9][0-9][0-9]|[2-9][0-9][0-9][0-9]|[1-9][0-9][0-9][0-9][0-9]+)($|[^0-9])",
+    "') || ",
+    "string(self).split('%')[0].split(',').all(p, !p.contains('-') || ",
+    "int(p.substring(0, p.indexOf('-'))) <= int(p.split(':')[0].substring(p.indexOf('-') + 1)))"
+);
+/// Message for [`ARRAY_RANGES`].
+pub const ARRAY_RANGES_MSG: &str = "array ranges LO-HI need LO <= HI (e.g. \"0-15\", not \"15-0\")";
+
+/// The job's name labels its task pods (`muster.dev/batchjob`, a label value) and names its
+/// headless Service: at most 63 characters.
+pub const NAME_FITS: &str = "size(self.metadata.name) <= 63";
+/// Message for [`NAME_FITS`].
+pub const NAME_FITS_MSG: &str = "metadata.name must be at most 63 characters: it labels the job's task pods (muster.dev/batchjob) and names its Service";
+
+/// An array's elements are BatchJobs named `NAME-INDEX`, which must fit 63 characters too.
+pub const ARRAY_NAME_FITS: &str = concat!(
+    "!has(self.spec) || !has(self.spec.array) || ",
+    "string(self.spec.array).split('%')[0].split(',').all(p, ",
+    "size(self.metadata.name) + 1 + size(p.split(':')[0].split('-')[size(p.split(':')[0].split('-')) - 1]) <= 63)"
+);
+/// Message for [`ARRAY_NAME_FITS`].
+pub const ARRAY_NAME_FITS_MSG: &str = "metadata.name is too long for an array job: its elements are named NAME-INDEX, which must be at most 63 characters";
+
+/// Something to run: a non-blank script, or a pod template with at least one container.
+pub const SOMETHING_TO_RUN: &str = "(has(self.script) && self.script.matches('[^[:space:]]')) || (has(self.template) && has(self.template.spec) && has(self.template.spec.containers) && size(self.template.spec.containers) > 0)";
+/// Message for [`SOMETHING_TO_RUN`].
+pub const SOMETHING_TO_RUN_MSG: &str =
+    "nothing to run: give a script, or a template whose spec has at least one container";
 
 #[cfg(test)]
 const DEP_REF: &str =
@@ -81,6 +131,8 @@ mod tests {
 
     #[test]
     fn dependency_rule_is_built_from_its_parts() {
+        assert!(ARRAY_MAX.contains(ARRAY_BIG));
+        assert!(ARRAY_RANGES.contains(ARRAY_BIG));
         // DEPENDENCY is spelled out (concat! needs literals); keep it in step with DEP_REF.
         assert_eq!(DEPENDENCY.matches(DEP_REF).count(), 6);
         assert!(TIME.contains(TIME_BODY));

@@ -325,10 +325,81 @@ fn validate_labels(labels: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// What kube-apiserver checks of every Event, whichever API wrote it (`legacyValidateEvent`):
+/// an Event with `eventTime` (a "new" event) names its reporting controller, instance and
+/// action; an old one's involved object is in the Event's namespace.
+fn validate_event(ev: &Value, errs: &mut Vec<FieldError>) {
+    let has = |k: &str| ev[k].as_str().is_some_and(|s| !s.is_empty());
+    let ns = ev["metadata"]["namespace"].as_str().unwrap_or("");
+    let obj_ns = ev["involvedObject"]["namespace"].as_str().unwrap_or("");
+    if has("eventTime") {
+        if obj_ns.is_empty() && ns != "default" && ns != "kube-system" {
+            errs.push(FieldError::invalid(
+                "involvedObject.namespace",
+                json!(obj_ns),
+                "does not match event.namespace",
+            ));
+        }
+        for k in ["reportingComponent", "reportingInstance", "action"] {
+            if !has(k) {
+                errs.push(FieldError::required(k, ""));
+            }
+        }
+    } else if !obj_ns.is_empty() && obj_ns != ns {
+        errs.push(FieldError::invalid(
+            "involvedObject.namespace",
+            json!(obj_ns),
+            "does not match event.namespace",
+        ));
+    }
+}
+
+/// What kube-apiserver checks of an Event created through events.k8s.io/v1 on top of
+/// [`validate_event`] (`ValidateEventCreate`): `eventTime` and a type are required and the
+/// deprecated core/v1 fields must be unset — so such an Event never has a `lastTimestamp` in
+/// the core/v1 view.
+pub fn validate_event_v1_create(v1: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if v1["eventTime"].as_str().is_none_or(str::is_empty) {
+        errs.push(FieldError::required("eventTime", ""));
+    }
+    match v1["type"].as_str() {
+        Some("Normal" | "Warning") => {}
+        other => errs.push(FieldError::invalid(
+            "type",
+            json!(""),
+            format!("has invalid value: {}", other.unwrap_or("")),
+        )),
+    }
+    for k in [
+        "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp",
+        "deprecatedCount",
+    ] {
+        if !v1[k].is_null() && v1[k] != json!(0) {
+            errs.push(FieldError::invalid(k, json!(""), "needs to be unset"));
+        }
+    }
+    if v1["deprecatedSource"].as_object().is_some_and(|s| {
+        s.values()
+            .any(|v| v.as_str().is_some_and(|x| !x.is_empty()))
+    }) {
+        errs.push(FieldError::invalid(
+            "deprecatedSource",
+            json!(""),
+            "needs to be unset",
+        ));
+    }
+    errs
+}
+
 /// Validation of built-in kinds (and object metadata of every kind).
 pub fn validate(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     validate_labels(&obj["metadata"]["labels"], &mut errs);
+    if rt.builtin == Builtin::Event {
+        validate_event(obj, &mut errs);
+    }
     if rt.builtin == Builtin::Pod {
         validate_pod(obj, &mut errs);
         if let Some(old) = old {

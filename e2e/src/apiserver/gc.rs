@@ -35,13 +35,13 @@ pub async fn run(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<GcWork>) {
     loop {
         tokio::select! {
             w = rx.recv() => match w {
-                Some(w) => handle(&sh, w, &mut pending),
+                Some(w) => handle(&sh, w, &mut pending).await,
                 None => return,
             },
             _ = tick.tick(), if !pending.is_empty() => {
                 let items: Vec<_> = pending.iter().cloned().collect();
                 for (gr, key) in items {
-                    if finalize(&sh, &gr, &key) {
+                    if finalize(&sh, &gr, &key).await {
                         pending.remove(&(gr, key));
                     }
                 }
@@ -51,16 +51,16 @@ pub async fn run(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<GcWork>) {
     }
 }
 
-fn handle(sh: &Shared, w: GcWork, pending: &mut HashSet<(GroupResource, Key)>) {
+async fn handle(sh: &Shared, w: GcWork, pending: &mut HashSet<(GroupResource, Key)>) {
     match w {
         GcWork::OwnerGone(uid) => {
             for dep in sh.store.dependents(&uid) {
-                collect_if_orphaned(sh, &dep.gr, &dep.key);
+                collect_if_orphaned(sh, &dep.gr, &dep.key).await;
             }
         }
-        GcWork::CheckOwners(gr, key) => collect_if_orphaned(sh, &gr, &key),
+        GcWork::CheckOwners(gr, key) => collect_if_orphaned(sh, &gr, &key).await,
         GcWork::Finalize(gr, key) => {
-            if !finalize(sh, &gr, &key) {
+            if !finalize(sh, &gr, &key).await {
                 pending.insert((gr, key));
             }
         }
@@ -68,7 +68,9 @@ fn handle(sh: &Shared, w: GcWork, pending: &mut HashSet<(GroupResource, Key)>) {
             let cat = sh.registry.catalog();
             if let Some(rt) = cat.get("", "v1", "serviceaccounts") {
                 let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
-                let _ = sh.create(&rt, Some(&ns), sa, &WriteOpts::default(), false);
+                let _ = sh
+                    .create(&rt, Some(&ns), sa, &WriteOpts::default(), false)
+                    .await;
             }
         }
     }
@@ -79,7 +81,7 @@ fn ns_of(key: &Key) -> Option<&str> {
 }
 
 /// Delete an object whose owners are all gone; drop references to gone owners otherwise.
-fn collect_if_orphaned(sh: &Shared, gr: &GroupResource, key: &Key) {
+async fn collect_if_orphaned(sh: &Shared, gr: &GroupResource, key: &Key) {
     let Some(cur) = sh.store.collection(gr).get(key) else {
         return;
     };
@@ -97,34 +99,38 @@ fn collect_if_orphaned(sh: &Shared, gr: &GroupResource, key: &Key) {
     };
     if alive.iter().all(|a| !a) {
         if !cur.meta.deleting {
-            let _ = sh.delete(&rt, ns_of(key), &key.name, &DeleteOpts::default());
+            let _ = sh
+                .delete(&rt, ns_of(key), &key.name, &DeleteOpts::default())
+                .await;
         }
     } else if alive.iter().any(|a| !a) {
-        let _ = sh.update(
-            &rt,
-            ns_of(key),
-            &key.name,
-            Part::Main,
-            &WriteOpts::default(),
-            &mut |c| {
-                let mut v: Value = c
-                    .cloned()
-                    .ok_or_else(|| super::error::ApiError::not_found(&rt, &key.name))?;
-                if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
-                    refs.retain(|r| {
-                        r["uid"]
-                            .as_str()
-                            .is_some_and(|u| sh.store.by_uid(u).is_some())
-                    });
-                }
-                Ok(super::ops::Mutation::Update(v))
-            },
-        );
+        let _ = sh
+            .update(
+                &rt,
+                ns_of(key),
+                &key.name,
+                Part::Main,
+                &WriteOpts::default(),
+                &mut |c| {
+                    let mut v: Value = c
+                        .cloned()
+                        .ok_or_else(|| super::error::ApiError::not_found(&rt, &key.name))?;
+                    if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
+                        refs.retain(|r| {
+                            r["uid"]
+                                .as_str()
+                                .is_some_and(|u| sh.store.by_uid(u).is_some())
+                        });
+                    }
+                    Ok(super::ops::Mutation::Update(v))
+                },
+            )
+            .await;
     }
 }
 
 /// One step of a pending deletion; true when nothing is left to do.
-fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
+async fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
     let Some(cur) = sh.store.collection(gr).get(key) else {
         return true;
     };
@@ -160,8 +166,9 @@ fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
                     }
                     match sh.registry.catalog().by_storage(&coll.gr) {
                         Some(crt) => {
-                            let _ =
-                                sh.delete(&crt, Some(ns), &item.meta.name, &DeleteOpts::default());
+                            let _ = sh
+                                .delete(&crt, Some(ns), &item.meta.name, &DeleteOpts::default())
+                                .await;
                         }
                         None => sh.purge(&coll.gr, &Key::new(ns, &item.meta.name)),
                     }
@@ -183,7 +190,8 @@ fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
                 // Stop serving the kind before the CRD disappears, so no client sees the CRD
                 // gone while its kind still answers.
                 sh.registry.remove_crd(&key.name);
-                sh.remove_finalizer(&rt, None, &key.name, CRD_FINALIZER);
+                sh.remove_finalizer(&rt, None, &key.name, CRD_FINALIZER)
+                    .await;
                 return true;
             }
             let crt = sh.registry.catalog().by_storage(&cgr);
@@ -194,7 +202,9 @@ fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
                 let ik = Key::new(&item.meta.ns, &item.meta.name);
                 match &crt {
                     Some(crt) => {
-                        let _ = sh.delete(crt, ns_of(&ik), &ik.name, &DeleteOpts::default());
+                        let _ = sh
+                            .delete(crt, ns_of(&ik), &ik.name, &DeleteOpts::default())
+                            .await;
                     }
                     None => sh.purge(&cgr, &ik),
                 }
@@ -212,19 +222,22 @@ fn finalize(sh: &Shared, gr: &GroupResource, key: &Key) -> bool {
                 if !d.meta.deleting
                     && let Some(drt) = sh.registry.catalog().by_storage(&dep.gr)
                 {
-                    let _ = sh.delete(
-                        &drt,
-                        ns_of(&dep.key),
-                        &dep.key.name,
-                        &DeleteOpts {
-                            propagation: Some("Foreground".into()),
-                            ..Default::default()
-                        },
-                    );
+                    let _ = sh
+                        .delete(
+                            &drt,
+                            ns_of(&dep.key),
+                            &dep.key.name,
+                            &DeleteOpts {
+                                propagation: Some("Foreground".into()),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
                 }
             }
             if blocking == 0 {
-                sh.remove_finalizer(&rt, ns_of(key), &key.name, FOREGROUND);
+                sh.remove_finalizer(&rt, ns_of(key), &key.name, FOREGROUND)
+                    .await;
                 return true;
             }
             false

@@ -34,6 +34,8 @@ pub fn router(sh: Arc<Shared>) -> axum::Router {
 }
 
 struct Req {
+    /// Who sent it.
+    user: super::auth::UserInfo,
     method: Method,
     path: String,
     query: HashMap<String, String>,
@@ -112,7 +114,12 @@ async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Response {
             .unwrap_or("")
             .to_string()
     };
+    let user = match sh.tokens.authenticate(&parts.headers) {
+        Ok(u) => u,
+        Err(e) => return err_resp(&e),
+    };
     let req = Req {
+        user,
         method: parts.method.clone(),
         path: parts.uri.path().to_string(),
         query,
@@ -136,6 +143,14 @@ async fn dispatch(sh: &Arc<Shared>, req: &Req) -> Response {
     let get = req.method == Method::GET;
     match segs.as_slice() {
         ["version"] if get => return json_resp(200, &discovery::version()),
+        [
+            "apis",
+            "authentication.k8s.io",
+            v @ ("v1" | "v1beta1"),
+            "selfsubjectreviews",
+        ] if req.method == Method::POST => {
+            return json_resp(201, &super::auth::self_subject_review(&req.user, v));
+        }
         ["healthz" | "readyz" | "livez", ..] if get => {
             return response(200, "text/plain", "ok", &[]);
         }
@@ -295,11 +310,18 @@ fn verb_of(req: &Req, t: &Target) -> &'static str {
 #[derive(Clone, Debug, PartialEq)]
 enum Format {
     Object,
-    Table(String),
+    Table(String, table::Include),
     Partial,
 }
 
-fn negotiate(accept: &str) -> Result<Format, ApiError> {
+fn negotiate(req: &Req) -> Result<Format, ApiError> {
+    let accept = req.accept.as_str();
+    // What each Table row carries as `object` (`includeObject`): metadata unless asked.
+    let include = match req.q("includeObject") {
+        Some("None") => table::Include::None,
+        Some("Object") => table::Include::Object,
+        _ => table::Include::Metadata,
+    };
     for a in accept.split(',') {
         let a = a.trim();
         if a.contains("as=Table") && a.contains("g=meta.k8s.io") {
@@ -308,7 +330,7 @@ fn negotiate(accept: &str) -> Result<Format, ApiError> {
             } else {
                 "meta.k8s.io/v1"
             };
-            return Ok(Format::Table(v.into()));
+            return Ok(Format::Table(v.into(), include));
         }
         if a.contains("as=PartialObjectMetadata") {
             return Ok(Format::Partial);
@@ -409,6 +431,7 @@ fn write_opts(req: &Req) -> Result<WriteOpts, ApiError> {
         force: req.flag("force"),
         is_put: false,
         apply: false,
+        user: Some(req.user.clone()),
     })
 }
 
@@ -420,7 +443,7 @@ fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Vec<u8> {
             let out = match fmt {
                 Format::Object => v,
                 Format::Partial => table::partial(&v),
-                Format::Table(av) => {
+                Format::Table(av, include) => {
                     let rv = v["metadata"]["resourceVersion"].clone();
                     table::table(
                         rt,
@@ -428,6 +451,7 @@ fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Vec<u8> {
                         json!({"resourceVersion": rv}),
                         true,
                         av,
+                        *include,
                     )
                 }
             };
@@ -481,7 +505,7 @@ async fn resource(
             if t.sub.as_deref() == Some("log") {
                 return pod_log(sh, &rt, ns, name, req);
             }
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             let s = sh.get(&rt, ns, name)?;
             Ok(obj_resp(200, &t.rt, view, &fmt, &Body::Stored(s), &[]))
         }
@@ -494,9 +518,17 @@ async fn resource(
                     if rt.namespaced && ns.is_none() {
                         return Err(ApiError::not_found_path());
                     }
-                    let fmt = negotiate(&req.accept)?;
-                    let body = view.inp(parse_body(req)?);
-                    let w = sh.create(&rt, ns, body, &opts, false)?;
+                    let fmt = negotiate(req)?;
+                    let raw = parse_body(req)?;
+                    if view == View::EventV1 {
+                        let errs = builtin::validate_event_v1_create(&raw);
+                        if !errs.is_empty() {
+                            let name = raw["metadata"]["name"].as_str().unwrap_or("");
+                            return Err(ApiError::invalid(&t.rt, name, &errs));
+                        }
+                    }
+                    let body = view.inp(raw);
+                    let w = sh.create(&rt, ns, body, &opts, false).await?;
                     Ok(obj_resp(201, &t.rt, view, &fmt, &w.body, &w.warnings))
                 }
                 (Some(name), Some("binding")) => {
@@ -521,7 +553,7 @@ async fn resource(
                     let b = parse_body(req)?;
                     let mut d = delete_opts(req, Some(&b["deleteOptions"]))?;
                     d.dry_run |= opts.dry_run;
-                    sh.delete(&rt, ns, name, &d)?;
+                    sh.delete(&rt, ns, name, &d).await?;
                     Ok(json_resp(
                         201,
                         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -538,16 +570,18 @@ async fn resource(
                     "the server does not allow this method on the requested resource",
                 )
             })?;
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             let mut opts = write_opts(req)?;
             opts.is_put = true;
             let body = view.inp(parse_body(req)?);
             let create_ok = rt.create_on_update && part == Part::Main;
-            let w = sh.update(&rt, ns, name, part, &opts, &mut |cur| match cur {
-                Some(_) => Ok(Mutation::Update(body.clone())),
-                None if create_ok => Ok(Mutation::Create(body.clone())),
-                None => Err(ApiError::not_found(&rt, name)),
-            })?;
+            let w = sh
+                .update(&rt, ns, name, part, &opts, &mut |cur| match cur {
+                    Some(_) => Ok(Mutation::Update(body.clone())),
+                    None if create_ok => Ok(Mutation::Create(body.clone())),
+                    None => Err(ApiError::not_found(&rt, name)),
+                })
+                .await?;
             Ok(obj_resp(
                 if w.created { 201 } else { 200 },
                 &t.rt,
@@ -563,19 +597,19 @@ async fn resource(
                     "the server does not allow this method on the requested resource",
                 )
             })?;
-            let fmt = negotiate(&req.accept)?;
-            patch_object(sh, &rt, &t.rt, view, ns, name, part, req, &fmt)
+            let fmt = negotiate(req)?;
+            patch_object(sh, &rt, &t.rt, view, ns, name, part, req, &fmt).await
         }
         "delete" => {
             let name = name.expect("delete has a name");
-            let fmt = negotiate(&req.accept)?;
+            let fmt = negotiate(req)?;
             let body: Option<Value> = if req.body.is_empty() {
                 None
             } else {
                 serde_json::from_slice(&req.body).ok()
             };
             let d = delete_opts(req, body.as_ref())?;
-            match sh.delete(&rt, ns, name, &d)? {
+            match sh.delete(&rt, ns, name, &d).await? {
                 Deleted::Pending(b) => Ok(obj_resp(200, &t.rt, view, &fmt, &b, &[])),
                 Deleted::Gone(b) => {
                     if rt.crd.is_some() || rt.builtin == Builtin::Pod {
@@ -608,7 +642,7 @@ async fn resource(
             let mut items = Vec::new();
             for s in page.items {
                 let ins = (!s.meta.ns.is_empty()).then_some(&*s.meta.ns);
-                match sh.delete(&rt, ins, &s.meta.name, &d) {
+                match sh.delete(&rt, ins, &s.meta.name, &d).await {
                     Ok(Deleted::Gone(b) | Deleted::Pending(b)) => items.push(view.out(b.value())),
                     Err(e) if e.code == 404 => {}
                     Err(e) => return Err(e),
@@ -631,6 +665,7 @@ async fn resource(
 }
 
 fn delete_opts(req: &Req, body: Option<&Value>) -> Result<DeleteOpts, ApiError> {
+    let user = Some(req.user.clone());
     let empty = Value::Null;
     let b = body.unwrap_or(&empty);
     let grace = match req.q("gracePeriodSeconds") {
@@ -670,6 +705,7 @@ fn delete_opts(req: &Req, body: Option<&Value>) -> Result<DeleteOpts, ApiError> 
             .as_str()
             .map(str::to_string),
         dry_run: dry,
+        user,
     })
 }
 
@@ -767,7 +803,7 @@ fn list(
     ns: Option<&str>,
     req: &Req,
 ) -> Result<Response, ApiError> {
-    let fmt = negotiate(&req.accept)?;
+    let fmt = negotiate(req)?;
     let sel = selectors(req, served)?;
     let limit = match req.q("limit") {
         Some(l) if !l.is_empty() => Some(
@@ -845,7 +881,7 @@ fn list(
                     json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": lm,
                     "items": objs.iter().map(table::partial).collect::<Vec<_>>()})
                 }
-                Format::Table(av) => table::table(served, &objs, lm, true, av),
+                Format::Table(av, include) => table::table(served, &objs, lm, true, av, *include),
             };
             serde_json::to_vec(&v).unwrap_or_default()
         }
@@ -854,7 +890,7 @@ fn list(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn patch_object(
+async fn patch_object(
     sh: &Shared,
     rt: &ResourceType,
     served: &ResourceType,
@@ -905,7 +941,8 @@ fn patch_object(
                 };
                 res.map_err(|e| ApiError::new(422, "Invalid", e))?;
                 Ok(Mutation::Update(view.inp(doc)))
-            })?
+            })
+            .await?
         }
         "application/apply-patch+yaml" => {
             let manager = opts
@@ -979,7 +1016,8 @@ fn patch_object(
                     None => Mutation::Create(out),
                     Some(_) => Mutation::Update(out),
                 })
-            })?
+            })
+            .await?
         }
         _ => {
             return Err(ApiError::unsupported_media_type(format!(
@@ -1098,7 +1136,7 @@ impl WatchCtx {
         let out = match &self.fmt {
             Format::Object => v,
             Format::Partial => table::partial(&v),
-            Format::Table(av) => {
+            Format::Table(av, include) => {
                 let with = !self.sent_columns;
                 self.sent_columns = true;
                 let rv = v["metadata"]["resourceVersion"].clone();
@@ -1108,6 +1146,7 @@ impl WatchCtx {
                     json!({"resourceVersion": rv}),
                     with,
                     av,
+                    *include,
                 )
             }
         };
@@ -1267,7 +1306,7 @@ fn watch(
     name: Option<&str>,
     req: &Req,
 ) -> Result<Response, ApiError> {
-    let fmt = negotiate(&req.accept)?;
+    let fmt = negotiate(req)?;
     let mut sel = selectors(req, served)?;
     if let Some(n) = name {
         let extra = FieldSelector::parse(&format!("metadata.name={n}"), &[], false)

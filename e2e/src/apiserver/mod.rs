@@ -4,8 +4,15 @@
 //! `127.0.0.1:<random port>`, so the operator, the node agent, the CLI and the real `kubectl`
 //! talk to it exactly as to a cluster: discovery, CRUD, watch, patch (merge, JSON, strategic,
 //! server-side apply), dry run, CRD schema and CEL validation, Tables for `kubectl get`,
-//! finalizers, owner garbage collection and fault injection. `e2e/README.md` lists what is
-//! served and every simplification.
+//! finalizers, owner garbage collection, authentication (bearer tokens, impersonation,
+//! anonymous; [`auth`]), admission webhooks ([`admission`](self#admission-webhooks)) and
+//! fault injection. `e2e/README.md` lists what is served and every simplification.
+//!
+//! # Admission webhooks
+//! Mutating and validating webhook configurations are called on every create, update and
+//! delete as kube-apiserver calls them (matching rules and selectors, AdmissionReview v1 with
+//! the request's userInfo, TLS verified against `caBundle`, services resolved through their
+//! Endpoints, failure policy, timeouts, JSON patches, warnings); see the `admission` module.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -18,7 +25,9 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod apply;
+pub mod auth;
 mod builtin;
 mod discovery;
 mod error;
@@ -34,6 +43,7 @@ mod schema;
 mod selectors;
 mod store;
 mod table;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -54,6 +64,9 @@ use ops::{Shared, WriteOpts};
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The serving certificate could not be made.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Binding the listener failed.
     #[error("binding 127.0.0.1:0: {0}")]
     Bind(#[from] std::io::Error),
@@ -108,6 +121,9 @@ impl ApiServerOptions {
 /// A running API server double. Dropping it stops it.
 pub struct ApiServer {
     addr: SocketAddr,
+    tls_addr: SocketAddr,
+    ca_pem: String,
+    tls: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     server: Option<JoinHandle<()>>,
@@ -121,6 +137,9 @@ impl ApiServer {
     pub async fn start(opts: ApiServerOptions) -> Result<ApiServer, StartError> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
+        let tls_listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let tls_addr = tls_listener.local_addr()?;
+        let cert = tls::ServingCert::issue().map_err(StartError::Tls)?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (gc_tx, gc_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -134,6 +153,7 @@ impl ApiServer {
             next_ip: AtomicU32::new(10),
             addr: addr.to_string(),
             logs: Default::default(),
+            tokens: auth::Tokens::with_admin(),
         });
         let cat = shared.registry.catalog();
         let wo = WriteOpts::default();
@@ -143,6 +163,7 @@ impl ApiServer {
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
                 shared
                     .create(&rt, None, obj, &wo, false)
+                    .await
                     .map_err(|e| StartError::Crd {
                         name: ns.into(),
                         error: e,
@@ -159,6 +180,7 @@ impl ApiServer {
                     "description": "Used for system critical pods that must not be moved from their current node."});
                 shared
                     .create(&rt, None, obj, &wo, false)
+                    .await
                     .map_err(|e| StartError::Crd {
                         name: name.into(),
                         error: e,
@@ -174,11 +196,20 @@ impl ApiServer {
                 })?;
                 shared
                     .create(&rt, None, obj, &wo, false)
+                    .await
                     .map_err(|error| StartError::Crd { name, error })?;
             }
         }
         let gc = tokio::spawn(gc::run(shared.clone(), gc_rx));
         let app = http::router(shared.clone());
+        let tls_app = app.clone();
+        let tls_stop = shutdown_rx.clone();
+        let ca_pem = cert.ca_pem.clone();
+        let tls = tokio::spawn(async move {
+            if let Err(e) = tls::serve(tls_listener, &cert, tls_app, tls_stop).await {
+                tracing::error!(error = %e, "API server double's HTTPS listener stopped");
+            }
+        });
         let mut stop = shutdown_rx;
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -190,6 +221,9 @@ impl ApiServer {
         });
         Ok(ApiServer {
             addr,
+            tls_addr,
+            ca_pem,
+            tls: Some(tls),
             shared,
             shutdown: shutdown_tx,
             server: Some(server),
@@ -197,9 +231,20 @@ impl ApiServer {
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`: the plain-HTTP listener, for in-process clients.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// `https://127.0.0.1:PORT`: the HTTPS listener (what kubeconfig files point at; its
+    /// certificate is signed by [`ApiServer::ca_pem`]).
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.tls_addr)
+    }
+
+    /// The CA of the HTTPS listener's certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     /// The listening address.
@@ -207,14 +252,35 @@ impl ApiServer {
         self.addr
     }
 
-    /// A kube-rs configuration for this server (no TLS, no authentication, namespace
-    /// `default`), to adjust before building a client (e.g. `default_retry = false`).
+    /// A kube-rs configuration for this server (no TLS, namespace `default`, the default user
+    /// `kubernetes-admin` through its bearer token), to adjust before building a client (e.g.
+    /// `default_retry = false`).
     pub fn config(&self) -> kube::Config {
+        self.config_with_token(Some(auth::ADMIN_TOKEN))
+    }
+
+    /// [`ApiServer::config`] authenticating with `token` (`None`: anonymous).
+    pub fn config_with_token(&self, token: Option<&str>) -> kube::Config {
         let uri: axum::http::Uri = self
             .url()
             .parse()
             .expect("a socket address makes a valid URI");
-        kube::Config::new(uri)
+        let mut c = kube::Config::new(uri);
+        c.auth_info.token = token.map(|t| t.to_string().into());
+        c
+    }
+
+    /// Accept `token` as `user` from now on (what a token file line does).
+    pub fn add_token(&self, token: &str, user: auth::UserInfo) {
+        self.shared.tokens.add(token, user);
+    }
+
+    /// A client authenticated as `user` (a token is made for it).
+    pub fn client_as(&self, user: auth::UserInfo) -> kube::Client {
+        let token = format!("token-{}", uuid::Uuid::new_v4());
+        self.add_token(&token, user);
+        kube::Client::try_from(self.config_with_token(Some(&token)))
+            .expect("a plain-HTTP kube client always builds")
     }
 
     /// A kube-rs client for this server. Like every kube-rs client it retries 429, 503 and 504
@@ -223,11 +289,20 @@ impl ApiServer {
         kube::Client::try_from(self.config()).expect("a plain-HTTP kube client always builds")
     }
 
-    /// A kubeconfig pointing at this server, accepted by kube-rs and kubectl.
+    /// A kubeconfig pointing at this server, accepted by kube-rs and kubectl, for the default
+    /// user `kubernetes-admin`.
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_token(auth::ADMIN_USER, auth::ADMIN_TOKEN)
+    }
+
+    /// A kubeconfig (the HTTPS listener, its CA) whose user `user_name` authenticates with
+    /// `token`.
+    pub fn kubeconfig_with_token(&self, user_name: &str, token: &str) -> String {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: muster-test\n  cluster:\n    server: {}\ncontexts:\n- name: muster-test\n  context:\n    cluster: muster-test\n    user: muster-test\n    namespace: default\ncurrent-context: muster-test\nusers:\n- name: muster-test\n  user: {{}}\npreferences: {{}}\n",
-            self.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: muster-test\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\ncontexts:\n- name: muster-test\n  context:\n    cluster: muster-test\n    user: {user_name}\n    namespace: default\ncurrent-context: muster-test\nusers:\n- name: {user_name}\n  user:\n    token: {token}\npreferences: {{}}\n",
+            self.https_url()
         )
     }
 
@@ -297,6 +372,9 @@ impl ApiServer {
         if let Some(g) = self.gc.take() {
             g.abort();
         }
+        if let Some(t) = self.tls.take() {
+            t.abort();
+        }
     }
 }
 
@@ -308,6 +386,9 @@ impl Drop for ApiServer {
         }
         if let Some(g) = self.gc.take() {
             g.abort();
+        }
+        if let Some(t) = self.tls.take() {
+            t.abort();
         }
     }
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
+use super::admission::{self, Attributes, Operation};
+use super::auth::{Tokens, UserInfo};
 use super::builtin;
 use super::error::{ApiError, FieldError, FieldErrorKind};
 use super::faults::FaultState;
@@ -40,6 +42,8 @@ pub struct Shared {
     pub addr: String,
     /// Pod logs set by tests or a simulated kubelet: (namespace, pod, container) → text.
     pub logs: std::sync::Mutex<HashMap<(String, String, String), String>>,
+    /// Bearer tokens and their users.
+    pub tokens: Tokens,
 }
 
 /// `fieldValidation`.
@@ -69,6 +73,9 @@ pub struct WriteOpts {
     pub is_put: bool,
     /// Server-side apply: managedFields come from the apply, not from the old object.
     pub apply: bool,
+    /// The requesting user, for admission webhooks; `None` for the double's own writes
+    /// (garbage collection, setup), which no webhook sees.
+    pub user: Option<UserInfo>,
 }
 
 /// A response object: stored bytes, or a value never stored (dry run).
@@ -213,6 +220,13 @@ impl Shared {
             m.insert("metadata".into(), json!({}));
         }
         Ok(())
+    }
+
+    /// Prune and default a custom resource (what decoding does before admission).
+    fn default_only(&self, rt: &ResourceType, obj: &mut Value) {
+        if let Some(s) = rt.crd.as_ref().and_then(|c| c.schema.as_ref()) {
+            schema::prune_and_default(s, obj);
+        }
     }
 
     /// Decode, prune, default and validate an object about to be written.
@@ -398,7 +412,7 @@ impl Shared {
     }
 
     /// Create an object (POST, or PUT/apply of a missing object).
-    pub fn create(
+    pub async fn create(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
@@ -476,7 +490,41 @@ impl Shared {
             self.check_namespace(ns.unwrap_or(""))?;
         }
         self.prepare_create(rt, &mut obj)?;
-        let warnings = self.admit(rt, &mut obj, None, opts)?;
+        let mut warnings = Vec::new();
+        let user = opts.user.as_ref().filter(|_| admission::any(self));
+        if let Some(user) = user {
+            // Webhooks see the object decoded and defaulted, as kube-apiserver sends it.
+            self.default_only(rt, &mut obj);
+            let ns = str_at(&obj, "namespace").to_string();
+            let a = Attributes {
+                rt,
+                sub: None,
+                namespace: &ns,
+                name: &name,
+                op: Operation::Create,
+                user,
+                dry_run: opts.dry_run,
+                old: None,
+            };
+            let (o, w) = admission::mutate(self, &a, obj).await?;
+            obj = o;
+            warnings.extend(w);
+        }
+        warnings.extend(self.admit(rt, &mut obj, None, opts)?);
+        if let Some(user) = user {
+            let ns = str_at(&obj, "namespace").to_string();
+            let a = Attributes {
+                rt,
+                sub: None,
+                namespace: &ns,
+                name: &name,
+                op: Operation::Create,
+                user,
+                dry_run: opts.dry_run,
+                old: None,
+            };
+            warnings.extend(admission::validate(self, &a, Some(&obj)).await?);
+        }
         if opts.dry_run {
             return Ok(Written {
                 body: Body::Value(obj),
@@ -508,14 +556,14 @@ impl Shared {
 
     /// Update an object through `mutate`, retrying when it changed underneath (as
     /// GuaranteedUpdate does). `mutate` sees the current object (None when absent).
-    pub fn update(
+    pub async fn update(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
         name: &str,
         part: Part,
         opts: &WriteOpts,
-        mutate: &mut dyn FnMut(Option<&Value>) -> Result<Mutation, ApiError>,
+        mutate: &mut (dyn FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send),
     ) -> Result<Written, ApiError> {
         let coll = self.store.collection(&rt.storage);
         let key = key_for(rt, ns, name);
@@ -528,7 +576,7 @@ impl Shared {
                     if cur.is_some() {
                         continue;
                     }
-                    match self.create(rt, ns, v, opts, opts.apply) {
+                    match Box::pin(self.create(rt, ns, v, opts, opts.apply)).await {
                         Err(e) if e.reason == "AlreadyExists" => continue,
                         r => return r,
                     }
@@ -594,7 +642,40 @@ impl Shared {
                     ));
                 }
             }
-            let warnings = self.admit(rt, &mut new, Some(&old), opts)?;
+            let mut warnings = Vec::new();
+            let user = opts.user.as_ref().filter(|_| admission::any(self));
+            let sub = (part == Part::Status).then_some("status");
+            let obj_ns = str_at(&old, "namespace").to_string();
+            if let Some(user) = user {
+                self.default_only(rt, &mut new);
+                let a = Attributes {
+                    rt,
+                    sub,
+                    namespace: &obj_ns,
+                    name,
+                    op: Operation::Update,
+                    user,
+                    dry_run: opts.dry_run,
+                    old: Some(&old),
+                };
+                let (o, w) = admission::mutate(self, &a, new).await?;
+                new = o;
+                warnings.extend(w);
+            }
+            warnings.extend(self.admit(rt, &mut new, Some(&old), opts)?);
+            if let Some(user) = user {
+                let a = Attributes {
+                    rt,
+                    sub,
+                    namespace: &obj_ns,
+                    name,
+                    op: Operation::Update,
+                    user,
+                    dry_run: opts.dry_run,
+                    old: Some(&old),
+                };
+                warnings.extend(admission::validate(self, &a, Some(&new)).await?);
+            }
             if rt.generation {
                 let g = meta(&old)["generation"].as_i64().unwrap_or(1);
                 let changed = spec_part(rt, &new) != spec_part(rt, &old);
@@ -730,7 +811,7 @@ impl Shared {
     }
 
     /// Delete an object.
-    pub fn delete(
+    pub async fn delete(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
@@ -745,6 +826,21 @@ impl Shared {
                 .get(&key)
                 .ok_or_else(|| ApiError::not_found(rt, name))?;
             let mut obj = cur.value();
+            if let Some(user) = o.user.as_ref().filter(|_| admission::any(self)) {
+                let obj_ns = str_at(&obj, "namespace").to_string();
+                let a = Attributes {
+                    rt,
+                    sub: None,
+                    namespace: &obj_ns,
+                    name,
+                    op: Operation::Delete,
+                    user,
+                    dry_run: o.dry_run,
+                    old: Some(&obj),
+                };
+                admission::mutate(self, &a, Value::Null).await?;
+                admission::validate(self, &a, None).await?;
+            }
             if let Some(uid) = &o.precondition_uid
                 && uid != str_at(&obj, "uid")
             {
@@ -777,7 +873,7 @@ impl Shared {
             let mut fins = finalizers(&obj);
             let deleting = meta(&obj)["deletionTimestamp"].is_string();
             if o.propagation.as_deref() == Some("Orphan") && !o.dry_run {
-                self.orphan_dependents(&cur.meta.uid);
+                self.orphan_dependents(&cur.meta.uid).await;
             }
             let foreground = o.propagation.as_deref() == Some("Foreground");
             if foreground
@@ -875,47 +971,57 @@ impl Shared {
     }
 
     /// Remove the owner references to `owner_uid` from its dependents.
-    pub fn orphan_dependents(&self, owner_uid: &str) {
+    pub async fn orphan_dependents(&self, owner_uid: &str) {
         for dep in self.store.dependents(owner_uid) {
             let Some(rt) = self.registry.catalog().by_storage(&dep.gr) else {
                 continue;
             };
             let ns = (!dep.key.ns.is_empty()).then_some(dep.key.ns.as_str());
-            let _ = self.update(
-                &rt,
-                ns,
-                &dep.key.name,
-                Part::Main,
-                &WriteOpts::default(),
-                &mut |cur| {
-                    let mut v = cur
-                        .cloned()
-                        .ok_or_else(|| ApiError::not_found(&rt, &dep.key.name))?;
-                    if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
-                        refs.retain(|r| r["uid"] != owner_uid);
-                    }
-                    Ok(Mutation::Update(v))
-                },
-            );
+            let _ = self
+                .update(
+                    &rt,
+                    ns,
+                    &dep.key.name,
+                    Part::Main,
+                    &WriteOpts::default(),
+                    &mut |cur| {
+                        let mut v = cur
+                            .cloned()
+                            .ok_or_else(|| ApiError::not_found(&rt, &dep.key.name))?;
+                        if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
+                            refs.retain(|r| r["uid"] != owner_uid);
+                        }
+                        Ok(Mutation::Update(v))
+                    },
+                )
+                .await;
         }
     }
 
     /// Remove one finalizer from an object (used by the garbage collector).
-    pub fn remove_finalizer(&self, rt: &ResourceType, ns: Option<&str>, name: &str, fin: &str) {
-        let _ = self.update(
-            rt,
-            ns,
-            name,
-            Part::Main,
-            &WriteOpts::default(),
-            &mut |cur| {
-                let mut v = cur.cloned().ok_or_else(|| ApiError::not_found(rt, name))?;
-                if let Some(f) = v["metadata"]["finalizers"].as_array_mut() {
-                    f.retain(|x| x != fin);
-                }
-                Ok(Mutation::Update(v))
-            },
-        );
+    pub async fn remove_finalizer(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+        fin: &str,
+    ) {
+        let _ = self
+            .update(
+                rt,
+                ns,
+                name,
+                Part::Main,
+                &WriteOpts::default(),
+                &mut |cur| {
+                    let mut v = cur.cloned().ok_or_else(|| ApiError::not_found(rt, name))?;
+                    if let Some(f) = v["metadata"]["finalizers"].as_array_mut() {
+                        f.retain(|x| x != fin);
+                    }
+                    Ok(Mutation::Update(v))
+                },
+            )
+            .await;
     }
 
     /// Bind a pod to a node (`pods/binding`).
@@ -1055,6 +1161,8 @@ pub struct DeleteOpts {
     pub precondition_rv: Option<String>,
     /// `dryRun`.
     pub dry_run: bool,
+    /// The requesting user, for admission webhooks (`None`: the double's own deletions).
+    pub user: Option<UserInfo>,
 }
 
 /// Outcome of a delete.

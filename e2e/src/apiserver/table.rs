@@ -633,6 +633,19 @@ pub fn partial(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
 }
 
+/// What a Table row carries as `object` (the `includeObject` parameter): the object's
+/// metadata (the default), the whole object (kubectl asks for it to `--sort-by` a field), or
+/// nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Include {
+    /// No `object`.
+    None,
+    /// `PartialObjectMetadata`.
+    Metadata,
+    /// The object itself.
+    Object,
+}
+
 /// A Table of objects.
 pub fn table(
     rt: &ResourceType,
@@ -640,10 +653,15 @@ pub fn table(
     list_meta: Value,
     with_columns: bool,
     api_version: &str,
+    include: Include,
 ) -> Value {
     let rows: Vec<Value> = objs
         .iter()
-        .map(|o| json!({"cells": cells(rt, o), "object": partial(o)}))
+        .map(|o| match include {
+            Include::None => json!({"cells": cells(rt, o)}),
+            Include::Metadata => json!({"cells": cells(rt, o), "object": partial(o)}),
+            Include::Object => json!({"cells": cells(rt, o), "object": o}),
+        })
         .collect();
     json!({
         "kind": "Table",

@@ -320,6 +320,12 @@ pub fn parse_as_kind(obj: &Object) -> Result<(), String> {
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
             typed::<admissionregistration::v1::ValidatingAdmissionPolicy>(v).map(drop)
         }
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+            typed::<admissionregistration::v1::MutatingWebhookConfiguration>(v).map(drop)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            typed::<admissionregistration::v1::ValidatingWebhookConfiguration>(v).map(drop)
+        }
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
             typed::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(v).map(drop)
         }

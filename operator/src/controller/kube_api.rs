@@ -6,16 +6,17 @@
 //!   precondition when the planner gives one.
 //! - Finalizers: a merge patch carrying the resourceVersion (add), a JSON patch that tests the
 //!   entry before removing it (remove), so neither can clobber another controller's finalizer.
-//! - Events: kube-runtime's [`Recorder`] (events.k8s.io/v1, with series aggregation).
+//! - Events: [`events::Recorder`](super::events::Recorder) (core/v1 with `eventTime`,
+//!   `lastTimestamp` and series aggregation).
 
 use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, Partition, PartitionStatus};
 
+use super::events::{Occurrence, Recorder};
 use super::exec::{ApiError, ClusterApi};
 
 /// A written BatchJob as the cycle keeps it (until the watch delivers it): managed fields
@@ -54,13 +55,7 @@ pub struct KubeApi {
 impl KubeApi {
     /// Writes through `client`; events are reported as `muster-operator` from `instance`.
     pub fn new(client: Client, instance: &str) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: Some(instance.into()),
-            },
-        );
+        let recorder = Recorder::new(client.clone(), FIELD_MANAGER, instance);
         KubeApi { client, recorder }
     }
 
@@ -278,20 +273,13 @@ impl ClusterApi for KubeApi {
                 ..Default::default()
             };
             self.recorder
-                .publish(
-                    &Event {
-                        type_: if ev.warning {
-                            EventType::Warning
-                        } else {
-                            EventType::Normal
-                        },
-                        reason: ev.reason.clone(),
-                        note: Some(ev.note.chars().take(1000).collect()),
-                        action: "Schedule".into(),
-                        secondary: None,
-                    },
-                    &reference,
-                )
+                .publish(&Occurrence {
+                    regarding: &reference,
+                    warning: ev.warning,
+                    reason: &ev.reason,
+                    note: &ev.note,
+                    action: "Schedule",
+                })
                 .await
                 .map_err(api_error)
         }

@@ -4,18 +4,24 @@
 //! | module | what |
 //! |---|---|
 //! | [`translate`] | CRD objects ⇄ core types (pure) |
+//! | [`admission`] | the admission webhooks' answers and configurations (pure) |
 //! | [`pods`] | task pods and the headless Service (pure) |
 //! | [`status`] | status transitions and kstatus conditions (pure) |
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
+//! | [`events`] | core/v1 Events with `eventTime`, `lastTimestamp` and series |
 //! | [`kube_api`] | the writes over kube |
 //! | [`runner`] | reflectors, the leader's loop, own-write overlay |
 //! | [`leader`] | Lease-based leader election |
 //! | [`jobids`] | the job id counter (ConfigMap, blocks) |
 //! | [`usage`] | fair-share usage persistence |
+//! | [`validate`] | what submission refuses: shared by sbatch, `--test-only` and admission (pure) |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics` `/healthz` `/readyz` |
+//! | [`webhook`] | the admission webhooks over HTTPS, their certificate and `caBundle` |
 
+pub mod admission;
+pub mod events;
 pub mod exec;
 pub mod http;
 pub mod jobids;
@@ -30,6 +36,8 @@ pub mod status;
 pub mod taskpod;
 pub mod translate;
 pub mod usage;
+pub mod validate;
+pub mod webhook;
 
 pub use runner::{Clock, Handle, Settings, start};
 

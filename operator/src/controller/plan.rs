@@ -54,7 +54,9 @@ use crate::core::{
 };
 
 use super::pods::{self, JobContext};
-use super::status::{self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE};
+use super::status::{
+    self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE, PARTITION_CONFIG, Why,
+};
 use super::taskpod::{TaskContainerStatus, TaskPod};
 use super::translate::{
     self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
@@ -553,6 +555,9 @@ struct Work<'a> {
     is_parent: bool,
     /// Skip entirely this cycle (no id available).
     skip: bool,
+    /// What the planner knows about a pending job that its Slurm reason does not say (for
+    /// the conditions).
+    known: Option<Why>,
 }
 
 fn has_finalizer(j: &BatchJob) -> bool {
@@ -679,6 +684,7 @@ pub fn plan(
             array: None,
             is_parent: job.spec.array.is_some() && !job.labels().contains_key(labels::ARRAY_PARENT),
             skip: false,
+            known: None,
         };
         if job.metadata.deletion_timestamp.is_none() && w.id.is_none() {
             match ids() {
@@ -702,8 +708,21 @@ pub fn plan(
         }
         if !w.skip && job.metadata.deletion_timestamp.is_none() {
             let parsed = mem.parse(job);
-            // Partition and time limit.
-            match table.resolve(job.spec.partition.as_deref()) {
+            // Partition and time limit. A job that names none keeps the default it was given
+            // when first seen (as Slurm fixes it at submission): a new default never moves
+            // pending jobs.
+            let pinned = match (
+                &job.spec.partition,
+                prev.and_then(|p| p.partition.as_deref()),
+            ) {
+                (None, Some(p)) if prev.and_then(|p| p.job_id).is_some() => Some(p),
+                _ => None,
+            };
+            let resolved = match pinned {
+                Some(p) => table.by_name.get(p).copied().ok_or_else(|| p.to_string()),
+                None => table.resolve(job.spec.partition.as_deref()),
+            };
+            match resolved {
                 Ok(pid) => {
                     w.part = Some(pid);
                     w.part_name = Some(table.name(pid).to_string());
@@ -962,7 +981,8 @@ pub fn plan(
         }
         if w.job.metadata.deletion_timestamp.is_none() {
             let generation = w.job.metadata.generation;
-            status::finish(&mut w.st, w.prev, generation, now);
+            let known = w.known.filter(|_| w.st.state == Some(JobState::Pending));
+            status::finish(&mut w.st, w.prev, generation, now, known);
             let write = match w.prev {
                 None => true,
                 Some(p) if *p == w.st => false,
@@ -1310,7 +1330,8 @@ fn step_job(
     }
 }
 
-/// A PENDING job: cancelled, invalid, backing off, waiting on a dependency, or queued.
+/// A PENDING job: cancelled, invalid (it ends FAILED), its partition missing or unable to run
+/// it, backing off, waiting on a dependency, or queued.
 fn queue_pending(
     w: &mut Work<'_>,
     crd_parts: &HashMap<String, &Partition>,
@@ -1318,6 +1339,7 @@ fn queue_pending(
     now: i64,
 ) {
     let job = w.job;
+    w.known = None;
     if job.spec.cancel == Some(true) {
         end(
             w,
@@ -1331,19 +1353,34 @@ fn queue_pending(
     let parsed = match w.parsed.as_deref() {
         Some(Ok(p)) => p.clone(),
         Some(Err(errs)) => {
-            set_pending(w, INVALID_SPEC, &translate::join_errors(errs));
+            invalid(w, &translate::join_errors(errs), now);
             return;
         }
         None => return,
     };
     let pname = w.part_name.clone().unwrap_or_default();
-    // With an unknown partition the core says PartitionConfig; images are checked once the
-    // partition (and its default image) is known.
-    if w.part.is_some()
-        && let Err(e) = pods::check_buildable(job, crd_parts.get(&pname).copied(), &pname)
-    {
-        set_pending(w, INVALID_SPEC, &e.to_string());
+    if w.part.is_none() {
+        let m = if pname.is_empty() {
+            "no partition given and no Partition is the default".to_string()
+        } else {
+            format!("partition {pname} does not exist")
+        };
+        set_pending(w, PARTITION_CONFIG, &m);
+        w.known = Some(Why::PartitionNotFound);
         return;
+    }
+    match pods::check_buildable(job, crd_parts.get(&pname).copied(), &pname) {
+        Ok(()) => {}
+        Err(e @ pods::BuildError::NoImage { .. }) => {
+            // The partition may get a default image: wait, stalled, rather than fail.
+            set_pending(w, PARTITION_CONFIG, &e.to_string());
+            w.known = Some(Why::NoImage);
+            return;
+        }
+        Err(e) => {
+            invalid(w, &e.to_string(), now);
+            return;
+        }
     }
     if let Some(t) = &w.st.eligible_time
         && secs(t) > now
@@ -1365,6 +1402,11 @@ fn queue_pending(
                 set_pending(w, DEPENDENCY, &m);
                 return;
             }
+            DepState::Missing(m) => {
+                set_pending(w, DEPENDENCY, &m);
+                w.known = Some(Why::DependencyNotFound);
+                return;
+            }
             DepState::Never(m) => {
                 set_pending(w, DEPENDENCY_NEVER, &m);
                 return;
@@ -1372,6 +1414,15 @@ fn queue_pending(
         }
     }
     w.queued = true;
+}
+
+/// A job whose spec cannot run ends FAILED with reason `InvalidSpec` and the message naming
+/// the field (the API's CEL rules and the admission webhook refuse most such specs first).
+fn invalid(w: &mut Work<'_>, message: &str, now: i64) {
+    if w.st.state == Some(JobState::Failed) && w.st.reason.as_deref() == Some(INVALID_SPEC) {
+        return;
+    }
+    end(w, JobState::Failed, Some(INVALID_SPEC), message, now);
 }
 
 fn set_pending(w: &mut Work<'_>, reason: &str, message: &str) {
@@ -1531,7 +1582,7 @@ fn admit(
             w.st.tasks = prev.tasks;
             w.st.start_time = None;
             w.st.node_list = None;
-            set_pending(w, INVALID_SPEC, &e.to_string());
+            set_pending(w, PARTITION_CONFIG, &e.to_string());
             return;
         }
     };
@@ -1624,11 +1675,22 @@ fn step_parent(
             elems.insert(idx, (w.job, w.st.clone()));
         }
     }
+    // A spec that cannot run ends the array (cancelled, if it was): it never has elements.
+    let ended_invalid = |w: &mut Work<'_>, m: &str| {
+        if w.st.state.is_some_and(|s| s.is_terminal()) {
+            return;
+        }
+        if w.job.spec.cancel == Some(true) {
+            end(w, JobState::Cancelled, None, "cancelled", now);
+        } else {
+            invalid(w, m, now);
+        }
+    };
     let parsed = match works[wi].parsed.as_deref() {
         Some(Ok(p)) => p.clone(),
         Some(Err(errs)) => {
             let m = translate::join_errors(errs);
-            set_pending(&mut works[wi], INVALID_SPEC, &m);
+            ended_invalid(&mut works[wi], &m);
             return;
         }
         None => return,
@@ -1638,14 +1700,11 @@ fn step_parent(
     };
     let max_idx = array.indices.iter().copied().max().unwrap_or(0);
     if name.len() + 1 + max_idx.to_string().len() > 63 {
-        set_pending(
-            &mut works[wi],
-            INVALID_SPEC,
-            &format!(
-                "metadata.name {name:?} is too long for array elements named {name}-{max_idx}: at most {} characters",
-                62 - max_idx.to_string().len()
-            ),
+        let m = format!(
+            "metadata.name {name:?} is too long for array elements named {name}-{max_idx}: at most {} characters",
+            62 - max_idx.to_string().len()
         );
+        ended_invalid(&mut works[wi], &m);
         return;
     }
     let w = &mut works[wi];
@@ -1720,6 +1779,7 @@ fn step_parent(
     // allows.
     let mut throttled = false;
     let mut dep_wait: Option<(String, String)> = None;
+    let mut dep_missing = false;
     let has_id = w.prev.and_then(|p| p.job_id).is_some();
     if has_id && !cancel && !hold {
         let limit = array.max_running.map(|m| m as usize).unwrap_or(usize::MAX);
@@ -1751,6 +1811,13 @@ fn step_parent(
                 match deps::evaluate(dep, &who, dep_index, now) {
                     DepState::Satisfied => {}
                     DepState::Waiting(m) => {
+                        dep_wait.get_or_insert((DEPENDENCY.into(), m));
+                        continue;
+                    }
+                    DepState::Missing(m) => {
+                        if dep_wait.is_none() {
+                            dep_missing = true;
+                        }
                         dep_wait.get_or_insert((DEPENDENCY.into(), m));
                         continue;
                     }
@@ -1806,6 +1873,9 @@ fn step_parent(
     } else if hold {
         (JobState::Pending, Some(HELD.into()), "held".into())
     } else if let Some((r, m)) = dep_wait.filter(|_| active == 0) {
+        if dep_missing {
+            w.known = Some(Why::DependencyNotFound);
+        }
         (JobState::Pending, Some(r), m)
     } else if throttled && first_pending_reason.is_none() {
         (
@@ -2013,16 +2083,16 @@ fn partition_statuses(
             ));
         }
         if table.default_conflict.contains(&name) {
-            conds.push(mk(
-                "DefaultConflict",
-                true,
-                "SeveralDefaults",
-                format!(
-                    "partitions {} all claim default: true; jobs without a partition go to {}",
-                    table.default_conflict.join(", "),
-                    table.default_conflict[0]
-                ),
-            ));
+            let msg = format!(
+                "partitions {} all claim default: true; new jobs without a partition go to {} (pending jobs keep theirs)",
+                table.default_conflict.join(", "),
+                table.default_conflict[0]
+            );
+            // Shown in `kubectl get partitions` (the Ready column) as well as in its own
+            // condition.
+            conds.retain(|c| c.type_ != "Ready");
+            conds.push(mk("Ready", false, "DefaultConflict", msg.clone()));
+            conds.push(mk("DefaultConflict", true, "SeveralDefaults", msg));
         }
         st.conditions = conds;
         let write = match prev {

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use muster_crds::labels;
 use muster_crds::v1alpha1::{
-    BatchJob, BatchJobSpec, JobState, Partition, PartitionSpec, PreemptMode,
+    BatchJob, BatchJobSpec, BatchJobStatus, JobState, Partition, PartitionSpec, PreemptMode,
 };
 
 use super::exec::{CrashAfter, Fault, Faults, WriteKind};
@@ -405,35 +405,120 @@ fn gang_that_cannot_start_is_rolled_back_with_backoff() {
 }
 
 #[test]
-fn invalid_specs_are_reported_and_recoverable() {
+fn invalid_specs_end_failed_and_missing_partitions_stall() {
     let mut h = harness(1, 8);
     let mut bad = job("bad", gpus(1), 10, None);
     bad.spec.time = Some(IntOrString::String("1h".into()));
     h.cluster.submit(bad);
     h.cycle();
     let st = h.cluster.job("bad").status.unwrap();
-    assert_eq!(st.state, Some(JobState::Pending));
-    assert_eq!(st.reason.as_deref(), Some("InvalidSpec"));
-    assert!(st.message.unwrap().starts_with("spec.time:"));
     assert_eq!(
+        st.state,
+        Some(JobState::Failed),
+        "terminal, not pending forever"
+    );
+    assert_eq!(st.reason.as_deref(), Some("InvalidSpec"));
+    assert!(st.message.as_deref().unwrap().starts_with("spec.time:"));
+    let cond = |st: &BatchJobStatus, t: &str| {
         st.conditions
             .iter()
-            .find(|c| c.type_ == "Stalled")
-            .unwrap()
-            .status,
-        "True"
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    assert_eq!(
+        cond(&st, "Failed"),
+        Some(("True".into(), "InvalidSpec".into()))
     );
+    assert_eq!(cond(&st, "Complete"), None);
+    // Ended: an edit does not bring it back (as a batch/v1 Job that failed).
     h.cluster.edit("bad", |j| j.spec.time = int(5));
     h.step(1);
-    assert_eq!(h.cluster.state("bad"), JobState::Running);
-    // Unknown partition: the core's PartitionConfig.
+    assert_eq!(h.cluster.state("bad"), JobState::Failed);
+    // Nothing to run: FAILED too.
+    let mut empty = job("empty", gpus(1), 10, None);
+    empty.spec.script = None;
+    h.cluster.submit(empty);
+    h.step(1);
+    let st = h.cluster.job("empty").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Failed));
+    assert!(st.message.unwrap().contains("give a script"));
+    // Unknown partition: pending, Stalled with the reason, until it exists.
     let mut p = job("nopart", gpus(1), 10, None);
     p.spec.partition = Some("nope".into());
     h.cluster.submit(p);
     h.step(1);
     let st = h.cluster.job("nopart").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Pending));
     assert_eq!(st.reason.as_deref(), Some("PartitionConfig"));
+    assert_eq!(st.message.as_deref(), Some("partition nope does not exist"));
     assert_eq!(st.partition.as_deref(), Some("nope"));
+    assert_eq!(
+        cond(&st, "Stalled"),
+        Some(("True".into(), "PartitionNotFound".into()))
+    );
+    assert_eq!(cond(&st, "Reconciling").unwrap().0, "False");
+}
+
+#[test]
+fn a_dependency_on_a_missing_job_stalls_until_it_appears() {
+    let mut h = harness(1, 8);
+    let mut j = job("eval", gpus(1), 10, None);
+    j.spec.dependency = Some("afterok:train".into());
+    h.cluster.submit(j);
+    h.cycle();
+    let st = h.cluster.job("eval").status.unwrap();
+    assert_eq!(st.reason.as_deref(), Some("Dependency"));
+    let stalled = st.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
+    assert_eq!(stalled.status, "True");
+    assert_eq!(stalled.reason, "DependencyNotFound");
+    assert!(
+        stalled.message.contains("no such job"),
+        "{}",
+        stalled.message
+    );
+    // `train` appears: the dependency now waits on a job that exists, and the job is no
+    // longer stalled.
+    h.cluster.submit(job("train", gpus(1), 10, None));
+    h.step(1);
+    let st = h.cluster.job("eval").status.unwrap();
+    let c = |t: &str| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+            .unwrap()
+    };
+    assert_eq!(c("Stalled").0, "False");
+    assert_eq!(
+        c("Reconciling"),
+        ("True".into(), "WaitingForDependency".into())
+    );
+    run_for(&mut h, 40);
+    assert_eq!(h.cluster.state("eval"), JobState::Completed);
+}
+
+#[test]
+fn pending_jobs_keep_the_default_partition_they_were_given() {
+    let mut h = harness(1, 8);
+    let mut blocker = job("blocker", gpus(8), 600, None);
+    blocker.spec.time = int(20);
+    h.cluster.submit(blocker);
+    h.cycle();
+    h.cluster.submit(job("waiting", gpus(8), 10, None));
+    h.step(1);
+    let part = h.cluster.job("waiting").status.unwrap().partition;
+    assert!(part.is_some());
+    // A second partition claims the default (first by name): the pending job stays put.
+    h.cluster.add_partition(partition("aaa", true));
+    h.step(1);
+    assert_eq!(h.cluster.job("waiting").status.unwrap().partition, part);
+    // A new job without a partition goes to the (first) default.
+    h.cluster.submit(job("new", gpus(1), 10, None));
+    h.step(1);
+    assert_eq!(
+        h.cluster.job("new").status.unwrap().partition.as_deref(),
+        Some("aaa")
+    );
 }
 
 #[test]
@@ -728,4 +813,31 @@ fn killed_at_every_admission_write_leaves_no_partial_gang() {
         }
     }
     assert!(iterations >= 100, "{iterations} crash points exercised");
+}
+
+/// An array whose spec cannot run ends FAILED (it never had elements); cancelled, it ends
+/// CANCELLED — never pending forever.
+#[test]
+fn an_invalid_array_ends_and_a_cancelled_one_is_cancelled() {
+    let mut h = harness(2, 8);
+    let mut spec = gpus(1);
+    spec.array = Some(IntOrString::String("0-3".into()));
+    spec.constraint = Some("a&(b".into());
+    h.cluster.submit(job("bad-sweep", spec.clone(), 10, None));
+    spec.cancel = Some(true);
+    h.cluster.submit(job("gone-sweep", spec, 10, None));
+    h.cycle();
+    let st = h.cluster.job("bad-sweep").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Failed));
+    assert_eq!(st.reason.as_deref(), Some("InvalidSpec"));
+    assert!(st.message.unwrap().starts_with("spec.constraint"));
+    assert_eq!(h.cluster.state("gone-sweep"), JobState::Cancelled);
+    h.step(5);
+    let s = h.cluster.lock();
+    assert!(
+        !s.jobs
+            .values()
+            .any(|j| j.labels().contains_key(labels::ARRAY_PARENT)),
+        "no elements were created"
+    );
 }

@@ -474,28 +474,32 @@ pub fn check_buildable(
     if containers.is_empty() && !script {
         return Err(BuildError::NothingToRun);
     }
-    if !has_default {
-        let missing = if containers.is_empty() {
-            Some(TASK_CONTAINER.to_string())
-        } else {
-            containers
-                .iter()
-                .chain(
-                    spec.and_then(|s| s.init_containers.as_ref())
-                        .into_iter()
-                        .flatten(),
-                )
-                .find(|c| c.image.as_deref().is_none_or(str::is_empty))
-                .map(|c| c.name.clone())
-        };
-        if let Some(c) = missing {
-            return Err(BuildError::NoImage {
-                container: format!("container {c:?}"),
-                partition: partition_name.to_string(),
-            });
-        }
+    if !has_default && let Some(c) = container_without_image(job) {
+        return Err(BuildError::NoImage {
+            container: format!("container {c:?}"),
+            partition: partition_name.to_string(),
+        });
     }
     Ok(())
+}
+
+/// The first task container (or init container) that gives no image, which then needs the
+/// partition's `defaultImage` ([`TASK_CONTAINER`] when the template has no containers).
+pub fn container_without_image(job: &BatchJob) -> Option<String> {
+    let spec = job.spec.template.as_ref().and_then(|t| t.spec.as_ref());
+    let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
+    if containers.is_empty() {
+        return Some(TASK_CONTAINER.to_string());
+    }
+    containers
+        .iter()
+        .chain(
+            spec.and_then(|s| s.init_containers.as_ref())
+                .into_iter()
+                .flatten(),
+        )
+        .find(|c| c.image.as_deref().is_none_or(str::is_empty))
+        .map(|c| c.name.clone())
 }
 
 /// The pod of task `rank`.

@@ -404,13 +404,13 @@ impl Recent {
 
 /// Node translation cache: rebuilt only when a Node or GpuNode changed.
 #[derive(Default)]
-struct NodeCache {
+pub(crate) struct NodeCache {
     key: Vec<(String, String, String)>,
     table: Arc<NodeTable>,
 }
 
 impl NodeCache {
-    fn table(&mut self, nodes: &[Arc<Node>], gpus: &[Arc<GpuNode>]) -> Arc<NodeTable> {
+    pub(crate) fn table(&mut self, nodes: &[Arc<Node>], gpus: &[Arc<GpuNode>]) -> Arc<NodeTable> {
         let gpu_by: HashMap<String, &Arc<GpuNode>> =
             gpus.iter().map(|g| (g.name_any(), g)).collect();
         let mut key: Vec<(String, String, String)> = nodes

@@ -5,19 +5,31 @@
 //! allocation is writing a status without `tasks`.
 //!
 //! # Conditions
-//! Written so that kstatus-based tools (Flux, Argo CD, `kubectl wait`) read a job's health:
+//! Modelled on `batch/v1` Job (`Complete`, `Failed`, `Suspended`, present only once true, so
+//! `kubectl wait --for=condition=Complete` waits for success and never returns for a failed
+//! job) and on kstatus (`Reconciling`, `Stalled`, `Ready`), which Flux, `kubectl` and other
+//! GitOps tools read: kstatus computes InProgress while `Reconciling` is True, Failed while
+//! `Stalled` is True, then InProgress while `Ready` is False, else Current — so a running or
+//! completed job is Current (as kstatus reads a `batch/v1` Job) and a failed one is Failed.
 //!
-//! | state | Ready | Reconciling | Stalled | Admitted | Complete |
-//! |---|---|---|---|---|---|
-//! | PENDING (will start by itself) | False | True | False | False | False |
-//! | PENDING (cannot start without a change¹) | False | False | True | False | False |
-//! | RUNNING | True | False | False | True | False |
-//! | COMPLETED | True | False | False | False | True |
-//! | FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, CANCELLED | False | False | True | False | True |
+//! | state | Ready | Reconciling | Stalled | Admitted | Complete | Failed | Suspended |
+//! |---|---|---|---|---|---|---|---|
+//! | PENDING, will start by itself | False | True | False | False | – | – | – |
+//! | PENDING, cannot start without a change¹ | False | False | True | False | – | – | – |
+//! | PENDING, held (`--hold`) | – | False | False | False | – | – | True |
+//! | RUNNING | True | False | False | True | – | – | – |
+//! | COMPLETED | – | False | False | False | True | – | – |
+//! | FAILED, TIMEOUT, NODE_FAIL, CANCELLED, PREEMPTED (not requeued) | – | False | True | False | – | True | – |
 //!
-//! ¹ reasons [`NEEDS_CHANGE`]: the request can never be met, or a dependency never will be.
-//! `lastTransitionTime` changes only when a condition's status does; every condition carries
-//! the `observedGeneration` it describes, as does the status itself.
+//! `–`: absent. `Ready` is absent once a job ended: kstatus reads a `Ready` that is False as
+//! in progress, and an ended job's tasks are not ready (they are gone). ¹ The reasons in
+//! [`NEEDS_CHANGE`], a dependency on a job that does not exist, or a partition without an
+//! image for the job. Reasons are CamelCase and say why ([`why`]): `WaitingForResources`,
+//! `WaitingForDependency`, `DependencyNotFound`, `PartitionNotFound`, `RequestCannotBeMet`,
+//! `Running`, `Completed`, `NonZeroExitCode`, `TimeLimit`, `Cancelled`, … (a Slurm reason
+//! code that already says it is kept). `lastTransitionTime` changes only when a condition's
+//! status does; every condition carries the `observedGeneration` it describes, as does the
+//! status itself.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use muster_crds::v1alpha1::{BatchJobStatus, JobState};
@@ -32,13 +44,13 @@ pub const NEEDS_CHANGE: &[&str] = &[
     "AccountNotAllowed",
     "PartitionTimeLimit",
     "PartitionNodeLimit",
-    "InvalidSpec",
+    INVALID_SPEC,
 ];
 
 /// Reason of a pending job whose gang did not start in time and that waits out its backoff
 /// (Slurm's `JobLaunchFailure`).
 pub const LAUNCH_FAILURE: &str = "JobLaunchFailure";
-/// Reason of a pending job whose spec does not parse (the message names the field).
+/// Reason of a job whose spec cannot run (the message names the field); it ends FAILED.
 pub const INVALID_SPEC: &str = "InvalidSpec";
 /// Reason of a job whose dependency does not hold yet.
 pub const DEPENDENCY: &str = "Dependency";
@@ -46,10 +58,37 @@ pub const DEPENDENCY: &str = "Dependency";
 pub const DEPENDENCY_NEVER: &str = "DependencyNeverSatisfied";
 /// Reason of a held job (`--hold`, `scontrol hold`).
 pub const HELD: &str = "JobHeldUser";
+/// Reason of a job whose partition cannot run it as configured (Slurm's `PartitionConfig`:
+/// no such partition, or no image for a container that gives none).
+pub const PARTITION_CONFIG: &str = "PartitionConfig";
 /// Reasons the planner gives before the scheduling core sees a job: a job waiting for one of
 /// them is not in the core's queue, so it holds no place ahead of others (`sbatch
 /// --test-only` leaves such jobs out as well).
 pub const NOT_QUEUED: &[&str] = &[DEPENDENCY, DEPENDENCY_NEVER, INVALID_SPEC, HELD];
+
+/// Condition reasons the planner knows better than the Slurm reason says (the Slurm reason
+/// stays in `status.reason`, where squeue shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// A dependency names a job that does not exist (Slurm reason `Dependency`): stalled
+    /// until it does.
+    DependencyNotFound,
+    /// The job's partition does not exist (`PartitionConfig`).
+    PartitionNotFound,
+    /// A container gives no image and the partition has none (`PartitionConfig`).
+    NoImage,
+}
+
+impl Why {
+    /// The condition reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Why::DependencyNotFound => "DependencyNotFound",
+            Why::PartitionNotFound => "PartitionNotFound",
+            Why::NoImage => "NoImage",
+        }
+    }
+}
 
 /// Longest status message written (longer ones are cut, with `…`).
 pub const MAX_MESSAGE: usize = 2048;
@@ -98,50 +137,104 @@ pub fn condition_reason(r: &str) -> String {
     s
 }
 
+/// The CamelCase condition reason for a job in `state` with Slurm reason `reason`: what it
+/// waits for, why it is stalled or how it ended.
+pub fn why(state: JobState, reason: Option<&str>) -> String {
+    let r = reason.unwrap_or("None");
+    let s = match state {
+        JobState::Pending => match r {
+            "Resources" => "WaitingForResources",
+            "Priority" => "WaitingForPriority",
+            DEPENDENCY => "WaitingForDependency",
+            "BeginTime" => "WaitingForBeginTime",
+            "JobArrayTaskLimit" => "ArrayTaskLimit",
+            LAUNCH_FAILURE => "GangStartBackoff",
+            "ReqNodeNotAvail" => "NodesNotAvailable",
+            "NodeFail" => "RequeuedAfterNodeFail",
+            "Preempted" => "RequeuedAfterPreemption",
+            "BadConstraints" => "RequestCannotBeMet",
+            "AccountNotAllowed" => "NamespaceNotAllowed",
+            PARTITION_CONFIG => "PartitionNotFound",
+            HELD => HELD,
+            "None" | "" => "Queued",
+            other => return condition_reason(other),
+        },
+        JobState::Running | JobState::Completing => "Running",
+        JobState::Completed => "Completed",
+        JobState::Cancelled => "Cancelled",
+        JobState::Timeout => "TimeLimit",
+        JobState::NodeFail => "NodeFail",
+        JobState::Preempted => "Preempted",
+        JobState::Failed => match r {
+            "None" | "" => "Failed",
+            other => return condition_reason(other),
+        },
+    };
+    s.to_string()
+}
+
 /// The conditions for a status, reusing `prev`'s transition times where a condition's status
-/// did not change.
+/// did not change. `known` overrides the reason the Slurm reason would give (and a pending
+/// job with one is stalled).
 pub fn conditions(
     st: &BatchJobStatus,
     generation: Option<i64>,
     now: i64,
     prev: &[Condition],
+    known: Option<Why>,
 ) -> Vec<Condition> {
     let state = st.state.unwrap_or(JobState::Pending);
-    let reason = st
-        .reason
-        .clone()
-        .unwrap_or_else(|| state.as_str().to_string());
+    let reason = st.reason.as_deref();
+    let r = match known {
+        Some(k) => k.as_str().to_string(),
+        None => why(state, reason),
+    };
     let msg = st.message.clone().unwrap_or_default();
-    let s = state.as_str();
-    let needs_change = state == JobState::Pending && NEEDS_CHANGE.contains(&reason.as_str());
+    let g = generation;
     let mut out = match state {
-        JobState::Pending => vec![
-            cond("Ready", false, &reason, &msg, generation),
-            cond("Reconciling", !needs_change, &reason, &msg, generation),
-            cond("Stalled", needs_change, &reason, &msg, generation),
-            cond("Admitted", false, &reason, &msg, generation),
-            cond("Complete", false, s, "", generation),
+        JobState::Pending if reason == Some(HELD) => vec![
+            cond("Reconciling", false, &r, &msg, g),
+            cond("Stalled", false, &r, &msg, g),
+            cond("Admitted", false, &r, &msg, g),
+            cond("Suspended", true, &r, &msg, g),
         ],
-        JobState::Running | JobState::Completing => vec![
-            cond("Ready", true, s, &msg, generation),
-            cond("Reconciling", false, s, "", generation),
-            cond("Stalled", false, s, "", generation),
-            cond("Admitted", true, s, &msg, generation),
-            cond("Complete", false, s, "", generation),
-        ],
+        JobState::Pending => {
+            let stalled = known.is_some() || reason.is_some_and(|x| NEEDS_CHANGE.contains(&x));
+            vec![
+                cond("Ready", false, &r, &msg, g),
+                cond("Reconciling", !stalled, &r, &msg, g),
+                cond("Stalled", stalled, &r, &msg, g),
+                cond("Admitted", false, &r, &msg, g),
+            ]
+        }
+        JobState::Running | JobState::Completing => {
+            let running = match (&st.message, st.num_tasks, &st.node_list) {
+                (Some(m), _, _) => m.clone(),
+                (None, Some(t), Some(n)) => format!("{t} task(s) running on {n}"),
+                _ => "running".to_string(),
+            };
+            vec![
+                cond("Ready", true, &r, &running, g),
+                cond("Reconciling", false, &r, "", g),
+                cond("Stalled", false, &r, "", g),
+                cond("Admitted", true, &r, &running, g),
+            ]
+        }
         JobState::Completed => vec![
-            cond("Ready", true, s, &msg, generation),
-            cond("Reconciling", false, s, "", generation),
-            cond("Stalled", false, s, "", generation),
-            cond("Admitted", false, s, "", generation),
-            cond("Complete", true, s, &msg, generation),
+            cond("Reconciling", false, &r, "", g),
+            cond("Stalled", false, &r, "", g),
+            cond("Admitted", false, &r, "", g),
+            cond("Complete", true, &r, &msg, g),
         ],
-        _ => vec![
-            cond("Ready", false, s, &msg, generation),
-            cond("Reconciling", false, s, "", generation),
-            cond("Stalled", true, s, &msg, generation),
-            cond("Admitted", false, s, "", generation),
-            cond("Complete", true, s, &msg, generation),
+        JobState::Failed
+        | JobState::Cancelled
+        | JobState::Timeout
+        | JobState::NodeFail
+        | JobState::Preempted => vec![
+            cond("Reconciling", false, &r, "", g),
+            cond("Stalled", true, &r, &msg, g),
+            cond("Admitted", false, &r, "", g),
+            cond("Failed", true, &r, &msg, g),
         ],
     };
     for c in &mut out {
@@ -155,19 +248,20 @@ pub fn conditions(
 }
 
 /// Sets the conditions and `observedGeneration` of `st` from its state, against the
-/// currently stored status `prev`.
+/// currently stored status `prev` (`known`: see [`conditions`]).
 pub fn finish(
     st: &mut BatchJobStatus,
     prev: Option<&BatchJobStatus>,
     generation: Option<i64>,
     now: i64,
+    known: Option<Why>,
 ) {
     st.observed_generation = generation;
     if let Some(m) = &st.message {
         st.message = Some(clip(m));
     }
     let prev_conds = prev.map(|p| p.conditions.as_slice()).unwrap_or(&[]);
-    st.conditions = conditions(st, generation, now, prev_conds);
+    st.conditions = conditions(st, generation, now, prev_conds, known);
 }
 
 /// A status moved to PENDING for another admission: attempt and restarts bumped, the
@@ -222,52 +316,96 @@ mod tests {
     use super::*;
     use muster_crds::v1alpha1::TaskAllocation;
 
-    fn get<'a>(c: &'a [Condition], t: &str) -> &'a Condition {
-        c.iter().find(|c| c.type_ == t).unwrap()
+    fn get<'a>(c: &'a [Condition], t: &str) -> Option<&'a Condition> {
+        c.iter().find(|c| c.type_ == t)
+    }
+
+    fn status_of(c: &[Condition], t: &str) -> &'static str {
+        match get(c, t).map(|c| c.status.as_str()) {
+            Some("True") => "True",
+            Some("False") => "False",
+            _ => "-",
+        }
     }
 
     #[test]
-    fn kstatus_reads_each_state() {
+    fn each_state_gets_the_table_of_conditions() {
         let mut st = BatchJobStatus {
             state: Some(JobState::Pending),
             reason: Some("Resources".into()),
             ..Default::default()
         };
-        let c = conditions(&st, Some(3), 100, &[]);
-        assert_eq!(get(&c, "Reconciling").status, "True");
-        assert_eq!(get(&c, "Stalled").status, "False");
-        assert_eq!(get(&c, "Ready").reason, "Resources");
+        let c = conditions(&st, Some(3), 100, &[], None);
+        assert_eq!(status_of(&c, "Reconciling"), "True");
+        assert_eq!(status_of(&c, "Stalled"), "False");
+        assert_eq!(get(&c, "Ready").unwrap().reason, "WaitingForResources");
+        assert_eq!(status_of(&c, "Complete"), "-");
         assert!(c.iter().all(|c| c.observed_generation == Some(3)));
 
         st.reason = Some("DependencyNeverSatisfied".into());
-        let c = conditions(&st, Some(3), 100, &[]);
-        assert_eq!(get(&c, "Stalled").status, "True");
-        assert_eq!(get(&c, "Reconciling").status, "False");
+        let c = conditions(&st, Some(3), 100, &[], None);
+        assert_eq!(status_of(&c, "Stalled"), "True");
+        assert_eq!(status_of(&c, "Reconciling"), "False");
+
+        st.reason = Some("Dependency".into());
+        let c = conditions(&st, Some(3), 100, &[], Some(Why::DependencyNotFound));
+        assert_eq!(status_of(&c, "Stalled"), "True");
+        assert_eq!(get(&c, "Stalled").unwrap().reason, "DependencyNotFound");
+
+        st.reason = Some(HELD.into());
+        let c = conditions(&st, Some(3), 100, &[], None);
+        assert_eq!(status_of(&c, "Suspended"), "True");
+        assert_eq!(status_of(&c, "Ready"), "-");
 
         st.state = Some(JobState::Running);
-        let c = conditions(&st, Some(3), 100, &[]);
-        assert_eq!(get(&c, "Ready").status, "True");
-        assert_eq!(get(&c, "Admitted").status, "True");
+        st.reason = None;
+        let c = conditions(&st, Some(3), 100, &[], None);
+        assert_eq!(status_of(&c, "Ready"), "True");
+        assert_eq!(status_of(&c, "Admitted"), "True");
+        assert_eq!(get(&c, "Stalled").unwrap().reason, "Running");
 
         st.state = Some(JobState::Completed);
-        let c = conditions(&st, Some(3), 100, &[]);
-        assert_eq!(get(&c, "Complete").status, "True");
-        assert_eq!(get(&c, "Ready").status, "True");
-        assert_eq!(get(&c, "Stalled").status, "False");
+        let c = conditions(&st, Some(3), 100, &[], None);
+        assert_eq!(status_of(&c, "Complete"), "True");
+        assert_eq!(status_of(&c, "Failed"), "-");
+        assert_eq!(status_of(&c, "Ready"), "-");
+        assert_eq!(status_of(&c, "Stalled"), "False");
 
-        for s in [
-            JobState::Failed,
-            JobState::Timeout,
-            JobState::NodeFail,
-            JobState::Cancelled,
-            JobState::Preempted,
+        for (s, r, want) in [
+            (JobState::Failed, Some("NonZeroExitCode"), "NonZeroExitCode"),
+            (JobState::Failed, Some(INVALID_SPEC), "InvalidSpec"),
+            (JobState::Timeout, Some("TimeLimit"), "TimeLimit"),
+            (JobState::NodeFail, Some("NodeFail"), "NodeFail"),
+            (JobState::Cancelled, None, "Cancelled"),
+            (JobState::Preempted, Some("Preempted"), "Preempted"),
         ] {
             st.state = Some(s);
-            let c = conditions(&st, Some(3), 100, &[]);
-            assert_eq!(get(&c, "Stalled").status, "True", "{s}");
-            assert_eq!(get(&c, "Stalled").reason, s.as_str());
-            assert_eq!(get(&c, "Complete").status, "True");
-            assert_eq!(get(&c, "Ready").status, "False");
+            st.reason = r.map(str::to_string);
+            let c = conditions(&st, Some(3), 100, &[], None);
+            assert_eq!(status_of(&c, "Stalled"), "True", "{s}");
+            assert_eq!(get(&c, "Failed").unwrap().reason, want, "{s}");
+            assert_eq!(get(&c, "Stalled").unwrap().reason, want, "{s}");
+            assert_eq!(status_of(&c, "Complete"), "-", "{s}");
+            assert_eq!(status_of(&c, "Ready"), "-", "{s}");
+        }
+    }
+
+    #[test]
+    fn reasons_are_camel_case_and_say_why() {
+        for (state, reason) in [
+            (JobState::Pending, Some("Resources")),
+            (JobState::Pending, Some("Priority")),
+            (JobState::Pending, Some("Dependency")),
+            (JobState::Pending, Some("JobLaunchFailure")),
+            (JobState::Pending, None),
+            (JobState::Running, None),
+            (JobState::Completed, None),
+            (JobState::NodeFail, Some("NodeFail")),
+        ] {
+            let r = why(state, reason);
+            assert!(r.starts_with(|c: char| c.is_ascii_uppercase()), "{r}");
+            assert!(r.chars().all(|c| c.is_ascii_alphanumeric()), "{r}");
+            assert_ne!(r, state.as_str(), "a reason says more than the state");
         }
     }
 
@@ -278,17 +416,17 @@ mod tests {
             reason: Some("Resources".into()),
             ..Default::default()
         };
-        let c1 = conditions(&pending, Some(1), 100, &[]);
+        let c1 = conditions(&pending, Some(1), 100, &[], None);
         let mut p2 = pending.clone();
         p2.reason = Some("Priority".into());
-        let c2 = conditions(&p2, Some(1), 200, &c1);
-        assert_eq!(get(&c2, "Ready").last_transition_time, time(100));
-        assert_eq!(get(&c2, "Ready").reason, "Priority");
+        let c2 = conditions(&p2, Some(1), 200, &c1, None);
+        assert_eq!(get(&c2, "Ready").unwrap().last_transition_time, time(100));
+        assert_eq!(get(&c2, "Ready").unwrap().reason, "WaitingForPriority");
         let mut r = pending;
         r.state = Some(JobState::Running);
-        let c3 = conditions(&r, Some(1), 300, &c2);
-        assert_eq!(get(&c3, "Ready").last_transition_time, time(300));
-        assert_eq!(get(&c3, "Complete").last_transition_time, time(100));
+        let c3 = conditions(&r, Some(1), 300, &c2, None);
+        assert_eq!(get(&c3, "Ready").unwrap().last_transition_time, time(300));
+        assert_eq!(get(&c3, "Stalled").unwrap().last_transition_time, time(100));
     }
 
     #[test]

@@ -457,6 +457,7 @@ pub fn partition(p: &Partition) -> Result<core::Partition, Vec<FieldError>> {
         def_cpu_per_gpu: s.def_cpu_per_gpu,
         def_mem_per_gpu_mib: def_mem.map(|m| m.mib()),
         grace_time_secs: u64::from(s.grace_time_seconds.unwrap_or(0)),
+        default_image: s.default_image.clone(),
     })
 }
 

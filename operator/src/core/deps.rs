@@ -20,8 +20,9 @@
 //! `+MINUTES` delays any type, counted from the referenced job's start (`after`) or end.
 //! With `,` every item must hold; with `?` any one. A job that can never be satisfied stays
 //! PENDING with reason `DependencyNeverSatisfied`, as Slurm does without `kill_invalid_depend`.
-//! A reference to a job that does not exist (yet) waits: with GitOps, `eval` may be applied
-//! before `train`.
+//! A reference to a job that does not exist (yet) waits ([`DepState::Missing`]): with GitOps,
+//! `eval` may be applied before `train`; the operator shows such a job as stalled until the
+//! job it names appears.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -217,8 +218,17 @@ pub enum DepState {
     Satisfied,
     /// Not yet; why.
     Waiting(String),
+    /// Not until a job it names exists; why.
+    Missing(String),
     /// Never; why.
     Never(String),
+}
+
+impl DepState {
+    /// Waiting, for whatever reason (not satisfied, not never).
+    pub fn waits(&self) -> bool {
+        matches!(self, DepState::Waiting(_) | DepState::Missing(_))
+    }
 }
 
 /// The job asking.
@@ -256,7 +266,7 @@ fn ended_ok(s: JobState) -> bool {
 fn one(kind: DepKind, r: &JobRef, who: &Asker<'_>, idx: &DepIndex, now: i64) -> DepState {
     let label = format!("{}:{}", kind, r.target);
     let Some(j) = idx.find(who.namespace, &r.target) else {
-        return DepState::Waiting(format!(
+        return DepState::Missing(format!(
             "{label}: no such job in namespace {} (yet)",
             who.namespace
         ));
@@ -368,6 +378,10 @@ fn combine(c: Combine, results: Vec<DepState>) -> DepState {
             if let Some(n) = results.iter().find(|r| matches!(r, DepState::Never(_))) {
                 return n.clone();
             }
+            // A job that does not exist holds the whole dependency up: say that first.
+            if let Some(m) = results.iter().find(|r| matches!(r, DepState::Missing(_))) {
+                return m.clone();
+            }
             results
                 .into_iter()
                 .find(|r| matches!(r, DepState::Waiting(_)))
@@ -381,15 +395,23 @@ fn combine(c: Combine, results: Vec<DepState>) -> DepState {
                 let why: Vec<String> = results
                     .into_iter()
                     .map(|r| match r {
-                        DepState::Never(m) | DepState::Waiting(m) => m,
+                        DepState::Never(m) | DepState::Waiting(m) | DepState::Missing(m) => m,
                         DepState::Satisfied => String::new(),
                     })
                     .collect();
                 return DepState::Never(why.join("; "));
             }
-            results
-                .into_iter()
+            // Any one may do: a job that exists and may yet satisfy it comes first.
+            let waiting = results
+                .iter()
                 .find(|r| matches!(r, DepState::Waiting(_)))
+                .cloned();
+            waiting
+                .or_else(|| {
+                    results
+                        .into_iter()
+                        .find(|r| matches!(r, DepState::Missing(_)))
+                })
                 .unwrap_or(DepState::Satisfied)
         }
     }
@@ -556,11 +578,25 @@ mod tests {
         other.namespace = "other".into();
         assert!(matches!(
             ev("afterok:train", vec![other.clone()], 300),
-            DepState::Waiting(m) if m.contains("no such job")
+            DepState::Missing(m) if m.contains("no such job")
         ));
         assert!(matches!(
-            ev("afterok:1", vec![other], 300),
+            ev("afterok:1", vec![other.clone()], 300),
+            DepState::Missing(_)
+        ));
+        // With `,` a missing job holds everything up; with `?` one that exists may still do.
+        let running = job("prep", 2, JobState::Running);
+        assert!(matches!(
+            ev("afterok:prep,afterok:nosuch", vec![running.clone()], 300),
+            DepState::Missing(_)
+        ));
+        assert!(matches!(
+            ev("afterok:prep?afterok:nosuch", vec![running], 300),
             DepState::Waiting(_)
+        ));
+        assert!(matches!(
+            ev("afterok:nosuch?afterok:gone", vec![other], 300),
+            DepState::Missing(_)
         ));
     }
 
@@ -649,6 +685,7 @@ mod tests {
         let ok = |d| matches!(d, DepState::Satisfied);
         let never = |d| matches!(d, DepState::Never(_));
         let waits = |d| matches!(d, DepState::Waiting(_));
+        let missing = |d| matches!(d, DepState::Missing(_));
         assert!(ok(ask(&s, &pending(20, "eval", "afterok:train"), 300)));
         assert!(ok(ask(&s, &pending(20, "eval", "afterok:1"), 300)));
         assert!(never(ask(&s, &pending(20, "eval", "afterok:prep"), 300)));
@@ -658,12 +695,12 @@ mod tests {
         assert!(ok(ask(&s, &pending(20, "eval", "afterok:train+5"), 500)));
         // The array id means the whole array: not over while element 2 waits.
         assert!(waits(ask(&s, &pending(20, "eval", "afterany:10"), 300)));
-        // An unknown reference may be applied later (GitOps): it waits.
-        assert!(waits(ask(&s, &pending(20, "eval", "afterok:77"), 300)));
+        // An unknown reference may be applied later (GitOps): it waits, as missing.
+        assert!(missing(ask(&s, &pending(20, "eval", "afterok:77"), 300)));
         // Other namespaces are not visible.
         let mut other = pending(20, "eval", "afterok:train");
         other.namespace = "team-b".into();
-        assert!(waits(ask(&s, &other, 300)));
+        assert!(missing(ask(&s, &other, 300)));
     }
 
     #[test]

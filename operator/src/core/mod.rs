@@ -171,7 +171,8 @@
 //! # Modules
 //!
 //! [`model`] (input and output types), [`cluster_spec`] (the shared cluster file format),
-//! [`node`], [`shape`], [`tree`], [`gpus`], [`engine`] (cycle state and placement),
+//! [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
+//! [`gpus`], [`engine`] (cycle state and placement),
 //! [`occupancy`] (running jobs' holds kept between cycles),
 //! [`timeline`] (earliest starts), [`schedule`](mod@schedule) (the cycle), [`priority`],
 //! [`deps`], [`enforce`], [`baseline`] (the naive first-fit yardstick), [`synth`] (seeded
@@ -184,6 +185,7 @@ pub mod cluster_spec;
 pub mod deps;
 pub mod enforce;
 pub mod engine;
+pub mod feasible;
 pub mod gpus;
 pub mod model;
 pub mod node;

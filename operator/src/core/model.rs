@@ -92,6 +92,10 @@ pub struct Partition {
     /// busy until then.
     #[serde(default)]
     pub grace_time_secs: u64,
+    /// Image of task containers that give none; `None`: every container must give one
+    /// (see [`feasible`](super::feasible)).
+    #[serde(default)]
+    pub default_image: Option<String>,
 }
 
 /// A Kubernetes-style label selector evaluated on plain maps.

@@ -9,6 +9,7 @@ use super::engine::{
     Ahead, Claim, Engine, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput, Selection,
     select, select_weighed,
 };
+use super::feasible;
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
     PreemptMode, Preemption, Reason, Reservation, Snapshot, Start, TaskAssignment, Victim,
@@ -317,7 +318,9 @@ impl<'a> Cycle<'a> {
         if let (Some(spec), Some(index)) = (&job.dependency, &self.deps) {
             match deps::evaluate(spec, &Asker::of(job), index, self.now) {
                 DepState::Satisfied => {}
-                DepState::Waiting(m) => return Err((Reason::Dependency, m)),
+                DepState::Waiting(m) | DepState::Missing(m) => {
+                    return Err((Reason::Dependency, m));
+                }
                 DepState::Never(m) => return Err((Reason::DependencyNeverSatisfied, m)),
             }
         }
@@ -564,6 +567,16 @@ impl<'a> Cycle<'a> {
         if !ever {
             info.reason = Reason::BadConstraints;
             info.eligible = false;
+            let p = &self.snap.partitions[part];
+            if let Some(s) = feasible::shortfall(&job.request, &jc.demand, p, &self.snap.nodes) {
+                // The resource and the largest that exists, as sbatch and admission say it.
+                info.message = feasible::Infeasible {
+                    partition: p.name.clone(),
+                    shortfall: s,
+                }
+                .to_string();
+                return None;
+            }
             info.message = format!(
                 "partition {part_name} can never hold {}{}",
                 describe(&jc.demand, gpu_type),

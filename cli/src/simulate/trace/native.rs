@@ -453,6 +453,7 @@ fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
             def_cpu_per_gpu: s.def_cpu_per_gpu,
             def_mem_per_gpu_mib: def_mem,
             grace_time_secs: u64::from(s.grace_time_seconds.unwrap_or(0)),
+            default_image: s.default_image.clone(),
         },
         s.default == Some(true),
     ))

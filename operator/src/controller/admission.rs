@@ -1,0 +1,540 @@
+//! The operator's admission webhooks (pure): what they answer, and the webhook configurations
+//! the chart installs (built here once; the chart's templates are checked against them).
+//!
+//! - **Mutating, BatchJob CREATE and UPDATE** ([`mutate_batchjob`]): records who submitted the
+//!   job, from the API server's `request.userInfo.username`, in the annotation
+//!   [`labels::USER`] — whatever a client wrote there is replaced, and an update can never
+//!   change it. Array elements, which the operator creates, keep their array's submitter.
+//! - **Validating, BatchJob CREATE and UPDATE** ([`validate_batchjob`]): refuses what can never
+//!   run ([`validate::submission`], the check `sbatch` makes too), with Slurm's reason and the
+//!   resource named, so `kubectl apply` and GitOps syncs fail at once. An update is judged
+//!   again only when it changes what the job asks for, and never once the job has ended;
+//!   elements the operator creates are not judged again.
+//! - **Validating, Partition CREATE and UPDATE** ([`validate_partition`]): refuses a second
+//!   `default: true`.
+//!
+//! The BatchJob webhooks fail closed (`failurePolicy: Fail`): a submission whose user could
+//! not be recorded must not be admitted, and both operator replicas serve them. The Partition
+//! webhook fails open: Helm creates the chart's Partitions in the install that starts the
+//! operator. They cover only `batchjobs` and `partitions` (not their status), so nothing else
+//! in the cluster depends on the operator being up.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use muster_crds::labels;
+use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, Partition};
+
+use super::validate::{self, World};
+
+/// Path of the mutating BatchJob webhook.
+pub const MUTATE_BATCHJOBS: &str = "/mutate/batchjobs";
+/// Path of the validating BatchJob webhook.
+pub const VALIDATE_BATCHJOBS: &str = "/validate/batchjobs";
+/// Path of the validating Partition webhook.
+pub const VALIDATE_PARTITIONS: &str = "/validate/partitions";
+
+/// Name of the mutating BatchJob webhook (as refusals quote it).
+pub const MUTATING_BATCHJOBS: &str = "batchjobs.mutate.muster.dev";
+/// Name of the validating BatchJob webhook.
+pub const VALIDATING_BATCHJOBS: &str = "batchjobs.validate.muster.dev";
+/// Name of the validating Partition webhook.
+pub const VALIDATING_PARTITIONS: &str = "partitions.validate.muster.dev";
+
+/// A JSON pointer segment (`muster.dev/user` → `muster.dev~1user`).
+fn pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn object<T: serde::de::DeserializeOwned>(o: &Option<DynamicObject>) -> Option<T> {
+    let v = serde_json::to_value(o.as_ref()?).ok()?;
+    serde_json::from_value(v).ok()
+}
+
+fn deny(req: &AdmissionRequest<DynamicObject>, message: String) -> AdmissionResponse {
+    let mut r = AdmissionResponse::from(req).deny(message);
+    r.result.code = 403;
+    r.result.reason = "Forbidden".into();
+    r
+}
+
+/// The annotation patch that makes `current` (an object's annotations) carry `want` for the
+/// submitter (`None`: no such annotation).
+fn user_patch(
+    current: Option<&BTreeMap<String, String>>,
+    want: Option<&str>,
+) -> Option<json_patch::Patch> {
+    let have = current
+        .and_then(|a| a.get(labels::USER))
+        .map(String::as_str);
+    if have == want {
+        return None;
+    }
+    let ops = match (current, want) {
+        (None, Some(w)) => serde_json::json!([{
+            "op": "add", "path": "/metadata/annotations",
+            "value": { labels::USER: w }
+        }]),
+        (Some(_), Some(w)) => serde_json::json!([{
+            "op": "add", "path": format!("/metadata/annotations/{}", pointer(labels::USER)),
+            "value": w
+        }]),
+        (_, None) => serde_json::json!([{
+            "op": "remove", "path": format!("/metadata/annotations/{}", pointer(labels::USER))
+        }]),
+    };
+    serde_json::from_value(ops).ok()
+}
+
+/// The mutating BatchJob webhook: see the [module docs](self). `operator` is the operator's
+/// own user name (it creates array elements), when known.
+pub fn mutate_batchjob(
+    req: &AdmissionRequest<DynamicObject>,
+    operator: Option<&str>,
+) -> AdmissionResponse {
+    let ok = AdmissionResponse::from(req);
+    let Some(job) = object::<BatchJob>(&req.object) else {
+        return ok;
+    };
+    let user = req.user_info.username.as_deref().unwrap_or("");
+    let want: Option<String> = match req.operation {
+        Operation::Create => {
+            let elem = job
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(labels::ARRAY_PARENT));
+            if elem && operator.is_some_and(|o| o == user) {
+                // An array element: its array's submitter, copied by the operator.
+                return ok;
+            }
+            Some(user.to_string())
+        }
+        Operation::Update => object::<BatchJob>(&req.old_object)
+            .and_then(|o| o.metadata.annotations)
+            .and_then(|a| a.get(labels::USER).cloned()),
+        _ => return ok,
+    };
+    match user_patch(job.metadata.annotations.as_ref(), want.as_deref()) {
+        None => ok,
+        Some(p) => match ok.clone().with_patch(p) {
+            Ok(r) => r,
+            Err(e) => deny(req, format!("cannot record the submitter: {e}")),
+        },
+    }
+}
+
+/// The spec without what may change freely (cancel, hold, nice, priority, dependency): what
+/// decides whether the job can run.
+fn request_part(s: &BatchJobSpec) -> BatchJobSpec {
+    let mut s = s.clone();
+    s.cancel = None;
+    s.hold = None;
+    s.nice = None;
+    s.priority = None;
+    s.dependency = None;
+    s
+}
+
+/// The validating BatchJob webhook: see the [module docs](self).
+pub fn validate_batchjob(
+    req: &AdmissionRequest<DynamicObject>,
+    operator: Option<&str>,
+    world: World<'_>,
+) -> AdmissionResponse {
+    let ok = AdmissionResponse::from(req);
+    let Some(job) = object::<BatchJob>(&req.object) else {
+        return ok;
+    };
+    let user = req.user_info.username.as_deref().unwrap_or("");
+    let trusted = operator.is_some_and(|o| o == user);
+    let ns = req.namespace.clone().unwrap_or_default();
+    match req.operation {
+        Operation::Create if trusted => return ok,
+        Operation::Create => {}
+        Operation::Update => {
+            let Some(old) = object::<BatchJob>(&req.old_object) else {
+                return ok;
+            };
+            let ann = |j: &BatchJob| {
+                j.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(labels::USER).cloned())
+            };
+            if ann(&old) != ann(&job) && !trusted {
+                return deny(
+                    req,
+                    format!(
+                        "metadata.annotations[{}] records who submitted the job and cannot be changed",
+                        labels::USER
+                    ),
+                );
+            }
+            if old.state().is_terminal() || request_part(&old.spec) == request_part(&job.spec) {
+                return ok;
+            }
+        }
+        _ => return ok,
+    }
+    match validate::submission(&job, &ns, world) {
+        Ok(warnings) => {
+            let mut r = ok;
+            if !warnings.is_empty() {
+                r.warnings = Some(warnings);
+            }
+            r
+        }
+        Err(e) => deny(req, e.to_string()),
+    }
+}
+
+/// The validating Partition webhook: a second `default: true` is refused (an update of a
+/// partition that was already the default is not).
+pub fn validate_partition(
+    req: &AdmissionRequest<DynamicObject>,
+    partitions: &[&Partition],
+) -> AdmissionResponse {
+    let ok = AdmissionResponse::from(req);
+    let Some(p) = object::<Partition>(&req.object) else {
+        return ok;
+    };
+    if p.spec.default != Some(true) {
+        return ok;
+    }
+    if let Some(old) = object::<Partition>(&req.old_object)
+        && old.spec.default == Some(true)
+    {
+        return ok;
+    }
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let others: Vec<&str> = partitions
+        .iter()
+        .filter(|q| q.spec.default == Some(true))
+        .filter_map(|q| q.metadata.name.as_deref())
+        .filter(|n| *n != name)
+        .collect();
+    if others.is_empty() {
+        return ok;
+    }
+    deny(
+        req,
+        format!(
+            "partition {} is already the default (default: true): at most one partition is the default; set default: false on it first",
+            others.join(", ")
+        ),
+    )
+}
+
+/// How the webhooks are reached and how the API server treats a failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Name of both configuration objects.
+    pub name: String,
+    /// The webhook Service's namespace.
+    pub namespace: String,
+    /// The webhook Service's name.
+    pub service: String,
+    /// The Service's port.
+    pub port: i32,
+    /// `Fail` or `Ignore`.
+    pub failure_policy: String,
+    /// Seconds the API server waits for an answer (1 to 30).
+    pub timeout_seconds: i32,
+}
+
+fn client(c: &WebhookConfig, path: &str) -> WebhookClientConfig {
+    WebhookClientConfig {
+        service: Some(ServiceReference {
+            namespace: c.namespace.clone(),
+            name: c.service.clone(),
+            path: Some(path.to_string()),
+            port: Some(c.port),
+        }),
+        ..Default::default()
+    }
+}
+
+fn rule(resource: &str) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(vec![muster_crds::GROUP.into()]),
+        api_versions: Some(vec!["*".into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        resources: Some(vec![resource.into()]),
+        scope: Some("*".into()),
+    }
+}
+
+/// The MutatingWebhookConfiguration (its `caBundle` is set by the operator).
+pub fn mutating_configuration(c: &WebhookConfig) -> MutatingWebhookConfiguration {
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(c.name.clone()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: MUTATING_BATCHJOBS.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: client(c, MUTATE_BATCHJOBS),
+            failure_policy: Some(c.failure_policy.clone()),
+            match_policy: Some("Equivalent".into()),
+            reinvocation_policy: Some("Never".into()),
+            rules: Some(vec![rule("batchjobs")]),
+            side_effects: "None".into(),
+            timeout_seconds: Some(c.timeout_seconds),
+            ..Default::default()
+        }]),
+    }
+}
+
+/// The ValidatingWebhookConfiguration (its `caBundle` is set by the operator).
+pub fn validating_configuration(c: &WebhookConfig) -> ValidatingWebhookConfiguration {
+    let hook = |name: &str, path: &str, resource: &str, policy: &str| ValidatingWebhook {
+        name: name.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: client(c, path),
+        failure_policy: Some(policy.to_string()),
+        match_policy: Some("Equivalent".into()),
+        rules: Some(vec![rule(resource)]),
+        side_effects: "None".into(),
+        timeout_seconds: Some(c.timeout_seconds),
+        ..Default::default()
+    };
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(c.name.clone()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![
+            hook(
+                VALIDATING_BATCHJOBS,
+                VALIDATE_BATCHJOBS,
+                "batchjobs",
+                &c.failure_policy,
+            ),
+            // Fails open: Helm creates the chart's Partitions in the same install as the
+            // operator, before any replica can answer; a conflict the webhook could not refuse
+            // is still shown on the partitions (Ready: DefaultConflict).
+            hook(
+                VALIDATING_PARTITIONS,
+                VALIDATE_PARTITIONS,
+                "partitions",
+                "Ignore",
+            ),
+        ]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::translate::{self, NodeTable};
+    use kube::core::admission::AdmissionReview;
+    use muster_crds::v1alpha1::PartitionSpec;
+    use serde_json::{Value, json};
+
+    fn request(op: &str, user: &str, object: Value, old: Value) -> AdmissionRequest<DynamicObject> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "muster.dev", "version": "v1alpha1", "kind": "BatchJob"},
+                "resource": {"group": "muster.dev", "version": "v1alpha1", "resource": "batchjobs"},
+                "name": "j", "namespace": "ml", "operation": op,
+                "userInfo": {"username": user, "groups": ["system:authenticated"]},
+                "object": object, "oldObject": old, "dryRun": false
+            }
+        }))
+        .unwrap();
+        review.try_into().unwrap()
+    }
+
+    fn bj(annotations: Value, spec: Value) -> Value {
+        json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+               "metadata": {"name": "j", "namespace": "ml", "annotations": annotations},
+               "spec": spec})
+    }
+
+    fn patched(r: &AdmissionResponse, obj: &Value) -> Value {
+        let mut o = obj.clone();
+        if let Some(p) = &r.patch {
+            let p: json_patch::Patch = serde_json::from_slice(p).unwrap();
+            json_patch::patch(&mut o, &p).unwrap();
+        }
+        o
+    }
+
+    #[test]
+    fn the_submitter_comes_from_the_api_server_not_the_client() {
+        let forged = bj(json!({"muster.dev/user": "root"}), json!({"script": "x"}));
+        let r = mutate_batchjob(
+            &request("CREATE", "alice", forged.clone(), Value::Null),
+            None,
+        );
+        assert!(r.allowed);
+        assert_eq!(
+            patched(&r, &forged)["metadata"]["annotations"]["muster.dev/user"],
+            "alice"
+        );
+        let bare = json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+                          "metadata": {"name": "j"}, "spec": {"script": "x"}});
+        let r = mutate_batchjob(&request("CREATE", "bob", bare.clone(), Value::Null), None);
+        assert_eq!(
+            patched(&r, &bare)["metadata"]["annotations"]["muster.dev/user"],
+            "bob"
+        );
+        // An update keeps what admission recorded, whoever tries to change it.
+        let old = bj(json!({"muster.dev/user": "alice"}), json!({"script": "x"}));
+        let r = mutate_batchjob(&request("UPDATE", "mallory", forged.clone(), old), None);
+        assert_eq!(
+            patched(&r, &forged)["metadata"]["annotations"]["muster.dev/user"],
+            "alice"
+        );
+        // Array elements the operator creates keep their array's submitter.
+        let elem = json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+            "metadata": {"name": "j-1", "labels": {"muster.dev/array-parent": "j"},
+                         "annotations": {"muster.dev/user": "alice"}}, "spec": {"script": "x"}});
+        let op = "system:serviceaccount:muster-system:muster-operator";
+        let r = mutate_batchjob(&request("CREATE", op, elem.clone(), Value::Null), Some(op));
+        assert!(r.patch.is_none());
+        // ...but nobody else may pass one off as such.
+        let r = mutate_batchjob(
+            &request("CREATE", "mallory", elem.clone(), Value::Null),
+            Some(op),
+        );
+        assert_eq!(
+            patched(&r, &elem)["metadata"]["annotations"]["muster.dev/user"],
+            "mallory"
+        );
+    }
+
+    fn world_parts() -> (Vec<Partition>, NodeTable) {
+        let p = Partition::new(
+            "gpu",
+            PartitionSpec {
+                default: Some(true),
+                default_image: Some("busybox".into()),
+                tolerations: vec![k8s_openapi::api::core::v1::Toleration {
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        let nodes = NodeTable::new(
+            (1..=2)
+                .map(|i| {
+                    let n = format!("gpu{i:03}");
+                    translate::node(
+                        &translate::tests_support::kube_node(&n, true),
+                        Some(&translate::tests_support::gpu_node(&n, 8, &[])),
+                    )
+                })
+                .collect(),
+        );
+        (vec![p], nodes)
+    }
+
+    #[test]
+    fn what_can_never_run_is_refused_with_the_resource() {
+        let (parts, nodes) = world_parts();
+        let table = translate::partitions(parts.iter());
+        let objs: Vec<&Partition> = parts.iter().collect();
+        let w = World {
+            partitions: &table,
+            partition_objects: &objs,
+            nodes: &nodes,
+        };
+        let job = bj(json!({}), json!({"script": "x", "gpusPerNode": 9}));
+        let r = validate_batchjob(
+            &request("CREATE", "alice", job.clone(), Value::Null),
+            None,
+            w,
+        );
+        assert!(!r.allowed);
+        assert!(
+            r.result
+                .message
+                .starts_with("Requested node configuration is not available: GPUs: 9"),
+            "{}",
+            r.result.message
+        );
+        // An update that changes only cancel is not judged again; one that changes the request is.
+        let fine = bj(json!({}), json!({"script": "x", "gpusPerNode": 8}));
+        let mut cancelled = fine.clone();
+        cancelled["spec"]["cancel"] = json!(true);
+        let r = validate_batchjob(
+            &request("UPDATE", "alice", cancelled, fine.clone()),
+            None,
+            w,
+        );
+        assert!(r.allowed);
+        let r = validate_batchjob(&request("UPDATE", "alice", job, fine), None, w);
+        assert!(!r.allowed);
+        // A missing partition is a warning.
+        let elsewhere = bj(json!({}), json!({"script": "x", "partition": "later"}));
+        let r = validate_batchjob(&request("CREATE", "alice", elsewhere, Value::Null), None, w);
+        assert!(r.allowed);
+        assert!(r.warnings.unwrap()[0].contains("partition later does not exist"));
+    }
+
+    #[test]
+    fn a_second_default_partition_is_refused() {
+        let (parts, _) = world_parts();
+        let objs: Vec<&Partition> = parts.iter().collect();
+        let p = |name: &str, default: bool| {
+            json!({"apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
+                   "metadata": {"name": name}, "spec": {"default": default}})
+        };
+        let r = validate_partition(
+            &request("CREATE", "admin", p("b", true), Value::Null),
+            &objs,
+        );
+        assert!(!r.allowed);
+        assert!(
+            r.result
+                .message
+                .contains("partition gpu is already the default")
+        );
+        let r = validate_partition(
+            &request("CREATE", "admin", p("b", false), Value::Null),
+            &objs,
+        );
+        assert!(r.allowed);
+        let r = validate_partition(
+            &request("UPDATE", "admin", p("gpu", true), p("gpu", true)),
+            &objs,
+        );
+        assert!(r.allowed);
+    }
+
+    #[test]
+    fn configurations_cover_only_muster_objects_and_fail_closed() {
+        let c = WebhookConfig {
+            name: "muster".into(),
+            namespace: "muster-system".into(),
+            service: "muster-operator-webhook".into(),
+            port: 443,
+            failure_policy: "Fail".into(),
+            timeout_seconds: 5,
+        };
+        let m = mutating_configuration(&c);
+        let v = validating_configuration(&c);
+        let mw = &m.webhooks.as_ref().unwrap()[0];
+        assert_eq!(mw.failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(mw.side_effects, "None");
+        assert_eq!(
+            mw.rules.as_ref().unwrap()[0].resources.as_deref(),
+            Some(&["batchjobs".to_string()][..])
+        );
+        let vw = v.webhooks.unwrap();
+        assert_eq!(vw.len(), 2);
+        assert!(vw.iter().all(|w| w.timeout_seconds == Some(5)));
+    }
+}

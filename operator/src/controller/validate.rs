@@ -1,0 +1,263 @@
+//! What submission refuses (pure): the one judgement `sbatch`, `sbatch --test-only` and the
+//! admission webhook share, so a job that can never run is refused at `sbatch` and at
+//! `kubectl apply` alike, with Slurm's reason and the resource named.
+//!
+//! Refused (as Slurm refuses at submission):
+//! - a spec the operator cannot run: a field that does not parse or contradicts another
+//!   (most are caught by the CRD's CEL rules first), nothing to run, a name too long;
+//! - a request no node of the partition can ever hold — more nodes, GPUs, CPUs or memory than
+//!   exist, a GPU type or feature no node has, no image for a container
+//!   ([`core::feasible`](crate::core::feasible)): "Requested node configuration is not
+//!   available";
+//! - a partition that accepts no new jobs (Drain, Inactive), or that the job's namespace may
+//!   not use.
+//!
+//! Accepted with a warning: a partition that does not exist (yet), or no default partition;
+//! such a job waits, shown as stalled, until the partition exists (GitOps may apply the
+//! Partition after the job). A job that becomes impossible later (nodes removed) is never
+//! refused after the fact: it waits with reason `BadConstraints`.
+
+use muster_crds::v1alpha1::{BatchJob, PartitionState};
+
+use super::pods;
+use super::translate::{self, NodeTable, PartitionTable};
+use crate::core::feasible;
+
+/// Slurm's error for a request no node configuration can satisfy.
+pub const NODE_CONFIG_UNAVAILABLE: &str = "Requested node configuration is not available";
+/// Slurm's error for a partition that takes no new jobs.
+pub const PARTITION_UNAVAILABLE: &str = "Required partition not available (inactive or drain)";
+/// Slurm's error for an account (namespace) the partition does not allow.
+pub const ACCOUNT_NOT_ALLOWED: &str = "Invalid account or account/partition combination specified";
+/// The error for a spec that cannot run.
+pub const INVALID_SPEC: &str = "Invalid job specification";
+
+/// Why a submission is refused: Slurm's error and the detail.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{slurm}: {detail}")]
+pub struct Refusal {
+    /// Slurm's error text (`Requested node configuration is not available`).
+    pub slurm: &'static str,
+    /// What exactly: the field, or the resource asked and the largest that exists.
+    pub detail: String,
+    /// The resource, for infeasible requests (`GPUs`, `CPUs`, `memory`, `nodes`, `type`,
+    /// `feature`, `image`); empty otherwise.
+    pub resource: &'static str,
+}
+
+/// What the cluster holds, as submission checks it.
+#[derive(Clone, Copy, Debug)]
+pub struct World<'a> {
+    /// Partitions, translated.
+    pub partitions: &'a PartitionTable,
+    /// The Partition objects (for `defaultImage`), by name.
+    pub partition_objects: &'a [&'a muster_crds::v1alpha1::Partition],
+    /// Nodes with their GPUs, translated.
+    pub nodes: &'a NodeTable,
+}
+
+/// Judges a job about to be submitted in `namespace`: `Ok` with warnings for the user, or the
+/// refusal.
+pub fn submission(job: &BatchJob, namespace: &str, w: World<'_>) -> Result<Vec<String>, Refusal> {
+    let mut warnings = Vec::new();
+    let parsed = translate::parse_job(&job.spec).map_err(|e| Refusal {
+        slurm: INVALID_SPEC,
+        detail: translate::join_errors(&e),
+        resource: "",
+    })?;
+    let part = match w.partitions.resolve(job.spec.partition.as_deref()) {
+        Ok(p) => p,
+        Err(name) => {
+            warnings.push(if name.is_empty() {
+                "no partition given and no Partition is the default: the job waits (PartitionConfig) until one is".to_string()
+            } else {
+                format!(
+                    "partition {name} does not exist: the job waits (PartitionConfig) until it does"
+                )
+            });
+            // Only what depends on the spec alone can be judged.
+            if let Err(e) = pods::check_buildable(job, None, "")
+                && !matches!(e, pods::BuildError::NoImage { .. })
+            {
+                return Err(Refusal {
+                    slurm: INVALID_SPEC,
+                    detail: e.to_string(),
+                    resource: "",
+                });
+            }
+            return Ok(warnings);
+        }
+    };
+    let cp = &w.partitions.parts[part as usize];
+    let object = w
+        .partition_objects
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(cp.name.as_str()))
+        .copied();
+    if let Err(e) = pods::check_buildable(job, object, &cp.name)
+        && !matches!(e, pods::BuildError::NoImage { .. })
+    {
+        return Err(Refusal {
+            slurm: INVALID_SPEC,
+            detail: e.to_string(),
+            resource: "",
+        });
+    }
+    match cp.state {
+        PartitionState::Drain | PartitionState::Inactive => {
+            return Err(Refusal {
+                slurm: PARTITION_UNAVAILABLE,
+                detail: format!(
+                    "partition {} is {:?} and accepts no new jobs",
+                    cp.name, cp.state
+                ),
+                resource: "",
+            });
+        }
+        PartitionState::Up | PartitionState::Down => {}
+    }
+    if !cp.allowed_namespaces.is_empty() && !cp.allowed_namespaces.iter().any(|n| n == namespace) {
+        return Err(Refusal {
+            slurm: ACCOUNT_NOT_ALLOWED,
+            detail: format!(
+                "namespace {namespace} may not use partition {} (allowed: {})",
+                cp.name,
+                cp.allowed_namespaces.join(", ")
+            ),
+            resource: "",
+        });
+    }
+    let missing = pods::container_without_image(job);
+    feasible::check(&parsed.request, cp, &w.nodes.nodes, missing.as_deref()).map_err(|e| {
+        Refusal {
+            slurm: match e.shortfall {
+                feasible::Shortfall::Image { .. } | feasible::Shortfall::Request(_) => INVALID_SPEC,
+                _ => NODE_CONFIG_UNAVAILABLE,
+            },
+            resource: e.shortfall.resource(),
+            detail: e.to_string(),
+        }
+    })?;
+    Ok(warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::translate::tests_support::{gpu_node, kube_node};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use muster_crds::v1alpha1::{BatchJobSpec, Partition, PartitionSpec};
+
+    fn world(parts: &[Partition]) -> (PartitionTable, NodeTable) {
+        let table = translate::partitions(parts.iter());
+        let nodes = NodeTable::new(
+            (1..=4)
+                .map(|i| {
+                    let name = format!("gpu{i:03}");
+                    translate::node(&kube_node(&name, true), Some(&gpu_node(&name, 8, &[])))
+                })
+                .collect(),
+        );
+        (table, nodes)
+    }
+
+    fn part(name: &str, spec: PartitionSpec) -> Partition {
+        Partition::new(name, spec)
+    }
+
+    fn judge(spec: BatchJobSpec, parts: &[Partition]) -> Result<Vec<String>, Refusal> {
+        let (t, n) = world(parts);
+        let objs: Vec<&Partition> = parts.iter().collect();
+        let job = BatchJob::new("j", spec);
+        submission(
+            &job,
+            "ml",
+            World {
+                partitions: &t,
+                partition_objects: &objs,
+                nodes: &n,
+            },
+        )
+    }
+
+    fn gpu() -> Partition {
+        part(
+            "gpu",
+            PartitionSpec {
+                default: Some(true),
+                default_image: Some("busybox".into()),
+                tolerations: vec![k8s_openapi::api::core::v1::Toleration {
+                    key: Some("nvidia.com/gpu".into()),
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )
+    }
+
+    fn spec(f: impl FnOnce(&mut BatchJobSpec)) -> BatchJobSpec {
+        let mut s = BatchJobSpec {
+            script: Some("hostname".into()),
+            ..Default::default()
+        };
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn what_can_run_passes_and_what_cannot_names_the_resource() {
+        assert_eq!(judge(spec(|_| {}), &[gpu()]), Ok(vec![]));
+        let e = judge(
+            spec(|s| s.gpus_per_node = Some(IntOrString::Int(9))),
+            &[gpu()],
+        )
+        .unwrap_err();
+        assert_eq!(e.slurm, NODE_CONFIG_UNAVAILABLE);
+        assert_eq!(e.resource, "GPUs");
+        assert!(
+            e.to_string()
+                .contains("the most on one node of partition gpu is 8"),
+            "{e}"
+        );
+        let e = judge(spec(|s| s.nodes = Some(IntOrString::Int(20))), &[gpu()]).unwrap_err();
+        assert_eq!(e.resource, "nodes");
+    }
+
+    #[test]
+    fn invalid_specs_and_closed_partitions_are_refused() {
+        let e = judge(
+            spec(|s| s.time = Some(IntOrString::String("1h".into()))),
+            &[gpu()],
+        )
+        .unwrap_err();
+        assert_eq!(e.slurm, INVALID_SPEC);
+        assert!(e.detail.starts_with("spec.time"), "{e}");
+        let e = judge(spec(|s| s.script = None), &[gpu()]).unwrap_err();
+        assert!(e.detail.contains("give a script"), "{e}");
+        let mut drain = gpu();
+        drain.spec.state = Some(PartitionState::Drain);
+        assert_eq!(
+            judge(spec(|_| {}), &[drain]).unwrap_err().slurm,
+            PARTITION_UNAVAILABLE
+        );
+        let mut closed = gpu();
+        closed.spec.allowed_namespaces = vec!["hpc".into()];
+        assert_eq!(
+            judge(spec(|_| {}), &[closed]).unwrap_err().slurm,
+            ACCOUNT_NOT_ALLOWED
+        );
+        let mut no_image = gpu();
+        no_image.spec.default_image = None;
+        let e = judge(spec(|_| {}), &[no_image]).unwrap_err();
+        assert_eq!(e.resource, "image");
+    }
+
+    #[test]
+    fn missing_partitions_are_warned_about_not_refused() {
+        let w = judge(spec(|s| s.partition = Some("nosuch".into())), &[gpu()]).unwrap();
+        assert!(w[0].contains("partition nosuch does not exist"), "{w:?}");
+        let w = judge(spec(|_| {}), &[]).unwrap();
+        assert!(w[0].contains("no Partition is the default"), "{w:?}");
+    }
+}
