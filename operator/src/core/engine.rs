@@ -1782,18 +1782,16 @@ pub struct Ahead {
 }
 
 impl Engine<'_> {
-    /// What placing `sel` (a job of class `c` with demand `d`, all on one leaf) costs the
+    /// What placing `sel` (a job with demand `d`, all on one leaf) costs the
     /// later gangs `ahead`: each gang that fitted that leaf whole and no longer would counts
     /// 1, or 2^20 if it was the only leaf that held it.
     pub fn lookahead_penalty(
         &self,
-        c: &Class,
         d: &Demand,
         sel: &Selection,
         ahead: &[Ahead],
         ps: &PartState<'_>,
     ) -> u64 {
-        let _ = c;
         let Some(&(p0, _)) = sel.first() else {
             return 0;
         };

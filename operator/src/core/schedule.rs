@@ -485,11 +485,10 @@ impl<'a> Cycle<'a> {
         let k = match d.mode {
             Mode::Bundles { .. } => u64::from(d.min_nodes),
             Mode::Units { .. } => {
-                let per = if d.unit.gpus > 0 {
-                    (self.widest_node / d.unit.gpus).min(d.per_node_cap())
-                } else {
-                    d.per_node_cap()
-                };
+                let per = self
+                    .widest_node
+                    .checked_div(d.unit.gpus)
+                    .map_or(d.per_node_cap(), |k| k.min(d.per_node_cap()));
                 u64::from(d.need())
                     .div_ceil(u64::from(per.max(1)))
                     .max(u64::from(d.min_nodes))
@@ -880,7 +879,7 @@ impl<'a> Cycle<'a> {
             let e = &self.e;
             let c = &e.classes[cid as usize];
             let ps = &e.parts[part];
-            let penalty = |s: &Selection| -> u64 { e.lookahead_penalty(c, d, s, &ahead, ps) };
+            let penalty = |s: &Selection| -> u64 { e.lookahead_penalty(d, s, &ahead, ps) };
             let inp = SelectInput {
                 tree: ps.tree,
                 levels: ps.levels,
