@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! muster simulate                                  # built-in superpod + bundled ITP trace
-//! muster simulate --compare                        # Muster vs FIFO vs first fit
+//! muster simulate --compare                        # Muster vs Slurm-like vs FIFO vs first fit
+//! muster simulate --until 2d                       # figures and placements two days in
 //! muster simulate --trace sacct.txt --cluster my-cluster.yaml --out report/
 //! muster simulate --synthetic 100000 --cluster big.yaml --load 0.9
 //! ```
