@@ -26,6 +26,7 @@ pub mod scontrol;
 pub mod simulate;
 pub mod sinfo;
 pub mod squeue;
+pub mod step;
 pub mod yaml;
 
 use std::ffi::OsString;

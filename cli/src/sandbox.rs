@@ -12,6 +12,7 @@ use kube::Api;
 use kube::api::PostParams;
 use muster_crds::slurm::hostlist;
 use muster_crds::v1alpha1::{Partition, PartitionSpec};
+use muster_e2e::exec::ExecOptions;
 use muster_e2e::kubelet::{ENV_EXIT_CODE, ENV_RUN_SECONDS, EXIT_CODE, RUN_SECONDS};
 use muster_e2e::{TestCluster, TestClusterOptions};
 use muster_operator::core::cluster_spec::ClusterSpec;
@@ -57,6 +58,34 @@ pub struct SandboxArgs {
     /// `muster-operator` against the kubeconfig instead).
     #[arg(long)]
     pub no_operator: bool,
+
+    /// Run pods for real: each container's command runs as local processes (images are
+    /// ignored) with its own host name, loopback address, cluster DNS, volumes and logs.
+    /// Needs root (mount, UTS and PID namespaces).
+    #[arg(long)]
+    pub exec: bool,
+
+    /// With --exec: the muster-step binary the operator image provides
+    /// (/usr/local/bin/muster-step); default: muster-step beside this program.
+    #[arg(long, value_name = "FILE", requires = "exec")]
+    pub step_binary: Option<PathBuf>,
+
+    /// With --exec: files of DIR appear at their paths in containers whose image starts with
+    /// PREFIX (repeatable).
+    #[arg(long, value_name = "PREFIX=DIR", requires = "exec", value_parser = parse_image_dir)]
+    pub exec_image: Vec<(String, PathBuf)>,
+}
+
+/// The image whose `/usr/local/bin/muster-step` node pods install (the operator's).
+pub const STEP_IMAGE: &str = "ghcr.io/muster-dev/muster-operator";
+
+fn parse_image_dir(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((p, d)) if !p.is_empty() && !d.is_empty() => Ok((p.to_string(), PathBuf::from(d))),
+        _ => Err(format!(
+            "{s:?} is not PREFIX=DIR, e.g. registry.example/tools=/opt/tools-image"
+        )),
+    }
 }
 
 /// Namespace of the sandbox operator's Lease and counters, as the chart's default.
@@ -83,6 +112,8 @@ pub struct Sandbox {
     pub operator: Option<muster_e2e::operator::InProcessOperator>,
     /// The kubeconfig written.
     pub kubeconfig: PathBuf,
+    /// With --exec: the directory standing in for the operator image.
+    _image: Option<tempfile::TempDir>,
 }
 
 fn read_spec(args: &SandboxArgs, cwd: &Path) -> anyhow::Result<ClusterSpec> {
@@ -103,6 +134,16 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
     let path = io.cwd.join(&args.write_kubeconfig);
     let mut opts = TestClusterOptions::new(spec.clone()).speed(args.speed);
     opts.kubeconfig = Some(path.clone());
+    let image = if args.exec {
+        let (dir, images) = exec_images(args, &io.cwd)?;
+        opts.exec = Some(ExecOptions {
+            images,
+            ..ExecOptions::default()
+        });
+        Some(dir)
+    } else {
+        None
+    };
     // The kubeconfig's user is you (`$USER`), as the API server authenticates you: jobs record
     // it as their submitter; `kubectl --as=someone` acts as someone else.
     let me = (io.env)("USER")
@@ -175,12 +216,21 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
     )?;
     writeln!(out, "  kubectl get gpunodes")?;
     writeln!(out, "  kubectl muster sinfo")?;
-    writeln!(
-        out,
-        "\nPods bound to a node run until deleted; give them a run time and exit code with the\n\
-         annotations {RUN_SECONDS} / {EXIT_CODE} or the env {ENV_RUN_SECONDS} / {ENV_EXIT_CODE}\n\
-         (`sbatch --export=ALL,{ENV_RUN_SECONDS}=60 ...`)."
-    )?;
+    if args.exec {
+        writeln!(
+            out,
+            "\nPods run for real: each container's command runs here as local processes (images\n\
+             are ignored), with its own host name and loopback address; `kubectl logs` shows\n\
+             its output."
+        )?;
+    } else {
+        writeln!(
+            out,
+            "\nPods bound to a node run until deleted; give them a run time and exit code with the\n\
+             annotations {RUN_SECONDS} / {EXIT_CODE} or the env {ENV_RUN_SECONDS} / {ENV_EXIT_CODE}\n\
+             (`sbatch --export=ALL,{ENV_RUN_SECONDS}=60 ...`)."
+        )?;
+    }
     if operator.is_some() {
         writeln!(
             out,
@@ -200,7 +250,44 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
         cluster,
         operator,
         kubeconfig: path,
+        _image: image,
     })
+}
+
+/// The image map of --exec: the operator image's `muster-step`, and any --exec-image.
+fn exec_images(
+    args: &SandboxArgs,
+    cwd: &Path,
+) -> anyhow::Result<(tempfile::TempDir, Vec<(String, PathBuf)>)> {
+    let step = match &args.step_binary {
+        Some(p) => cwd.join(p),
+        None => std::env::current_exe()
+            .context("finding this program")?
+            .with_file_name("muster-step"),
+    };
+    if !step.is_file() {
+        anyhow::bail!(
+            "--exec needs the muster-step binary ({} does not exist): build it with `cargo build -p muster-cli --bins` or give --step-binary",
+            step.display()
+        );
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("muster-sandbox-image-")
+        .tempdir()
+        .context("creating the operator image directory")?;
+    let bin = dir.path().join("usr/local/bin");
+    std::fs::create_dir_all(&bin).context("creating the operator image directory")?;
+    std::os::unix::fs::symlink(&step, bin.join("muster-step"))
+        .context("linking muster-step into the operator image directory")?;
+    let mut images = vec![(STEP_IMAGE.to_string(), dir.path().to_path_buf())];
+    for (prefix, d) in &args.exec_image {
+        let d = cwd.join(d);
+        if !d.is_dir() {
+            anyhow::bail!("--exec-image {prefix}={}: not a directory", d.display());
+        }
+        images.push((prefix.clone(), d));
+    }
+    Ok((dir, images))
 }
 
 /// Start the real operator in this process against the sandbox's API server: the same
@@ -367,6 +454,46 @@ mod tests {
         let nodes = hostlist::expand(seen_running.or(done).as_deref().unwrap_or("")).unwrap();
         assert_eq!(nodes.len(), 2, "{nodes:?}");
         s.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exec_sandbox_runs_a_job_for_real() {
+        use muster_crds::v1alpha1::{BatchJob, JobState};
+        let dir = tempfile::tempdir().unwrap();
+        // The unit-test binary has no muster-step beside it: any executable stands in.
+        let (s, text) = start_in(dir.path(), &["--exec", "--step-binary", "/bin/true"]).await;
+        let s = s.unwrap();
+        assert!(text.contains("Pods run for real"), "{text}");
+        let jobs: Api<BatchJob> = Api::namespaced(s.cluster.client(), "default");
+        let job: BatchJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+            "metadata": {"name": "real", "namespace": "default"},
+            "spec": {"nodes": 1, "script": "echo \"hello from $(hostname)\"; exit 3"}
+        }))
+        .unwrap();
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+        let mut st = None;
+        for _ in 0..300 {
+            st = jobs.get("real").await.unwrap().status;
+            if st
+                .as_ref()
+                .and_then(|s| s.state)
+                .is_some_and(|s| s == JobState::Failed)
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let st = st.unwrap();
+        assert_eq!(st.state, Some(JobState::Failed), "{st:?}");
+        assert_eq!(st.exit_code, Some(3), "the script really ran: {st:?}");
+        s.stop().await;
+        let e = start_in(dir.path(), &["--exec", "--step-binary", "missing"])
+            .await
+            .0
+            .err()
+            .unwrap();
+        assert!(format!("{e:#}").contains("muster-step"), "{e:#}");
     }
 
     #[tokio::test]

@@ -38,6 +38,7 @@ use serde_json::json;
 use crate::apiserver::auth::UserInfo;
 use crate::apiserver::{ApiServer, ApiServerOptions, Faults, StartError};
 use crate::clock::SimClock;
+use crate::exec::{ExecError, ExecOptions, Runtime};
 use crate::kubelet::{self, Kubelet, KubeletError, KubeletOptions, KubeletStats};
 use crate::nodes;
 use crate::quantity::parse_milli;
@@ -78,6 +79,9 @@ pub enum ClusterError {
     /// A simulated kubelet command failed.
     #[error(transparent)]
     Kubelet(#[from] KubeletError),
+    /// Exec mode cannot run here.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
     /// The operation needs the simulated cluster (or a configured command).
     #[error("{0}")]
     Unsupported(String),
@@ -112,6 +116,8 @@ pub struct TestClusterOptions {
     pub scheduler: Option<SchedulerOptions>,
     /// Simulated kubelet; `None`: no kubelet (bound pods stay Pending).
     pub kubelet: Option<KubeletOptions>,
+    /// Run pods for real (the kubelet's exec mode, see [`crate::exec`]); `None`: simulate.
+    pub exec: Option<ExecOptions>,
     /// Where to write the kubeconfig; default: a temporary directory removed with the cluster.
     pub kubeconfig: Option<PathBuf>,
     /// Writes in flight at once while registering nodes.
@@ -130,6 +136,7 @@ impl TestClusterOptions {
             api: ApiServerOptions::default().with_muster_crds(),
             scheduler: Some(SchedulerOptions::default()),
             kubelet: Some(KubeletOptions::default()),
+            exec: None,
             kubeconfig: None,
             register_concurrency: 32,
             kubeconfig_user: None,
@@ -147,6 +154,7 @@ struct Simulated {
     server: ApiServer,
     scheduler: Option<Scheduler>,
     kubelet: Option<Kubelet>,
+    exec: bool,
 }
 
 /// A running test cluster (simulated or real); dropping it stops the simulated one.
@@ -243,10 +251,28 @@ impl TestCluster {
         )
         .await
         .map_err(kube_err("registering the nodes"))?;
-        let kubelet = opts
-            .kubelet
-            .clone()
-            .map(|k| Kubelet::start(server.client(), opts.clock.clone(), infos.clone(), k));
+        let kubelet = match (opts.kubelet.clone(), opts.exec.clone()) {
+            (Some(k), Some(mut x)) => {
+                if x.logs.is_none() {
+                    x.logs = Some(server.pod_logs());
+                }
+                let rt = Runtime::start(server.client(), opts.clock.clone(), x).await?;
+                Some(Kubelet::start_exec(
+                    server.client(),
+                    opts.clock.clone(),
+                    infos.clone(),
+                    k,
+                    rt,
+                ))
+            }
+            (Some(k), None) => Some(Kubelet::start(
+                server.client(),
+                opts.clock.clone(),
+                infos.clone(),
+                k,
+            )),
+            (None, _) => None,
+        };
         let scheduler = opts
             .scheduler
             .clone()
@@ -261,6 +287,7 @@ impl TestCluster {
                 server,
                 scheduler,
                 kubelet,
+                exec: opts.exec.is_some(),
             }),
             node_commands: NodeCommands::default(),
         })
@@ -437,6 +464,11 @@ impl TestCluster {
         exit_code: u8,
     ) -> Result<(), ClusterError> {
         self.kubelet("finish_pod")?;
+        if self.sim.as_ref().is_some_and(|s| s.exec) {
+            return Err(ClusterError::Unsupported(
+                "finish_pod: in exec mode containers exit when their processes do".into(),
+            ));
+        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"metadata": {"annotations": {
             kubelet::RUN_SECONDS: "0",

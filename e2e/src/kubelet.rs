@@ -85,6 +85,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::clock::{SimClock, after};
+use crate::exec::{self, ContainerEnd, ExecEvent};
 use crate::nodes::{self, TAINT_UNREACHABLE};
 use crate::scheduler::filter::Tol;
 
@@ -203,6 +204,36 @@ impl Kubelet {
         let (stop, stop_rx) = watch::channel(false);
         let stats = Arc::new(KubeletStats::default());
         let task = tokio::spawn(run(client, clock, nodes, opts, stats.clone(), rx, stop_rx));
+        Kubelet {
+            cmds,
+            stop,
+            task: Some(task),
+            stats,
+        }
+    }
+
+    /// Start the kubelet in exec mode: pods bound to `nodes` run for real through `rt` (see
+    /// [`crate::exec`]); the simulation annotations and env are ignored.
+    pub fn start_exec(
+        client: Client,
+        clock: SimClock,
+        nodes: Vec<NodeInfo>,
+        opts: KubeletOptions,
+        rt: exec::Runtime,
+    ) -> Kubelet {
+        let (cmds, rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = watch::channel(false);
+        let stats = Arc::new(KubeletStats::default());
+        let task = tokio::spawn(run_with(
+            client,
+            clock,
+            nodes,
+            opts,
+            stats.clone(),
+            rx,
+            stop_rx,
+            Some(rt),
+        ));
         Kubelet {
             cmds,
             stop,
@@ -402,6 +433,50 @@ struct SimPod {
     busy: bool,
     retry_after: Option<Timestamp>,
     seq: u64,
+    /// Exec mode: what the pod's supervisor reported.
+    exec: Option<ExecPod>,
+}
+
+/// An exec-mode pod as the kubelet loop tracks it.
+#[derive(Default)]
+struct ExecPod {
+    /// The pod as last seen (what its supervisor is started with).
+    snapshot: Option<Pod>,
+    /// A supervisor runs.
+    supervisor: bool,
+    /// A (re)start was asked for and its `Started` has not been written yet.
+    awaiting: bool,
+    /// Containers started at (status write pending).
+    started_at: Option<Timestamp>,
+    /// How the init containers ended.
+    inits: Option<Vec<ContainerEnd>>,
+    /// How the containers ended (status write pending or done).
+    ends: Option<Vec<ContainerEnd>>,
+    /// An init container failed: the pod fails, no restart.
+    init_failed: bool,
+    /// SIGTERM was sent.
+    terminating: bool,
+}
+
+impl ExecPod {
+    /// The pod's exit code as the sim models it: the first non-zero container code.
+    fn code(&self) -> i32 {
+        if self.init_failed {
+            return self
+                .inits
+                .iter()
+                .flatten()
+                .map(|e| e.code)
+                .find(|c| *c != 0)
+                .unwrap_or(1);
+        }
+        self.ends
+            .iter()
+            .flatten()
+            .map(|e| e.code)
+            .find(|c| *c != 0)
+            .unwrap_or(0)
+    }
 }
 
 struct SimNode {
@@ -473,6 +548,27 @@ impl SimPod {
     }
 
     fn init_statuses(&self) -> Value {
+        if let Some(inits) = self.exec.as_ref().and_then(|e| e.inits.as_ref()) {
+            return json!(self
+                .init_containers
+                .iter()
+                .enumerate()
+                .map(|(i, (n, image))| {
+                    let id = self.container_id(n, 0);
+                    match inits.get(i) {
+                        Some(e) => json!({
+                            "name": n, "image": image, "imageID": image_id(image),
+                            "containerID": id, "ready": e.code == 0, "started": false, "restartCount": 0,
+                            "state": {"terminated": end_json(e, &id)}
+                        }),
+                        None => json!({
+                            "name": n, "image": image, "imageID": "", "ready": false, "started": false,
+                            "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}
+                        }),
+                    }
+                })
+                .collect::<Vec<_>>());
+        }
         json!(self
             .init_containers
             .iter()
@@ -578,16 +674,42 @@ impl SimPod {
         let mut st = self.ips(host_ip);
         let ok = code == Some(0);
         st["phase"] = json!(if ok { "Succeeded" } else { "Failed" });
+        let init_failed = self.exec.as_ref().is_some_and(|e| e.init_failed);
         st["conditions"] = json!([
             cond("PodReadyToStartContainers", false, now, None, None),
-            cond("Initialized", true, now, None, None),
+            if init_failed {
+                cond(
+                    "Initialized",
+                    false,
+                    now,
+                    Some("ContainersNotInitialized"),
+                    None,
+                )
+            } else {
+                cond("Initialized", true, now, None, None)
+            },
             cond("Ready", false, now, Some("PodCompleted"), None),
             cond("ContainersReady", false, now, Some("PodCompleted"), None),
         ]);
+        let exec_ends = self.exec.as_ref().and_then(|e| e.ends.as_ref());
         st["containerStatuses"] = json!(self
             .containers
             .iter()
-            .map(|(n, image)| {
+            .enumerate()
+            .map(|(i, (n, image))| {
+                if let Some(e) = exec_ends.and_then(|ends| ends.get(i)) {
+                    let id = self.container_id(n, self.restarts);
+                    let state = match &e.waiting {
+                        Some(w) => json!({"waiting": {"reason": w}}),
+                        None => json!({"terminated": end_json(e, &id)}),
+                    };
+                    return json!({
+                        "name": n, "image": image, "imageID": image_id(image),
+                        "containerID": id, "ready": false, "started": false,
+                        "restartCount": self.restarts, "state": state,
+                        "lastState": self.last_state(),
+                    });
+                }
                 let term = match code {
                     Some(c) => json!({"exitCode": c, "reason": if c == 0 { "Completed" } else { "Error" },
                         "startedAt": Time(started.unwrap_or(now)), "finishedAt": Time(now),
@@ -658,6 +780,9 @@ impl SimPod {
             Some(r) if r > t => r,
             _ => t,
         };
+        if let (Some(x), None) = (&self.exec, node_failed) {
+            return self.next_exec(x, now, at);
+        }
         if let Some(failed) = node_failed {
             if self.deleting.is_some() || self.evicted || self.state == State::Terminated {
                 return None;
@@ -693,6 +818,54 @@ impl SimPod {
             State::Terminated => None,
         }
     }
+}
+
+impl SimPod {
+    /// The next action of an exec-mode pod: its supervisor's reports drive it.
+    fn next_exec(
+        &self,
+        x: &ExecPod,
+        now: Timestamp,
+        at: impl Fn(Timestamp) -> Timestamp,
+    ) -> Option<(Timestamp, Action)> {
+        if self.deleting.is_some() {
+            return match &self.state {
+                State::Terminated if self.final_delete_sent => None,
+                State::Terminated => Some((at(now), Action::FinalDelete)),
+                _ if x.ends.is_some() => Some((at(now), Action::Kill(Some(x.code())))),
+                _ if !x.supervisor
+                    || !x.awaiting
+                        && x.started_at.is_none()
+                        && matches!(self.state, State::BackOff { .. }) =>
+                {
+                    Some((at(now), Action::Kill(None)))
+                }
+                _ => None,
+            };
+        }
+        match &self.state {
+            State::Terminated => None,
+            // A start is written before the exit that may have followed it at once.
+            _ if x.started_at.is_some() => Some((at(x.started_at.unwrap_or(now)), Action::Start)),
+            _ if x.ends.is_some() => Some((at(now), Action::Exit(x.code()))),
+            State::Pending if !x.supervisor => Some((at(self.start_at), Action::Start)),
+            State::BackOff { until } if !x.awaiting => Some((at(*until), Action::Start)),
+            _ => None,
+        }
+    }
+}
+
+/// The `terminated` state of a container that ended in exec mode.
+fn end_json(e: &ContainerEnd, id: &str) -> Value {
+    let mut t = json!({"exitCode": e.code, "reason": e.reason,
+        "startedAt": e.started.map(Time), "finishedAt": e.finished.map(Time)});
+    if e.reason != "ContainerStatusUnknown" {
+        t["containerID"] = json!(id);
+    }
+    if let Some(m) = &e.message {
+        t["message"] = json!(m);
+    }
+    t
 }
 
 /// kubelet's container restart back-off: 10 s doubling per restart, at most 300 s.
@@ -810,6 +983,7 @@ struct Sim {
     seq: u64,
     relist: Option<HashSet<String>>,
     misc: VecDeque<MiscFut>,
+    exec: Option<exec::Runtime>,
 }
 
 impl Sim {
@@ -877,7 +1051,19 @@ impl Sim {
             return;
         };
         let now = self.clock.now();
-        let (plan, problems) = plan_of(&pod);
+        let (plan, problems) = if self.exec.is_some() {
+            // Exec mode runs the containers; the simulation's knobs do not apply.
+            let (p, _) = plan_of(&pod);
+            (
+                Plan {
+                    start: p.start,
+                    ..Plan::default()
+                },
+                Vec::new(),
+            )
+        } else {
+            plan_of(&pod)
+        };
         let deletion = pod.metadata.deletion_timestamp.as_ref().map(|_| {
             pod.metadata
                 .deletion_grace_period_seconds
@@ -890,6 +1076,21 @@ impl Sim {
                 (Some(g), None) => p.deleting = Some((now, g)),
                 (Some(g), Some((_, old))) if g < *old => *old = g,
                 _ => {}
+            }
+            if let Some(x) = &mut p.exec {
+                x.snapshot = Some(pod.clone());
+                if let (Some((_, g)), Some(rt)) = (p.deleting, &self.exec)
+                    && x.supervisor
+                    && !x.terminating
+                    && p.state != State::Terminated
+                {
+                    x.terminating = true;
+                    let mut grace = g.max(0) as f64;
+                    if let Some(cap) = self.opts.max_grace {
+                        grace = grace.min(cap.as_secs_f64());
+                    }
+                    rt.terminate(&uid, Duration::from_secs_f64(grace));
+                }
             }
         } else {
             let status = pod.status.as_ref();
@@ -962,6 +1163,10 @@ impl Sim {
                 busy: false,
                 retry_after: None,
                 seq: 0,
+                exec: self.exec.is_some().then(|| ExecPod {
+                    snapshot: Some(pod.clone()),
+                    ..ExecPod::default()
+                }),
             };
             self.pods.insert(uid.clone(), p);
         }
@@ -973,13 +1178,27 @@ impl Sim {
         match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => self.apply_pod(p),
             watcher::Event::Delete(p) => {
-                self.pods
-                    .remove(&p.metadata.uid.clone().unwrap_or_default());
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                self.pods.remove(&uid);
+                if let Some(rt) = &mut self.exec {
+                    rt.forget(&uid);
+                }
             }
             watcher::Event::Init => self.relist = Some(HashSet::new()),
             watcher::Event::InitDone => {
                 if let Some(seen) = self.relist.take() {
-                    self.pods.retain(|u, _| seen.contains(u));
+                    let gone: Vec<String> = self
+                        .pods
+                        .keys()
+                        .filter(|u| !seen.contains(*u))
+                        .cloned()
+                        .collect();
+                    for u in gone {
+                        self.pods.remove(&u);
+                        if let Some(rt) = &mut self.exec {
+                            rt.forget(&u);
+                        }
+                    }
                 }
             }
         }
@@ -994,6 +1213,36 @@ impl Sim {
         let p = self.pods.get_mut(uid)?;
         let node = self.nodes.get_mut(&p.node)?;
         let host_ip = nodes::internal_ip(node.index);
+        if let (Some(x), Some(rt), Action::Start) = (&mut p.exec, &mut self.exec, &action)
+            && x.started_at.is_none()
+        {
+            // Launch (or relaunch) the containers; their `Started` report leads to the write.
+            if p.ip.is_none() {
+                p.ip = Some(if p.host_network {
+                    host_ip.clone()
+                } else {
+                    rt.next_ip()
+                });
+            }
+            x.awaiting = true;
+            x.ends = None;
+            if x.supervisor && rt.has(uid) {
+                rt.restart(uid);
+            } else {
+                let pod = x.snapshot.clone()?;
+                x.supervisor = true;
+                rt.launch(exec::pod::Launch {
+                    pod,
+                    ip: p.ip.clone().unwrap_or_default(),
+                    host_ip: host_ip.clone(),
+                    node_cpu_milli: node.info.cpu_millis,
+                    node_memory_mib: node.info.memory_mib,
+                });
+            }
+            self.seq += 1;
+            p.seq = self.seq;
+            return None;
+        }
         let w = match &action {
             Action::Start => {
                 if p.ip.is_none() {
@@ -1023,7 +1272,8 @@ impl Sim {
                     State::Running { started } => started,
                     _ => now,
                 };
-                if p.should_restart(*code) {
+                let init_failed = p.exec.as_ref().is_some_and(|x| x.init_failed);
+                if p.should_restart(*code) && !init_failed {
                     let saved = p.last.clone();
                     p.last = Some(Exited {
                         code: *code,
@@ -1076,6 +1326,16 @@ impl Sim {
             }
             Ok(()) => {
                 p.retry_after = None;
+                if let Some(x) = &mut p.exec {
+                    match action {
+                        Action::Start => {
+                            x.awaiting = false;
+                            x.started_at = None;
+                        }
+                        Action::Exit(_) if !x.init_failed => x.ends = None,
+                        _ => {}
+                    }
+                }
                 match action {
                     Action::Start => {
                         if matches!(p.state, State::BackOff { .. }) {
@@ -1089,7 +1349,8 @@ impl Sim {
                             State::Running { started } => started,
                             _ => at,
                         };
-                        if p.should_restart(code) {
+                        let init_failed = p.exec.as_ref().is_some_and(|x| x.init_failed);
+                        if p.should_restart(code) && !init_failed {
                             p.last = Some(Exited {
                                 code,
                                 started,
@@ -1114,6 +1375,29 @@ impl Sim {
                     }
                     Action::Evict => p.evicted = true,
                 }
+            }
+        }
+        self.schedule(&uid);
+    }
+
+    /// A pod supervisor's report (exec mode).
+    fn exec_event(&mut self, ev: ExecEvent) {
+        let uid = match &ev {
+            ExecEvent::Started { uid, .. } | ExecEvent::Ended { uid, .. } => uid.clone(),
+        };
+        let Some(x) = self.pods.get_mut(&uid).and_then(|p| p.exec.as_mut()) else {
+            return;
+        };
+        match ev {
+            ExecEvent::Started { at, inits, .. } => {
+                x.started_at = Some(at);
+                x.inits = Some(inits);
+            }
+            ExecEvent::Ended { inits, ends, .. } => {
+                x.awaiting = false;
+                x.init_failed = inits.iter().any(|e| e.code != 0);
+                x.inits = Some(inits);
+                x.ends = Some(ends);
             }
         }
         self.schedule(&uid);
@@ -1417,9 +1701,24 @@ async fn run(
     infos: Vec<NodeInfo>,
     opts: KubeletOptions,
     stats: Arc<KubeletStats>,
+    cmds: mpsc::UnboundedReceiver<Command>,
+    stop: watch::Receiver<bool>,
+) {
+    run_with(client, clock, infos, opts, stats, cmds, stop, None).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_with(
+    client: Client,
+    clock: SimClock,
+    infos: Vec<NodeInfo>,
+    opts: KubeletOptions,
+    stats: Arc<KubeletStats>,
     mut cmds: mpsc::UnboundedReceiver<Command>,
     mut stop: watch::Receiver<bool>,
+    mut rt: Option<exec::Runtime>,
 ) {
+    let mut exec_events = rt.as_mut().map(exec::Runtime::events);
     let now = clock.now();
     let nodes = infos
         .into_iter()
@@ -1450,6 +1749,7 @@ async fn run(
         seq: 0,
         relist: None,
         misc: VecDeque::new(),
+        exec: rt,
     };
     let pods: Api<Pod> = Api::all(client.clone());
     let mut stream =
@@ -1482,6 +1782,9 @@ async fn run(
                 sim.complete(uid, action, at, res);
             }
             Some(()) = misc.next(), if !misc.is_empty() => {}
+            Some(ev) = async { match exec_events.as_mut() { Some(r) => r.recv().await, None => std::future::pending().await } } => {
+                sim.exec_event(ev);
+            }
             _ = tokio::time::sleep(sleep) => {}
             _ = jumps.changed() => {}
         }

@@ -12,11 +12,13 @@
 pub mod apiserver;
 pub mod clock;
 pub mod cluster;
+pub mod exec;
 pub mod kstatus;
 pub mod kubelet;
 pub mod nodes;
 pub mod operator;
 pub mod quantity;
 pub mod scheduler;
+pub mod stepjob;
 
 pub use cluster::{TestCluster, TestClusterOptions};

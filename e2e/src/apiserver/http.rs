@@ -1048,15 +1048,19 @@ fn pod_log(
     req: &Req,
 ) -> Result<Response, ApiError> {
     let pod = sh.get(rt, ns, name)?.value();
-    let containers: Vec<String> = pod["spec"]["containers"]
-        .as_array()
-        .map(|cs| {
-            cs.iter()
-                .filter_map(|c| c["name"].as_str())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let names = |key: &str| -> Vec<String> {
+        pod["spec"][key]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c["name"].as_str())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let containers = names("containers");
+    let init_containers = names("initContainers");
     let container = match req.q("container") {
         Some(c) => c.to_string(),
         None if containers.len() == 1 => containers[0].clone(),
@@ -1067,17 +1071,12 @@ fn pod_log(
             )));
         }
     };
-    if !containers.contains(&container) {
+    if !containers.contains(&container) && !init_containers.contains(&container) {
         return Err(ApiError::bad_request(format!(
             "container {container} is not valid for pod {name}"
         )));
     }
-    let key = (
-        ns.unwrap_or("").to_string(),
-        name.to_string(),
-        container.clone(),
-    );
-    let text = sh.logs.lock().expect("logs lock").get(&key).cloned();
+    let text = sh.logs.read(ns.unwrap_or(""), name, &container);
     let text = match text {
         Some(t) => t,
         None => match pod["status"]["phase"].as_str() {

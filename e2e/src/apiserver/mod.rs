@@ -34,6 +34,7 @@ mod error;
 mod faults;
 mod gc;
 mod http;
+mod logs;
 mod openapi;
 mod ops;
 mod patch;
@@ -58,6 +59,7 @@ use tokio::task::JoinHandle;
 
 pub use error::{ApiError, FieldError, FieldErrorKind};
 pub use faults::{FaultRule, Faults, Verbs};
+pub use logs::PodLogs;
 
 use ops::{Shared, WriteOpts};
 
@@ -336,10 +338,12 @@ impl ApiServer {
 
     /// Set what `kubectl logs` (`pods/log`) returns for a container.
     pub fn set_pod_log(&self, namespace: &str, pod: &str, container: &str, text: &str) {
-        self.shared.logs.lock().expect("logs lock").insert(
-            (namespace.into(), pod.into(), container.into()),
-            text.into(),
-        );
+        self.shared.logs.set_text(namespace, pod, container, text);
+    }
+
+    /// The pod log registry (a kubelet in exec mode points it at its containers' log files).
+    pub fn pod_logs(&self) -> PodLogs {
+        self.shared.logs.clone()
     }
 
     /// Number of stored objects of every kind.

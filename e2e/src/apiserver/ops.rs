@@ -2,7 +2,6 @@
 //! (with the GuaranteedUpdate retry loop patches and applies use), delete with finalizers and
 //! grace periods, pod binding. The HTTP layer and the garbage collector both call these.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -40,8 +39,8 @@ pub struct Shared {
     pub next_ip: AtomicU32,
     /// `host:port` the server listens on.
     pub addr: String,
-    /// Pod logs set by tests or a simulated kubelet: (namespace, pod, container) → text.
-    pub logs: std::sync::Mutex<HashMap<(String, String, String), String>>,
+    /// Pod logs set by tests or a kubelet.
+    pub logs: super::logs::PodLogs,
     /// Bearer tokens and their users.
     pub tokens: Tokens,
 }
