@@ -444,7 +444,7 @@ impl Default for Config {
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,
-            max_reservations: 4,
+            max_reservations: 16,
             reserve_after_secs: 0,
             topology_wait_secs: 8 * 3600,
             preemption: true,
