@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use muster_crds::labels;
-use muster_crds::v1alpha1::{BatchJob, JobState};
+use muster_crds::v1alpha1::{BatchJob, Exclusive, JobState};
 
 use muster_crds::slurm::{ArraySpec, GpuCount, NodeRange, TimeLimit, gpus_from_gres, parse_gres};
 
@@ -72,6 +72,12 @@ pub struct JobRow {
     pub features: Option<String>,
     /// Whole nodes.
     pub exclusive: bool,
+    /// `--exclusive=user`: nodes shared only with the user's own jobs.
+    pub exclusive_user: bool,
+    /// `--nodelist` as given (Slurm's ReqNodeList).
+    pub req_nodes: Option<String>,
+    /// `--exclude` as given (Slurm's ExcNodeList).
+    pub exc_nodes: Option<String>,
     /// Nice value.
     pub nice: i32,
     /// Exit code of the first failing task.
@@ -268,7 +274,10 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         elapsed_secs: elapsed,
         dependency: spec.dependency.clone(),
         features: spec.constraint.clone(),
-        exclusive: spec.exclusive.unwrap_or(false),
+        exclusive: spec.exclusive.is_some_and(Exclusive::is_node),
+        exclusive_user: spec.exclusive == Some(Exclusive::User),
+        req_nodes: spec.nodelist.clone(),
+        exc_nodes: spec.exclude.clone(),
         nice: spec.nice.unwrap_or(0),
         exit_code: st.exit_code.unwrap_or(0),
         exit_signal: st.exit_signal.unwrap_or(0),
@@ -381,6 +390,12 @@ pub fn job_rows(jobs: &[BatchJob], now: Timestamp, one_per_element: bool) -> Vec
         }
         row.array_job_id = row.array_job_id.or(row.job_id);
         row.array_record = true;
+        // Indices not started while `%N` elements are active wait for the throttle, as
+        // Slurm says (the array's own reason is about its running elements).
+        let active = kids.iter().filter(|k| !k.state().is_terminal()).count();
+        if throttle.is_some_and(|t| active >= t as usize) {
+            row.reason = "JobArrayTaskLimit".to_string();
+        }
         if one_per_element {
             for i in pending {
                 let mut r = row.clone();
@@ -711,7 +726,8 @@ pub fn cluster_rows(
     part_rows.sort_by(|a, b| a.name.cmp(&b.name));
 
     // Allocations of jobs that hold resources.
-    let mut gpus_alloc: BTreeMap<String, u32> = BTreeMap::new();
+    // GPUs by index, so a GPU that tasks of one job share counts once.
+    let mut gpus_alloc: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
     let mut cpus_alloc: BTreeMap<String, u64> = BTreeMap::new();
     let mut mem_alloc: BTreeMap<String, u64> = BTreeMap::new();
     let mut exclusive: BTreeSet<String> = BTreeSet::new();
@@ -720,10 +736,13 @@ pub fn cluster_rows(
             continue;
         }
         for t in j.status.iter().flat_map(|s| s.tasks.iter()) {
-            *gpus_alloc.entry(t.node.clone()).or_default() += t.gpus.len() as u32;
+            gpus_alloc
+                .entry(t.node.clone())
+                .or_default()
+                .extend(t.gpus.iter().copied());
             *cpus_alloc.entry(t.node.clone()).or_default() += t.cpu_millis;
             *mem_alloc.entry(t.node.clone()).or_default() += t.memory_mib;
-            if j.spec.exclusive == Some(true) {
+            if j.spec.exclusive.is_some_and(Exclusive::is_node) {
                 exclusive.insert(t.node.clone());
             }
         }
@@ -781,7 +800,7 @@ pub fn cluster_rows(
                 .as_ref()
                 .and_then(|s| s.unschedulable)
                 .unwrap_or(false);
-            let g_alloc = gpus_alloc.get(&name).copied().unwrap_or(0);
+            let g_alloc = gpus_alloc.get(&name).map_or(0, |g| g.len() as u32);
             let c_alloc_millis = cpus_alloc.get(&name).copied().unwrap_or(0);
             let c_alloc = c_alloc_millis.div_ceil(1000) as u32;
             let busy = g_alloc > 0 || c_alloc_millis > 0 || exclusive.contains(&name);

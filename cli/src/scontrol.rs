@@ -183,6 +183,11 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
         ),
         format!("Partition={}", r.partition),
         format!(
+            "ReqNodeList={} ExcNodeList={}",
+            r.req_nodes.as_deref().unwrap_or("(null)"),
+            r.exc_nodes.as_deref().unwrap_or("(null)")
+        ),
+        format!(
             "NodeList={}",
             if r.node_list.is_empty() {
                 "(null)"
@@ -206,7 +211,7 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     lines.push(format!(
         "Features={} OverSubscribe={}",
         r.features.as_deref().unwrap_or("(null)"),
-        if r.exclusive { "NO" } else { "OK" }
+        crate::squeue::oversubscribe(r)
     ));
     if let Some(m) = &r.mem {
         lines.push(format!("MinMemory={m}"));

@@ -304,13 +304,25 @@ pub fn sort_by_keys(rows: &mut [JobRow], keys: &[SortKey], tz: &TimeZone) {
 
 /// The format letters this squeue prints.
 pub fn valid_code(c: char) -> bool {
-    "aAbCDeEfFhijKlLMNPrRStTuVyY".contains(c)
+    "aAbCDeEfFhijKlLMnNPrRStTuVxyY".contains(c)
 }
 
 fn limit_text(l: Option<TimeLimit>) -> String {
     match l {
         None => "NOT_SET".to_string(),
         Some(l) => l.to_string(),
+    }
+}
+
+/// Slurm's OverSubscribe of a job: `NO` for whole nodes, `USER` for `--exclusive=user`,
+/// else `OK`.
+pub fn oversubscribe(r: &JobRow) -> &'static str {
+    if r.exclusive {
+        "NO"
+    } else if r.exclusive_user {
+        "USER"
+    } else {
+        "OK"
     }
 }
 
@@ -334,6 +346,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
             'l' => "TIME_LIMIT",
             'L' => "TIME_LEFT",
             'M' => "TIME",
+            'n' => "REQ_NODES",
             'N' => "NODELIST",
             'P' => "PARTITION",
             'r' => "REASON",
@@ -343,6 +356,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
             'T' => "STATE",
             'u' => "USER",
             'V' => "SUBMIT_TIME",
+            'x' => "EXC_NODES",
             'y' => "NICE",
             'Y' => "SCHEDNODES",
             _ => "",
@@ -369,7 +383,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
                 .unwrap_or("N/A".into()),
             true,
         ),
-        'h' => ((if r.exclusive { "NO" } else { "OK" }).into(), true),
+        'h' => (oversubscribe(r).into(), true),
         'i' => (r.id_string(), true),
         'j' => (r.job_name.clone(), true),
         'K' => (
@@ -389,6 +403,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
             false,
         ),
         'M' => (format::secs_short(r.elapsed_secs), false),
+        'n' => (r.req_nodes.clone().unwrap_or_default(), false),
         'N' => (r.node_list.clone(), false),
         'P' => (r.partition.clone(), true),
         'r' => (r.reason.clone(), true),
@@ -407,6 +422,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
         'T' => (r.state.as_str().into(), true),
         'u' => (r.user.clone(), true),
         'V' => (format::timestamp(r.submit_time, tz), true),
+        'x' => (r.exc_nodes.clone().unwrap_or_default(), false),
         'y' => (r.nice.to_string(), true),
         // Nodes a pending job is expected to get: not reported by the operator.
         'Y' => ("(null)".into(), false),

@@ -81,7 +81,10 @@ fn dry_run(argv: &[&str]) -> BatchJob {
         &args,
         None,
         &|_: &str| None::<String>,
-        &muster_cli::sbatch::manifest::Submitter { namespace: None },
+        &muster_cli::sbatch::manifest::Submitter {
+            namespace: None,
+            cwd: None,
+        },
     )
     .unwrap()
     .job

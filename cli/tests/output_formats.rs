@@ -227,6 +227,27 @@ interactive mixed 96 1056000 (null) 4/92/0/96 none
     );
 }
 
+/// `--nodelist`, `--exclude` and `--exclusive=user` as squeue (`%n`, `%x`, `%h`) and scontrol
+/// (`ReqNodeList`, `ExcNodeList`, `OverSubscribe`) print them.
+#[test]
+fn requested_and_excluded_nodes_are_shown() {
+    let rows = job_rows(&fixtures::jobs(), fixtures::now(), true);
+    let r = rows.iter().find(|r| r.job_id == Some(102)).unwrap();
+    let shown = muster_cli::scontrol::show_job(r, &TimeZone::UTC, false);
+    assert!(
+        shown.contains("\n   ReqNodeList=gpu[003-004] ExcNodeList=gpu007\n"),
+        "{shown}"
+    );
+    assert!(shown.contains("OverSubscribe=USER"), "{shown}");
+    let (format, _) =
+        muster_cli::format::parse_format("%i %n %x %h", muster_cli::squeue::valid_code);
+    let out = muster_cli::squeue::render(&rows[..2], &format, true, &TimeZone::UTC);
+    assert_eq!(
+        out,
+        "JOBID REQ_NODES EXC_NODES OVER_SUBSCRIBE\n101   NO\n102 gpu[003-004] gpu007 USER\n"
+    );
+}
+
 #[test]
 fn scontrol_show_job() {
     let rows = job_rows(&fixtures::jobs(), fixtures::now(), true);
@@ -241,6 +262,7 @@ fn scontrol_show_job() {
    SubmitTime=2024-05-01T09:59:00 EligibleTime=2024-05-01T09:59:00
    StartTime=2024-05-01T10:00:00 EndTime=2024-05-01T11:00:00
    Partition=gpu
+   ReqNodeList=(null) ExcNodeList=(null)
    NodeList=gpu[001-002]
    BatchHost=gpu001
    NumNodes=2 NumCPUs=16 NumTasks=2 CPUs/Task=8
@@ -261,7 +283,8 @@ fn scontrol_show_job() {
         "JobId=113 ArrayJobId=110 ArrayTaskId=2 JobName=sweep UserId=alice Account=team-a Nice=0 \
          JobState=PENDING Reason=JobArrayTaskLimit Dependency=(null) Requeue=1 Restarts=0 \
          ExitCode=0:0 RunTime=00:00:00 TimeLimit=NOT_SET SubmitTime=2024-05-01T10:03:50 \
-         EligibleTime=Unknown StartTime=Unknown EndTime=Unknown Partition=gpu NodeList=(null) \
+         EligibleTime=Unknown StartTime=Unknown EndTime=Unknown Partition=gpu ReqNodeList=(null) \
+         ExcNodeList=(null) NodeList=(null) \
          NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 TRES=cpu=1,node=1,gres/gpu=1 \
          Features=(null) OverSubscribe=OK StdErr=(pod log) StdOut=(pod log) \
          TresPerNode=gres:gpu:1 BatchJob=team-a/sweep-sssss-2\n"

@@ -229,6 +229,44 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
     ("edge", "no_shebang.sh", Refused(None, "must start with #!")),
     (
         "edge",
+        "nodelist_and_exclude.sh",
+        Accepted(&[
+            ("exclude", "gpu005"),
+            ("exclusive", "user"),
+            ("nodelist", "gpu[001-002]"),
+            ("nodes", "2-4"),
+        ]),
+    ),
+    (
+        "edge",
+        "nodelist_raises_nodes.sh",
+        Accepted(&[("nodelist", "gpu[001-003]"), ("nodes", "3-5")]),
+    ),
+    (
+        "edge",
+        "nodelist_file.sh",
+        Accepted(&[("exclude", "gpu[001-002,004]"), ("nodelist", "gpu007")]),
+    ),
+    (
+        "edge",
+        "nodelist_fewer_tasks.sh",
+        Accepted(&[("nodelist", "gpu001"), ("ntasks", "1")]),
+    ),
+    (
+        "edge",
+        "nodelist_over_max.sh",
+        Refused(Some(3), "invalid number of nodes (-N 3-2)"),
+    ),
+    (
+        "edge",
+        "exclusive_topo.sh",
+        Refused(
+            Some(2),
+            "invalid value 'topo' for --exclusive: --exclusive=topo is not supported",
+        ),
+    ),
+    (
+        "edge",
         "optional_value_needs_equals.sh",
         Refused(Some(2), "invalid directive 'user'"),
     ),

@@ -141,7 +141,7 @@ fn ray_on_cluster() {
             nodes: Some(IntOrString::Int(4)),
             ntasks_per_node: Some(1),
             gpus_per_node: Some(IntOrString::Int(8)),
-            exclusive: Some(true),
+            exclusive: Some(muster_crds::v1alpha1::Exclusive::Node),
             ..Default::default()
         },
     );
@@ -175,7 +175,7 @@ fn torchrun_multinode() {
             ntasks_per_node: Some(1),
             gpus_per_node: Some(IntOrString::Int(8)),
             cpus_per_task: Some(96),
-            exclusive: Some(true),
+            exclusive: Some(muster_crds::v1alpha1::Exclusive::Node),
             ..Default::default()
         },
     );

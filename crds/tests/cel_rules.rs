@@ -239,7 +239,56 @@ fn field_cases() -> Vec<(&'static str, Vec<Value>, Vec<Value>, &'static str)> {
             vec![json!("a100:80"), json!("tesla v100")],
             "gpuType must be letters",
         ),
+        (
+            "nodelist",
+            vec![
+                json!("gpu001"),
+                json!("gpu[001-004],gpu010"),
+                json!("node-1.rack2,gpu[1,3]"),
+                json!("gpu001 gpu002"),
+            ],
+            vec![
+                json!("/etc/nodes"),
+                json!("GPU001"),
+                json!("gpu[001-"),
+                json!("gpu_001"),
+            ],
+            "nodelist must be a Slurm hostlist of Node names",
+        ),
+        (
+            "exclude",
+            vec![json!("gpu[001-002]")],
+            vec![json!("./bad-nodes"), json!("gpu_1")],
+            "exclude must be a Slurm hostlist of Node names",
+        ),
     ]
+}
+
+/// `exclusive` is `true`, `false` or `"user"`: a typeless field the schema's enum checks (a
+/// CEL rule cannot reach it, see `Exclusive`).
+#[test]
+fn exclusive_takes_a_boolean_or_user() {
+    // The enum is the API server's to check (e2e/tests conformance: `exclusive: users` is
+    // refused at apply); here, the schema's shape and the Rust type's reading.
+    let s = schema(BJ);
+    let ex = &s["properties"]["spec"]["properties"]["exclusive"];
+    assert_eq!(ex["x-kubernetes-preserve-unknown-fields"], json!(true));
+    assert_eq!(ex["enum"], json!([false, true, "user"]));
+    assert!(ex.get("type").is_none() && ex.get("x-kubernetes-validations").is_none());
+    use muster_crds::v1alpha1::{BatchJobSpec, Exclusive};
+    for (v, want) in [
+        (json!(true), Exclusive::Node),
+        (json!(false), Exclusive::Shared),
+        (json!("user"), Exclusive::User),
+    ] {
+        let spec: BatchJobSpec = serde_json::from_value(json!({ "exclusive": v })).unwrap();
+        assert_eq!(spec.exclusive, Some(want));
+        assert_eq!(serde_json::to_value(&spec).unwrap()["exclusive"], v);
+    }
+    for v in [json!("users"), json!("true"), json!(1)] {
+        let e = serde_json::from_value::<BatchJobSpec>(json!({ "exclusive": v })).unwrap_err();
+        assert!(e.to_string().contains("true, false or \"user\""), "{e}");
+    }
 }
 
 #[test]
@@ -557,6 +606,20 @@ fn cel_rules_and_slurm_parsers_agree() {
             "dependency" => DependencySpec::parse(&s).map(drop),
             "switches" => Switches::parse(&s).map(drop),
             "gpuBind" => GpuBind::parse(&s).map(drop),
+            "nodelist" | "exclude" if s.contains('/') => {
+                Err(SyntaxError::new("hostlist", &s, "a file, not node names"))
+            }
+            // What the operator's translation takes: a hostlist of Node names.
+            "nodelist" | "exclude" => hostlist::expand(&s).and_then(|names| {
+                match names.iter().find(|n| {
+                    !n.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                    })
+                }) {
+                    Some(n) => Err(SyntaxError::new("hostlist", n, "not a Node name")),
+                    None => Ok(()),
+                }
+            }),
             _ => Ok(()),
         }
     }

@@ -1,6 +1,5 @@
 #!/bin/bash
 #SBATCH --job-name=eval
-#SBATCH --dependency=afterok:train
 #SBATCH --ntasks=1
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=8

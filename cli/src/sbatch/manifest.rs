@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use muster_crds::labels;
 use muster_crds::slurm::{GpuCount, gpus_from_gres, parse_gres};
-use muster_crds::v1alpha1::{BatchJob, BatchJobSpec};
+use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, Exclusive};
 
 use super::parse::{Merged, SbatchError};
 use super::values;
@@ -34,6 +34,9 @@ pub struct JobSource {
 pub struct Submitter {
     /// Namespace to put in the manifest (omitted: the one kubectl/muster is pointed at).
     pub namespace: Option<String>,
+    /// The directory relative file names are read from (`-w FILE`, `-x FILE`); `None`: the
+    /// process's.
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 /// The script `sbatch --wrap` submits (Slurm's own wording).
@@ -86,6 +89,15 @@ fn is_dns_subdomain(s: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
+}
+
+/// A hostlist option as the BatchJob's field: the names compressed into one hostlist
+/// (options may separate names with spaces, which the field does not take).
+fn hostlist_field(v: &str) -> String {
+    match muster_crds::slurm::hostlist::expand(v) {
+        Ok(names) => muster_crds::slurm::hostlist::compress(names),
+        Err(_) => v.to_string(),
+    }
 }
 
 /// An int-or-string field: a plain number stays a number, anything else is Slurm syntax.
@@ -288,7 +300,15 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         gres: o.gres.clone(),
         gpu_type: None,
         constraint: o.constraint.clone(),
-        exclusive: o.exclusive.as_ref().map(|_| true),
+        nodelist: o.nodelist.as_deref().map(hostlist_field),
+        exclude: o.exclude.as_deref().map(hostlist_field),
+        exclusive: o.exclusive.as_deref().map(|e| {
+            if e == "user" {
+                Exclusive::User
+            } else {
+                Exclusive::Node
+            }
+        }),
         time: o.time.as_deref().map(int_or_string),
         array: o.array.as_deref().map(int_or_string),
         dependency: o.dependency.clone(),

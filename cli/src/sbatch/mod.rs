@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::Api;
 use kube::api::PostParams;
+use kube::{Api, ResourceExt};
 use muster_crds::v1alpha1::{BatchJob, Partition};
 
 use crate::Io;
@@ -190,6 +190,27 @@ pub fn prepare(
     let env_layer = parse::parse_env(env, &mut warnings)?;
     let mut merged = parse::merge(cli, env_layer, directives);
     manifest::check(&merged)?;
+    // -w FILE / -x FILE: sbatch reads the node names from the file.
+    for opt in ["nodelist", "exclude"] {
+        let value = match opt {
+            "nodelist" => &mut merged.options.nodelist,
+            _ => &mut merged.options.exclude,
+        };
+        if let Some(v) = value.as_deref().filter(|v| v.contains('/')) {
+            let read = read_node_file(v, who.cwd.as_deref()).map_err(|m| {
+                SbatchError::at(
+                    merged
+                        .origins
+                        .get(opt)
+                        .cloned()
+                        .unwrap_or(parse::Origin::CommandLine),
+                    m,
+                )
+            })?;
+            *value = Some(read);
+        }
+    }
+    nodelist_counts(&mut merged, &mut warnings)?;
     // Slurm lowers the node count to the task count when fewer tasks than nodes are asked for.
     let o = &mut merged.options;
     if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone())
@@ -218,6 +239,79 @@ pub fn prepare(
         warnings,
         dry_run,
     })
+}
+
+/// The node names of a `-w FILE` / `-x FILE` file (relative to `cwd`), as sbatch reads them:
+/// `#` starts a comment, blank lines are skipped; the names as one hostlist.
+pub fn read_node_file(path: &str, cwd: Option<&std::path::Path>) -> Result<String, String> {
+    let full = match cwd {
+        Some(d) => d.join(path),
+        None => std::path::PathBuf::from(path),
+    };
+    let text = std::fs::read_to_string(&full)
+        .map_err(|e| format!("unable to open node file {path}: {e}"))?;
+    let mut names = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let got = muster_crds::slurm::hostlist::expand(line)
+            .map_err(|e| format!("node file {path}, line {}: {e}", i + 1))?;
+        names.extend(got);
+    }
+    if names.is_empty() {
+        return Err(format!("node file {path} names no node"));
+    }
+    Ok(muster_crds::slurm::hostlist::compress(names))
+}
+
+/// What `--nodelist` does to the node count, as sbatch does it: the count rises to the named
+/// nodes (`-w gpu[001-003] -N 2-5` is `-N 3-5`; a maximum below them is an error), and with
+/// fewer tasks than named nodes only the first nodes (sorted) are kept, with a warning.
+fn nodelist_counts(merged: &mut Merged, warnings: &mut Vec<String>) -> Result<(), SbatchError> {
+    use muster_crds::slurm::{NodeRange, hostlist};
+    let o = &mut merged.options;
+    let Some(w) = o.nodelist.clone() else {
+        return Ok(());
+    };
+    let Ok(all) = hostlist::expand(&w) else {
+        return Ok(());
+    };
+    let mut names: Vec<String> = Vec::with_capacity(all.len());
+    for n in all {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    let k = names.len() as u32;
+    if let Some(range) = o.nodes.as_deref().and_then(|n| NodeRange::parse(n).ok()) {
+        if range.max < k {
+            return Err(SbatchError::at(
+                merged.origin("nodelist"),
+                format!(
+                    "invalid number of nodes (-N {k}-{}): --nodelist names {k} nodes",
+                    range.max
+                ),
+            ));
+        }
+        if range.min < k {
+            o.nodes = Some(NodeRange { min: k, ..range }.to_string());
+        }
+    }
+    if let Some(n) = o.ntasks
+        && n < k
+    {
+        if o.nodes.is_none() {
+            warnings.push(format!(
+                "can't run {n} processes on {k} nodes, setting nnodes to {n}"
+            ));
+        }
+        names.sort_by(|a, b| muster_operator::core::util::natural_cmp(a, b));
+        names.truncate(n as usize);
+        o.nodelist = Some(hostlist::compress(&names));
+    }
+    Ok(())
 }
 
 /// `sbatch -v`: the parsed options as real sbatch prints them (paths against `cwd`).
@@ -285,6 +379,7 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
     let env = io.env;
     let who = Submitter {
         namespace: identity.explicit_namespace.clone(),
+        cwd: Some(io.cwd.clone()),
     };
     let prepared = prepare(args, script, env, &who).map_err(anyhow::Error::new)?;
     for w in &prepared.warnings {
@@ -357,8 +452,12 @@ async fn print_test_only(
         jobs: &jobs,
         usage: usage.as_ref(),
     };
+    // The submitter, as the admission webhook would record it (`--exclusive=user` needs it).
+    let mut job = job.clone();
+    job.annotations_mut()
+        .insert(muster_crds::labels::USER.to_string(), cluster.user.clone());
     let now = jiff::Timestamp::now().as_second();
-    let estimate = test_only::estimate(job, world, now)?;
+    let estimate = test_only::estimate(&job, world, now)?;
     writeln!(
         io.err,
         "sbatch: {}",

@@ -79,8 +79,17 @@ pub struct SbatchOptions {
     #[arg(short = 'C', long, value_name = "LIST", allow_hyphen_values = true)]
     pub constraint: Option<String>,
 
-    /// Whole nodes only (no value; Muster supports no =user/mcs/topo).
-    #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true, default_missing_value = "", allow_hyphen_values = true, value_parser = values::exclusive)]
+    /// Nodes the job must include: a hostlist (gpu[001-004]) or, when it contains '/', a file
+    /// of node names.
+    #[arg(short = 'w', long, value_name = "HOSTLIST|FILE", allow_hyphen_values = true, value_parser = values::nodes_or_file)]
+    pub nodelist: Option<String>,
+
+    /// Nodes the job must not use: a hostlist or, when it contains '/', a file of node names.
+    #[arg(short = 'x', long, value_name = "HOSTLIST|FILE", allow_hyphen_values = true, value_parser = values::nodes_or_file)]
+    pub exclude: Option<String>,
+
+    /// Whole nodes (no value), or =user: nodes shared only with your own jobs.
+    #[arg(long, value_name = "user", num_args = 0..=1, require_equals = true, default_missing_value = "", allow_hyphen_values = true, value_parser = values::exclusive)]
     pub exclusive: Option<String>,
 
     /// Time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED.
@@ -189,6 +198,8 @@ impl SbatchOptions {
             gpus_per_task: self.gpus_per_task.or(lower.gpus_per_task),
             gres: self.gres.or(lower.gres),
             constraint: self.constraint.or(lower.constraint),
+            nodelist: self.nodelist.or(lower.nodelist),
+            exclude: self.exclude.or(lower.exclude),
             exclusive: self.exclusive.or(lower.exclusive),
             time: self.time.or(lower.time),
             array: self.array.or(lower.array),
@@ -294,7 +305,6 @@ unsupported! {
     "deadline" None, Required, "deadlines are not supported; set --time";
     "delay-boot" None, Required, NOT_IMPLEMENTED;
     "distribution" Some('m'), Required, "tasks are placed in blocks on each node; see --ntasks-per-node";
-    "exclude" Some('x'), Required, "choose nodes by feature with --constraint (node labels muster.dev/feature.NAME)";
     "export-file" None, Required, "the task environment comes from the container image; set variables in the script";
     "extra-node-info" Some('B'), Required, "ask for CPUs with --cpus-per-task";
     "get-user-env" None, Optional, "the task environment comes from the container image";
@@ -314,8 +324,7 @@ unsupported! {
     "mincpus" None, Required, "ask for CPUs with --cpus-per-task";
     "network" None, Required, NOT_IMPLEMENTED;
     "no-kill" Some('k'), Optional, "a node failure ends the job (NODE_FAIL) and requeues it unless --no-requeue";
-    "nodefile" Some('F'), Required, "choose nodes by feature with --constraint (node labels muster.dev/feature.NAME)";
-    "nodelist" Some('w'), Required, "choose nodes by feature with --constraint (node labels muster.dev/feature.NAME)";
+    "nodefile" Some('F'), Required, "give the file to --nodelist: -w ./FILE (a name with '/' is read as a file of node names)";
     "ntasks-per-core" None, Required, "use --ntasks-per-node and --cpus-per-task";
     "ntasks-per-gpu" None, Required, "use --gpus-per-task";
     "ntasks-per-socket" None, Required, "use --ntasks-per-node and --cpus-per-task";

@@ -384,10 +384,11 @@ pub fn clap_message(e: &clap::Error) -> String {
     first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
 
-/// The option name in clap's argument display (`--time <TIME>` → `--time`).
+/// The option name in clap's argument display (`--time <TIME>` → `--time`,
+/// `--exclusive[=<user>]` → `--exclusive`).
 fn option_name(display: &str) -> String {
     display
-        .split([' ', '='])
+        .split([' ', '=', '['])
         .next()
         .unwrap_or(display)
         .to_string()
@@ -517,6 +518,8 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("gpus-per-task", o.gpus_per_task.clone());
     put("gres", o.gres.clone());
     put("constraint", o.constraint.clone());
+    put("nodelist", o.nodelist.clone());
+    put("exclude", o.exclude.clone());
     put(
         "exclusive",
         o.exclusive.as_ref().map(|e| {

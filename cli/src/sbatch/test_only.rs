@@ -160,7 +160,13 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
         .map_err(TestOnlyError::Refused)?;
     }
     let parsed =
-        translate::parse_job(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
+        translate::job_request(&job.spec).map_err(|e| TestOnlyError::Invalid(join_errors(&e)))?;
+    if parsed.cancel {
+        return Err(TestOnlyError::Never {
+            reason: "Cancelled".into(),
+            message: "spec.cancel is set".into(),
+        });
+    }
     let part = table
         .resolve(job.spec.partition.as_deref())
         .map_err(|name| {
@@ -203,7 +209,7 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
                 if parent {
                     continue;
                 }
-                if let Ok(p) = translate::parse_job(&j.spec) {
+                if let Ok(p) = translate::job_request(&j.spec) {
                     let submit = st.submit_time.as_ref().map(secs).unwrap_or(now);
                     let eligible = st.eligible_time.as_ref().map(secs);
                     snap.pending.push(translate::pending_job(
@@ -224,16 +230,12 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             .or_else(|| job.metadata.generate_name.clone())
             .unwrap_or_else(|| "test-only".into()),
     );
-    probe.spec.hold = None;
-    snap.pending.push(translate::pending_job(
-        &probe,
-        id,
-        &parsed,
-        Some(part),
-        now,
-        None,
-        None,
-    ));
+    let mut pending = translate::pending_job(&probe, id, &parsed, Some(part), now, None, None);
+    // As Slurm's --test-only (checked against Slurm 22.05): when it would start if released
+    // and its dependencies met — a hold or a dependency is not an answer about resources.
+    pending.hold = false;
+    pending.dependency = None;
+    snap.pending.push(pending);
 
     // Every waiting job may get a reservation, so the one under test gets an estimate however
     // long the queue.

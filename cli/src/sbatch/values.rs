@@ -59,15 +59,32 @@ pub fn priority(s: &str) -> Result<u32, String> {
         .map_err(|_| "expected a whole number such as 1000".into())
 }
 
-/// `--exclusive[=MODE]`: only the plain form (whole nodes).
+/// `--exclusive[=MODE]`: the plain form (whole nodes) or `user`.
 pub fn exclusive(s: &str) -> Result<String, String> {
     match s {
-        "" => Ok(String::new()),
-        "user" | "mcs" | "topo" => Err(format!(
-            "--exclusive={s} is not supported by Muster; plain --exclusive gives the job whole nodes"
+        "" | "user" => Ok(s.to_string()),
+        "mcs" | "topo" => Err(format!(
+            "--exclusive={s} is not supported by Muster: use --exclusive (whole nodes) or --exclusive=user (nodes shared only with your own jobs)"
         )),
-        _ => Err("expected no value (--exclusive), or user, mcs or topo".into()),
+        _ => Err("expected no value (--exclusive, whole nodes) or user".into()),
     }
+}
+
+/// `--nodelist` / `--exclude`: a hostlist, checked here, or (containing `/`) a file of node
+/// names, read once every option is known (as sbatch reads it).
+pub fn nodes_or_file(s: &str) -> Result<String, String> {
+    if s.contains('/') {
+        return Ok(s.to_string());
+    }
+    muster_crds::slurm::hostlist::expand(s)
+        .map_err(|e| e.to_string())
+        .and_then(|names| {
+            if names.is_empty() {
+                Err("expected node names, e.g. gpu[001-004],gpu010".into())
+            } else {
+                Ok(s.to_string())
+            }
+        })
 }
 
 /// `--output` / `--error`.

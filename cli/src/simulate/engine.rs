@@ -209,6 +209,25 @@ impl Cluster {
     }
 }
 
+/// GPUs a job holds on each of its nodes (tasks that share a node's GPUs hold each once).
+fn gpus_per_node<'a>(tasks: impl Iterator<Item = (u32, &'a [u32])>) -> BTreeMap<u32, u32> {
+    let mut masks: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    for (node, gpus) in tasks {
+        let e = masks.entry(node).or_insert((0, 0));
+        for &g in gpus {
+            if g < 64 {
+                e.0 |= 1 << g;
+            } else {
+                e.1 += 1;
+            }
+        }
+    }
+    masks
+        .into_iter()
+        .map(|(n, (m, beyond))| (n, m.count_ones() + beyond))
+        .collect()
+}
+
 /// A job ready to replay.
 #[derive(Clone, Debug)]
 pub struct SimJob {
@@ -227,6 +246,10 @@ pub struct SimJob {
     /// Why it can never run on this cluster, found when the workload was built (it is
     /// rejected on arrival under every policy).
     pub reject: Option<String>,
+    /// Requeue when preempted (`--requeue`, the default); else it ends PREEMPTED.
+    pub requeue: bool,
+    /// For an element of an array job: its array and index.
+    pub array: Option<crate::simulate::trace::TraceArray>,
 }
 
 /// Jobs and partitions of one replay.
@@ -306,6 +329,10 @@ pub struct JobOutcome {
     pub leaves: u32,
     /// GPUs per leaf of its last run: `(leaf, GPUs)`.
     pub leaf_gpus: Vec<(u32, u32)>,
+    /// Every task of its last run, by rank: its node and GPU indices.
+    pub tasks: Vec<(u32, Vec<u32>)>,
+    /// The message of the last pending reason.
+    pub pending_message: Option<String>,
     /// The first estimated start a reservation gave it.
     pub first_estimate: Option<i64>,
     /// Times it was requeued after preemption.
@@ -327,6 +354,8 @@ impl Default for JobOutcome {
             node_ids: Vec::new(),
             leaves: 0,
             leaf_gpus: Vec::new(),
+            tasks: Vec::new(),
+            pending_message: None,
             first_estimate: None,
             requeues: 0,
             reason: None,
@@ -453,6 +482,9 @@ struct Engine<'a> {
     epoch: Vec<u32>,
     end_kind: Vec<EndKind>,
     heap: BinaryHeap<Reverse<(i64, u32, u32)>>,
+    /// Times a waiting job's `--switches` wait runs out: a cycle follows then, as the
+    /// operator's periodic cycle would place it on any leaves.
+    wakes: BinaryHeap<Reverse<i64>>,
     next_arrival: usize,
     node_used: Vec<u32>,
     node_total: Vec<u32>,
@@ -517,6 +549,7 @@ pub fn simulate(
         epoch: vec![0; n],
         end_kind: vec![EndKind::Complete; n],
         heap: BinaryHeap::new(),
+        wakes: BinaryHeap::new(),
         next_arrival: 0,
         node_used: vec![0; cl.nodes.len()],
         node_total: cl.nodes.iter().map(|n| n.gpus.len() as u32).collect(),
@@ -597,10 +630,13 @@ impl Engine<'_> {
     fn next_event_time(&self) -> Option<i64> {
         let a = self.w.jobs.get(self.next_arrival).map(|j| j.submit);
         let h = self.heap.peek().map(|Reverse((t, _, _))| *t);
-        match (a, h) {
-            (Some(a), Some(h)) => Some(a.min(h)),
-            (a, h) => a.or(h),
-        }
+        // A wake-up matters only while someone waits.
+        let w = self
+            .wakes
+            .peek()
+            .map(|Reverse(t)| *t)
+            .filter(|_| !self.queue.is_empty());
+        [a, h, w].into_iter().flatten().min()
     }
 
     /// Integrates the state up to `t`.
@@ -640,6 +676,13 @@ impl Engine<'_> {
 
     fn events_at(&mut self, t: i64) {
         self.advance(t);
+        while self.wakes.peek().is_some_and(|Reverse(w)| *w <= t) {
+            self.wakes.pop();
+            if !self.queue.is_empty() {
+                self.rerun = true;
+                self.mark_change();
+            }
+        }
         while let Some(&Reverse((et, j, g))) = self.heap.peek() {
             if et != t {
                 break;
@@ -672,6 +715,18 @@ impl Engine<'_> {
     }
 
     fn enqueue(&mut self, i: usize, p: PendingJob) {
+        if let Some(sw) = &p.request.switches {
+            let wait = match sw.max_wait {
+                None => Some(self.cfg.max_switch_wait_secs),
+                Some(w) => w.seconds(),
+            };
+            if let Some(w) = wait {
+                let from = p.eligible_time.unwrap_or(p.submit_time).max(self.now);
+                self.wakes.push(Reverse(
+                    from.saturating_add(i64::try_from(w).unwrap_or(i64::MAX)),
+                ));
+            }
+        }
         self.qpos[i] = self.queue.len() as u32;
         self.queue.push(p);
         let m = self.w.jobs[i].min_gpus;
@@ -753,10 +808,11 @@ impl Engine<'_> {
             .decide(&self.prep, &mut self.occ, &self.snap, t, &self.cfg);
         self.stats.policy_secs += t0.elapsed().as_secs_f64();
         self.return_pending(picked.as_deref());
-        self.apply(&d, t);
+        let started = !d.starts.is_empty();
+        self.apply(d, t);
         if picked.is_some() {
             self.stats.truncated += 1;
-            if !d.starts.is_empty() {
+            if started {
                 self.rerun = true;
                 self.mark_change();
             }
@@ -831,13 +887,20 @@ impl Engine<'_> {
         }
     }
 
-    fn apply(&mut self, d: &Decisions, t: i64) {
+    fn apply(&mut self, d: Decisions, t: i64) {
         for s in &d.stops {
             self.stop(s.job, t, EndKind::Stop(s.state));
         }
         for p in &d.preemptions {
             for v in &p.victims {
-                if self.stop(v.job, t, EndKind::Preempt { requeue: v.requeue }) {
+                // The partition requeues its preempted jobs unless the job says --no-requeue.
+                let requeue = v.requeue
+                    && self
+                        .w
+                        .jobs
+                        .get((v.job - 1) as usize)
+                        .is_none_or(|j| j.requeue);
+                if self.stop(v.job, t, EndKind::Preempt { requeue }) {
                     self.preemptions += 1;
                 }
             }
@@ -845,7 +908,7 @@ impl Engine<'_> {
         for s in &d.starts {
             self.start(s, t);
         }
-        for p in &d.pending {
+        for p in d.pending {
             let i = (p.job - 1) as usize;
             if i >= self.out.len() || self.qpos[i] == NONE {
                 continue;
@@ -858,9 +921,12 @@ impl Engine<'_> {
             if never(p.reason) {
                 o.outcome = Outcome::Rejected;
                 o.message = Some(format!("{}: {}", p.reason, p.message));
+                o.pending_message = Some(p.message);
                 self.dequeue(i);
                 self.finish(i, JobState::Cancelled, None, t);
                 self.done();
+            } else {
+                o.pending_message = Some(p.message);
             }
         }
     }
@@ -923,10 +989,8 @@ impl Engine<'_> {
             return;
         }
         let p = self.dequeue(i);
-        let mut per_node: BTreeMap<u32, u32> = BTreeMap::new();
-        for task in &s.tasks {
-            *per_node.entry(task.node).or_insert(0) += task.gpus.len() as u32;
-        }
+        let per_node = gpus_per_node(s.tasks.iter().map(|t| (t.node, t.gpus.as_slice())));
+        let mut per_node = per_node;
         let mut held = 0u32;
         let mut leaf_gpus: BTreeMap<u32, u32> = BTreeMap::new();
         for &n in &s.nodes {
@@ -958,7 +1022,9 @@ impl Engine<'_> {
         o.node_ids = s.nodes.clone();
         o.leaves = leaf_gpus.len() as u32;
         o.leaf_gpus = leaf_gpus.into_iter().collect();
+        o.tasks = s.tasks.iter().map(|t| (t.node, t.gpus.clone())).collect();
         o.reason = None;
+        o.pending_message = None;
         self.rpos[i] = self.snap.running.len() as u32;
         self.snap.running.push(RunningJob {
             id: p.id,
@@ -969,6 +1035,8 @@ impl Engine<'_> {
             start_time: t,
             time_limit: s.time_limit,
             exclusive: s.exclusive,
+            exclusive_user: p.request.exclusive_user && !s.exclusive,
+            user: p.user,
             tasks: s
                 .tasks
                 .iter()
@@ -1014,10 +1082,7 @@ impl Engine<'_> {
         }
         self.rpos[i] = NONE;
         let leaf_gpus = self.out[i].leaf_gpus.clone();
-        let mut per_node: BTreeMap<u32, u32> = BTreeMap::new();
-        for task in &r.tasks {
-            *per_node.entry(task.node).or_insert(0) += task.gpus.len() as u32;
-        }
+        let per_node = gpus_per_node(r.tasks.iter().map(|t| (t.node, t.gpus.as_slice())));
         for (&n, &g) in &per_node {
             let give = if r.exclusive {
                 self.node_total[n as usize]
@@ -1044,6 +1109,7 @@ impl Engine<'_> {
                 o.start = None;
                 o.leaf_gpus.clear();
                 o.node_ids.clear();
+                o.tasks.clear();
                 let mut p = self.w.jobs[i].pending.clone();
                 p.eligible_time = Some(t);
                 self.enqueue(i, p);

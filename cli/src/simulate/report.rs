@@ -179,6 +179,10 @@ struct JobRow<'a> {
     requeues: u32,
     first_estimate: Option<i64>,
     reason: String,
+    /// The pending reason's detail (or why it was rejected).
+    message: String,
+    /// Each task of the last run by rank: `NODE:GPU,GPU`, space-separated.
+    tasks: String,
 }
 
 /// Every job's outcome as CSV (times in seconds from the first submit).
@@ -208,6 +212,16 @@ pub fn jobs_csv(run: &SimRun, w: &Workload, cl: &Cluster) -> Result<String, csv:
                 .clone()
                 .or_else(|| o.reason.map(|r| r.to_string()))
                 .unwrap_or_default(),
+            message: o.pending_message.clone().unwrap_or_default(),
+            tasks: o
+                .tasks
+                .iter()
+                .map(|(n, g)| {
+                    let gpus: Vec<String> = g.iter().map(u32::to_string).collect();
+                    format!("{}:{}", cl.nodes[*n as usize].name, gpus.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
         })?;
     }
     let bytes = wr.into_inner().map_err(|e| e.into_error())?;

@@ -115,7 +115,7 @@ pub fn limit_for(recorded: TraceLimit, runtime: u64, rule: LimitRule, factor: f6
     match recorded {
         TraceLimit::Secs(s) => minutes(s),
         TraceLimit::Unlimited => TimeLimit::Unlimited,
-        TraceLimit::Missing => match rule {
+        TraceLimit::Missing | TraceLimit::Partition => match rule {
             LimitRule::Auto => minutes(auto_limit(runtime, factor)),
             LimitRule::Exact => minutes(runtime),
             LimitRule::Fixed(t) => t,

@@ -3,13 +3,16 @@
 //! by `--speedup`), and jobs the cluster can never hold rejected up front (the same way for
 //! every policy).
 
+use std::collections::BTreeMap;
+
 use muster_operator::core::shape::normalize;
 use muster_operator::core::tree::in_partition;
-use muster_operator::core::{Partition, PendingJob};
+use muster_operator::core::{ArrayTask, Partition, PendingJob};
 
 use super::engine::{Cluster, SimJob, Workload, preemptive};
 use super::shape::{GangRule, LimitRule, limit_for, request_for};
 use super::trace::Trace;
+use super::trace::TraceLimit;
 
 /// How trace jobs become requests.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -82,12 +85,6 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
     let mut jobs = Vec::with_capacity(trace.jobs.len());
     for (i, tj) in trace.jobs.iter().enumerate() {
         let mut request = request_for(&tj.ask, rules.gang, cl.gpus_per_node);
-        request.time_limit = Some(limit_for(
-            tj.limit,
-            tj.runtime,
-            rules.limit,
-            rules.limit_factor,
-        ));
         let partition = if trace.partitions.is_empty() {
             Some(0)
         } else {
@@ -99,6 +96,21 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
                 None => default_part,
             }
         };
+        // A BatchJob spec without `time` runs with its partition's default (else maximum)
+        // time, as on a cluster; the run's rule decides only where neither is set.
+        let partition_limit = partition
+            .and_then(|p| partitions.get(p as usize))
+            .is_some_and(|p| p.default_time.is_some() || p.max_time.is_some());
+        request.time_limit = if tj.limit == TraceLimit::Partition && partition_limit {
+            None
+        } else {
+            Some(limit_for(
+                tj.limit,
+                tj.runtime,
+                rules.limit,
+                rules.limit_factor,
+            ))
+        };
         let submit = ((tj.submit - first) as f64 / speed).round() as i64;
         let id = i as u64 + 1;
         let mut pending = PendingJob::new(id, submit, request);
@@ -109,10 +121,14 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         pending.priority = tj.priority;
         pending.hold = tj.hold;
         pending.dependency = tj.dependency.clone();
+        pending.user = tj.user.clone();
         let mut min_gpus = 0;
         let mut size_fraction = 0.0;
         let mut reject = None;
         match partition {
+            _ if tj.cancel => {
+                reject = Some("Cancelled: spec.cancel is set, so the job never runs".into());
+            }
             None => {
                 reject = Some(format!(
                     "PartitionConfig: partition {:?} is not defined by the trace",
@@ -134,7 +150,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
                         // A unit (a node's share of a gang, or one task) must fit on one node.
                         if d.min_gpus() > pg
                             || u64::from(d.min_nodes) > pn
-                            || d.unit.gpus > max_node
+                            || d.unit.gpus.max(d.node.gpus) > max_node
                         {
                             reject = Some(format!(
                                 "BadConstraints: {} GPU(s) on at least {} node(s) do not fit partition {} ({} nodes, {} GPUs)",
@@ -150,6 +166,8 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
             }
         }
         jobs.push(SimJob {
+            requeue: tj.requeue,
+            array: tj.array.clone(),
             trace_id: tj.id.clone(),
             submit,
             runtime: tj.runtime,
@@ -163,6 +181,23 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
     jobs.sort_by_key(|j| j.submit);
     for (i, j) in jobs.iter_mut().enumerate() {
         j.pending.id = i as u64 + 1;
+    }
+    // Array elements: the array's job id is its first element's (as the operator gives the
+    // array the id its elements share).
+    let mut array_ids: BTreeMap<String, u64> = BTreeMap::new();
+    for j in &jobs {
+        if let Some(a) = &j.array {
+            array_ids.entry(a.parent.clone()).or_insert(j.pending.id);
+        }
+    }
+    for j in &mut jobs {
+        if let Some(a) = &j.array {
+            j.pending.array = Some(ArrayTask {
+                array_job_id: array_ids[&a.parent],
+                task_id: a.index,
+                max_running: a.max_running,
+            });
+        }
     }
     Workload {
         preemptive: preemptive(&partitions),

@@ -65,7 +65,7 @@ pub fn jobs() -> Vec<BatchJob> {
             gpus_per_node: Some(IntOrString::Int(8)),
             cpus_per_task: Some(8),
             time: Some(IntOrString::Int(60)),
-            exclusive: Some(true),
+            exclusive: Some(muster_crds::v1alpha1::Exclusive::Node),
             ..Default::default()
         },
     );
@@ -103,6 +103,9 @@ pub fn jobs() -> Vec<BatchJob> {
             ntasks_per_node: Some(2),
             gpus_per_task: Some(IntOrString::Int(1)),
             time: Some(IntOrString::String("00:10:00".into())),
+            nodelist: Some("gpu[003-004]".into()),
+            exclude: Some("gpu007".into()),
+            exclusive: Some(muster_crds::v1alpha1::Exclusive::User),
             ..Default::default()
         },
     );

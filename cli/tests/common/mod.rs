@@ -68,7 +68,10 @@ pub fn ours(
             text,
         }),
         &lookup,
-        &Submitter { namespace: None },
+        &Submitter {
+            namespace: None,
+            cwd: Some(script_path(sub, "")),
+        },
     )
 }
 

@@ -161,9 +161,26 @@ pub struct BatchJobSpec {
     #[schemars(length(max = 1024))]
     pub constraint: Option<String>,
 
-    /// `--exclusive`: whole nodes only; no other job shares them.
+    /// `--nodelist` / `-w`: nodes the job must run on, as a Slurm hostlist of Node names
+    /// (`gpu[001-004],gpu010`). The job gets at least these nodes, and more when its size asks
+    /// for more. (`sbatch -w FILE` reads the names from a file; here they are written out.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exclusive: Option<bool>,
+    #[x_kube(validation = rules::rule(rules::HOSTLIST, rules::NODELIST_MSG))]
+    #[schemars(length(max = 8192))]
+    pub nodelist: Option<String>,
+
+    /// `--exclude` / `-x`: nodes the job must not run on, as a Slurm hostlist of Node names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(rules::HOSTLIST, rules::EXCLUDE_MSG))]
+    #[schemars(length(max = 8192))]
+    pub exclude: Option<String>,
+
+    /// `--exclusive`: `true` takes whole nodes (no other job shares them); `user`
+    /// (`--exclusive=user`) shares the job's nodes only with jobs of the same user;
+    /// `false` or omitted shares nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "exclusive_schema")]
+    pub exclusive: Option<Exclusive>,
 
     /// `--time` / `-t`: time limit, `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`
     /// or `UNLIMITED`. A bare integer is minutes. Omitted: the partition's default time.
@@ -236,6 +253,88 @@ pub struct BatchJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::pod_template")]
     pub template: Option<PodTemplateSpec>,
+}
+
+/// `spec.exclusive`: `false`, `true` or `"user"` (a boolean, or Slurm's `--exclusive=user`).
+///
+/// The schema is a typeless leaf (`x-kubernetes-preserve-unknown-fields`) with an `enum` of
+/// the three values: a structural schema must give a type unless it preserves unknown fields,
+/// so a field that is a boolean *or* a string can be written no other way, and existing
+/// manifests keep `exclusive: true`. The API server checks the enum at `kubectl apply`
+/// (`Unsupported value: "users": supported values: "false", "true", "user"`). No CEL rule
+/// can reach such a field: Kubernetes gives CEL no type for a preserved leaf and refuses a
+/// CRD whose rule names one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Exclusive {
+    /// Nodes are shared (`false`).
+    #[default]
+    Shared,
+    /// Whole nodes (`true`, `--exclusive`).
+    Node,
+    /// Nodes shared only with jobs of the same user (`"user"`, `--exclusive=user`).
+    User,
+}
+
+impl Exclusive {
+    /// Whether the job takes whole nodes.
+    pub fn is_node(self) -> bool {
+        self == Exclusive::Node
+    }
+}
+
+impl Serialize for Exclusive {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Exclusive::Shared => s.serialize_bool(false),
+            Exclusive::Node => s.serialize_bool(true),
+            Exclusive::User => s.serialize_str("user"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Exclusive {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Exclusive;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("exclusive: true, false or \"user\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Exclusive, E> {
+                Ok(if b {
+                    Exclusive::Node
+                } else {
+                    Exclusive::Shared
+                })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Exclusive, E> {
+                match v {
+                    "user" => Ok(Exclusive::User),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl From<bool> for Exclusive {
+    fn from(b: bool) -> Self {
+        if b {
+            Exclusive::Node
+        } else {
+            Exclusive::Shared
+        }
+    }
+}
+
+/// The schema of [`Exclusive`] (see there why it has no type).
+fn exclusive_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "`--exclusive`: `true` takes whole nodes (no other job shares them); `user` (`--exclusive=user`) shares the job's nodes only with jobs of the same user; `false` or omitted shares nodes.",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "enum": [false, true, "user"]
+    })
 }
 
 /// Slurm's job states (`squeue -t`), spelled as Slurm spells them.

@@ -118,6 +118,15 @@ pub const SWITCHES: &str = "string(self).matches('^[0-9]*[1-9][0-9]*(@([0-9]+(:[
 /// `--gpu-bind`.
 pub const GPU_BIND: &str = "self.matches('^(verbose,)?(closest|none|map_gpu:[0-9]+([*][0-9]+)?(,[0-9]+([*][0-9]+)?)*|mask_gpu:(0x)?[0-9a-fA-F]+([*][0-9]+)?(,(0x)?[0-9a-fA-F]+([*][0-9]+)?)*|per_task:[0-9]*[1-9][0-9]*|single:[0-9]*[1-9][0-9]*)$')";
 
+/// `--nodelist` / `--exclude`: a Slurm hostlist of Node names (lower-case letters, digits,
+/// `-`, `.`, with `[a-b,c]` ranges, items joined by `,` or spaces as in Slurm). The hostlist
+/// parser checks the brackets.
+pub const HOSTLIST: &str = "self.matches('^[a-z0-9]([-a-z0-9., \\\\[\\\\]]*[a-z0-9\\\\]])?$')";
+/// Message for [`HOSTLIST`] on `nodelist`.
+pub const NODELIST_MSG: &str = "nodelist must be a Slurm hostlist of Node names, e.g. \"gpu[001-004],gpu010\" (sbatch -w FILE reads a file of names; a BatchJob lists them)";
+/// Message for [`HOSTLIST`] on `exclude`.
+pub const EXCLUDE_MSG: &str = "exclude must be a Slurm hostlist of Node names, e.g. \"gpu[001-004],gpu010\" (sbatch -x FILE reads a file of names; a BatchJob lists them)";
+
 /// A DNS-1123 subdomain (object names).
 pub const DNS_SUBDOMAIN: &str =
     "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";

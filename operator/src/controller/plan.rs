@@ -271,7 +271,7 @@ impl PlanMemory {
         {
             return p.clone();
         }
-        let p = Arc::new(translate::parse_job(&job.spec));
+        let p = Arc::new(translate::job_request(&job.spec));
         self.parsed.insert(uid, (generation, p.clone()));
         p
     }
@@ -577,21 +577,10 @@ fn event(warning: bool, reason: &str, note: impl Into<String>) -> JobEvent {
 fn requested(st: &mut BatchJobStatus, parsed: &ParsedJob, part: Option<&core::Partition>) {
     let Some(p) = part else { return };
     if let Ok(d) = core::shape::normalize(&parsed.request, p) {
-        let tasks = match d.mode {
-            core::shape::Mode::Bundles { tasks_per_node } => d.min_nodes * tasks_per_node,
-            core::shape::Mode::Units {
-                total, merge: true, ..
-            } => d.min_nodes.max(1).min(total),
-            core::shape::Mode::Units { total, .. } => total,
-        };
         st.num_nodes = Some(d.min_nodes);
-        st.num_tasks = Some(tasks);
+        st.num_tasks = Some(d.min_tasks());
         st.num_gpus = Some(d.min_gpus().min(u64::from(u32::MAX)) as u32);
-        st.num_cpus = Some(
-            (d.unit.cpu * u64::from(d.need()))
-                .div_ceil(1000)
-                .min(u64::from(u32::MAX)) as u32,
-        );
+        st.num_cpus = Some(d.min_cpu().div_ceil(1000).min(u64::from(u32::MAX)) as u32);
     }
 }
 
@@ -1536,7 +1525,11 @@ fn admit(
     st.node_list = Some(pods::node_list(&tasks));
     st.num_nodes = Some(s.nodes.len() as u32);
     st.num_tasks = Some(tasks.len() as u32);
-    st.num_gpus = Some(tasks.iter().map(|t| t.gpus.len() as u32).sum());
+    // Tasks that share their node's GPUs hold each GPU once.
+    st.num_gpus = Some(
+        core::distinct_gpus(s.tasks.iter().map(|t| (t.node, t.gpus.as_slice())))
+            .min(u64::from(u32::MAX)) as u32,
+    );
     // As Slurm's AllocCPUS: an exclusive job holds its nodes' every CPU, not just those asked.
     let cpu_millis: u64 = if s.exclusive {
         s.nodes

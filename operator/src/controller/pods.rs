@@ -304,6 +304,8 @@ pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>
         .flat_map(|t| t.gpus.iter().copied())
         .collect();
     node_gpus.sort_unstable();
+    // Tasks outnumbering the node's GPUs share them: each GPU once.
+    node_gpus.dedup();
     let join = |v: &[u32]| {
         v.iter()
             .map(ToString::to_string)

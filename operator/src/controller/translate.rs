@@ -2,8 +2,10 @@
 //! core's types. No client calls: everything here is a function of its arguments, so it is
 //! unit-tested without a server.
 //!
-//! - [`parse_job`]: a BatchJob spec, every Slurm field parsed once with
-//!   [`muster_crds::slurm`]; errors name the field and what is allowed.
+//! - [`job_request`]: **the** translation of a BatchJob spec into the core's request — the
+//!   operator, the simulator's native traces and `sbatch --test-only` all call it; every Slurm
+//!   field is parsed once with [`muster_crds::slurm`] and errors name the field and what is
+//!   allowed.
 //! - [`partitions`]: the Partition objects as core partitions, with the default resolved.
 //! - [`node`]: a Node and its GpuNode as a core node.
 //! - [`running_job`], [`pending_job`]: a BatchJob's status/spec as core jobs.
@@ -18,10 +20,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use muster_crds::slurm::{
     ArraySpec, Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches,
-    SyntaxError, TimeLimit, gpus_from_gres, parse_gres,
+    SyntaxError, TimeLimit, gpus_from_gres, hostlist, parse_gres,
 };
 use muster_crds::v1alpha1::{
-    BatchJob, BatchJobSpec, BatchJobStatus, GpuHealthState, GpuNode, Partition,
+    BatchJob, BatchJobSpec, BatchJobStatus, Exclusive, GpuHealthState, GpuNode, Partition,
 };
 
 use crate::core::{
@@ -64,23 +66,33 @@ pub fn join_errors(errs: &[FieldError]) -> String {
         .join("; ")
 }
 
-/// A BatchJob spec with every Slurm value parsed.
+/// A BatchJob spec translated for the scheduling core: [`job_request`]'s result.
+///
+/// Everything a spec field asks of the scheduler is in here — in `request` when the core
+/// places by it — so no caller reads a spec field of its own accord.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParsedJob {
-    /// What the core schedules.
+    /// What the core schedules: shape, GPUs and their type, memory, time, constraint,
+    /// switches, GPU binding, nodelist, exclude, exclusivity.
     pub request: JobRequest,
+    /// `--partition` (`None`: the default partition).
+    pub partition: Option<String>,
     /// `--time` as given (`None`: the partition's default).
     pub time: Option<TimeLimit>,
     /// `--array`.
     pub array: Option<ArraySpec>,
     /// `--dependency`.
     pub dependency: Option<DependencySpec>,
-    /// `--constraint` (validated; see the report on core support).
-    pub constraint: Option<Constraint>,
-    /// `--switches`.
-    pub switches: Option<Switches>,
-    /// `--gpu-bind`.
-    pub gpu_bind: Option<GpuBind>,
+    /// `--hold`.
+    pub hold: bool,
+    /// `--nice`.
+    pub nice: i32,
+    /// `--priority`.
+    pub priority: Option<u32>,
+    /// `--requeue` (default) / `--no-requeue`.
+    pub requeue: bool,
+    /// `spec.cancel` (set by `scancel`): the job is to stop, or never start.
+    pub cancel: bool,
     /// `--gpus-per-node` (or the gres count) as given, echoed as `SLURM_GPUS_PER_NODE`.
     pub gpus_per_node_echo: Option<String>,
     /// `--gpus-per-task` as given, echoed as `SLURM_GPUS_PER_TASK`.
@@ -119,8 +131,67 @@ fn parse_str<T>(
         .ok()
 }
 
-/// Parses every Slurm field of a BatchJob spec. All errors are returned, each naming its field.
-pub fn parse_job(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
+/// A hostlist field (`nodelist`, `exclude`) as Node names, without repeats, in its order.
+fn node_names(field: &str, v: &Option<String>, errs: &mut Vec<FieldError>) -> Vec<String> {
+    let Some(text) = v.as_deref() else {
+        return Vec::new();
+    };
+    if text.contains('/') {
+        errs.push(FieldError::new(
+            field,
+            format!(
+                "{text:?} looks like a file: sbatch reads a file of node names (-w FILE, -x FILE); a BatchJob lists the names as a hostlist, e.g. gpu[001-004]"
+            ),
+        ));
+        return Vec::new();
+    }
+    let names = match hostlist::expand(text) {
+        Ok(n) => n,
+        Err(e) => {
+            errs.push(FieldError::syntax(field, e));
+            return Vec::new();
+        }
+    };
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for n in names {
+        if !is_node_name(&n) {
+            errs.push(FieldError::new(
+                field,
+                format!(
+                    "{n:?} is not a Node name (lower-case letters, digits, '-' and '.', at most 253 characters)"
+                ),
+            ));
+            return Vec::new();
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// Whether `s` can name a Kubernetes Node (a DNS-1123 subdomain).
+fn is_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// The one translation of a BatchJob spec into what the scheduling core schedules
+/// ([`ParsedJob::request`]) and the rest of what the job asks for. The operator, the
+/// simulator's native traces and `sbatch --test-only` all call this, so a field takes
+/// effect the same way everywhere; the partition's defaults (time, CPUs and memory per GPU)
+/// are applied by the core against the job's partition ([`ParsedJob::partition`]).
+///
+/// Every error is returned, each naming its field (`spec.gpusPerTask`) and what is allowed.
+pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
     let mut errs = Vec::new();
     let mut req = JobRequest::default();
 
@@ -191,6 +262,19 @@ pub fn parse_job(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
             req.memory = Some(MemoryRequest::PerGpu(m.mib()));
         }
     }
+    if req
+        .memory
+        .is_some_and(|m| matches!(m, MemoryRequest::PerGpu(_)))
+        && spec.gpus.is_none()
+        && spec.gpus_per_node.is_none()
+        && spec.gpus_per_task.is_none()
+        && spec.gres.is_none()
+    {
+        errs.push(FieldError::new(
+            "spec.memPerGpu",
+            "needs a GPU request (gpus, gpusPerNode, gpusPerTask or gres)",
+        ));
+    }
 
     // GPUs and their type.
     let mut types: Vec<(&str, String)> = Vec::new();
@@ -252,7 +336,19 @@ pub fn parse_job(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
         ));
     }
 
-    req.exclusive = spec.exclusive.unwrap_or(false);
+    match spec.exclusive.unwrap_or_default() {
+        Exclusive::Shared => {}
+        Exclusive::Node => req.exclusive = true,
+        Exclusive::User => req.exclusive_user = true,
+    }
+    req.nodelist = node_names("spec.nodelist", &spec.nodelist, &mut errs);
+    req.exclude = node_names("spec.exclude", &spec.exclude, &mut errs);
+    if let Some(n) = req.nodelist.iter().find(|n| req.exclude.contains(n)) {
+        errs.push(FieldError::new(
+            "spec.exclude",
+            format!("{n} is in both nodelist and exclude: a node cannot be required and refused"),
+        ));
+    }
     let time = parse_ios(
         "spec.time",
         &spec.time,
@@ -275,36 +371,48 @@ pub fn parse_job(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
         DependencySpec::parse,
         &mut errs,
     );
-    let constraint = parse_str(
+    req.constraint = parse_str(
         "spec.constraint",
         &spec.constraint,
         Constraint::parse,
         &mut errs,
     );
-    let switches = parse_ios(
+    req.switches = parse_ios(
         "spec.switches",
         &spec.switches,
         Switches::from_int,
         Switches::parse,
         &mut errs,
     );
-    let gpu_bind = parse_str("spec.gpuBind", &spec.gpu_bind, GpuBind::parse, &mut errs);
+    req.gpu_bind = parse_str("spec.gpuBind", &spec.gpu_bind, GpuBind::parse, &mut errs);
 
     if errs.is_empty() {
         Ok(ParsedJob {
             request: req,
+            partition: spec.partition.clone(),
             time,
             array,
             dependency,
-            constraint,
-            switches,
-            gpu_bind,
+            hold: spec.hold.unwrap_or(false),
+            nice: spec.nice.unwrap_or(0),
+            priority: spec.priority,
+            requeue: spec.requeue.unwrap_or(true),
+            cancel: spec.cancel.unwrap_or(false),
             gpus_per_node_echo,
             gpus_per_task_echo: spec.gpus_per_task.as_ref().map(int_or_string),
         })
     } else {
         Err(errs)
     }
+}
+
+/// The submitting user of a BatchJob, as the operator knows it: the `muster.dev/user`
+/// annotation (`sbatch` sets it). `None` when absent or empty.
+pub fn job_user(job: &BatchJob) -> Option<String> {
+    job.annotations()
+        .get(muster_crds::labels::USER)
+        .filter(|u| !u.is_empty())
+        .cloned()
 }
 
 /// The Partition objects as the core sees them.
@@ -680,7 +788,9 @@ pub fn running_job(
         partition,
         start_time: st.start_time.as_ref().map(secs).unwrap_or(0),
         time_limit,
-        exclusive: job.spec.exclusive.unwrap_or(false),
+        exclusive: job.spec.exclusive.is_some_and(Exclusive::is_node),
+        exclusive_user: job.spec.exclusive == Some(Exclusive::User),
+        user: job_user(job),
         tasks,
         stopping_since,
         array_job_id: st.array_job_id,
@@ -703,13 +813,14 @@ pub fn pending_job(
         name: job.name_any(),
         job_name: job.spec.job_name.clone(),
         namespace: job.namespace().unwrap_or_default(),
+        user: job_user(job),
         partition,
         submit_time,
         eligible_time,
         request: parsed.request.clone(),
-        hold: job.spec.hold.unwrap_or(false),
-        nice: job.spec.nice.unwrap_or(0),
-        priority: job.spec.priority,
+        hold: parsed.hold,
+        nice: parsed.nice,
+        priority: parsed.priority,
         array,
         // The controller evaluates dependencies itself (it sees finished jobs the snapshot
         // does not keep) and queues a job only once its dependency is met.
@@ -822,7 +933,7 @@ mod tests {
     #[test]
     fn sbatch_patterns_parse_to_requests() {
         // gres_mpirun.sh: --nodes=2 --ntasks-per-node=2 --gres=gpu:4
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             nodes: i(2),
             ntasks_per_node: Some(2),
             gres: Some("gpu:4".into()),
@@ -839,13 +950,13 @@ mod tests {
 
         // typed_gpu_constraint.sh: --gres=gpu:tesla:v100:1 is refused by Slurm too; the typed
         // form is gpu:v100:1.
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             gres: Some("gpu:tesla:v100:1".into()),
             ..Default::default()
         })
         .unwrap_err();
         assert_eq!(e[0].field, "spec.gres");
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             gres: Some("gpu:v100:1".into()),
             constraint: Some("tesla_v100".into()),
             ..Default::default()
@@ -853,15 +964,15 @@ mod tests {
         .unwrap();
         assert_eq!(p.request.gpu_type.as_deref(), Some("v100"));
         assert_eq!(p.request.gpus_per_node, Some(1));
-        assert!(p.constraint.is_some());
+        assert!(p.request.constraint.is_some());
 
         // torchrun: 8 nodes x 8 GPUs, exclusive, 96 CPUs per task.
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             nodes: i(8),
             ntasks_per_node: Some(1),
             gpus_per_node: i(8),
             cpus_per_task: Some(96),
-            exclusive: Some(true),
+            exclusive: Some(Exclusive::Node),
             ..Default::default()
         })
         .unwrap();
@@ -870,7 +981,7 @@ mod tests {
         assert_eq!(p.request.cpus_per_task, Some(96));
 
         // gpus_per_task.sh
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             nodes: i(2),
             ntasks_per_node: Some(2),
             gpus_per_task: i(1),
@@ -882,8 +993,94 @@ mod tests {
     }
 
     #[test]
+    fn placement_fields_reach_the_request() {
+        let p = job_request(&BatchJobSpec {
+            constraint: Some("[leaf1|leaf2]".into()),
+            switches: s("1@10:00"),
+            gpu_bind: Some("map_gpu:7,6".into()),
+            nodelist: Some("gpu[001-002],gpu001".into()),
+            exclude: Some("gpu003 gpu004".into()),
+            exclusive: Some(Exclusive::User),
+            ..Default::default()
+        })
+        .unwrap();
+        let r = &p.request;
+        assert_eq!(r.constraint.as_ref().unwrap().to_string(), "[leaf1|leaf2]");
+        assert_eq!(r.switches.unwrap().count, 1);
+        assert!(r.gpu_bind.is_some());
+        assert_eq!(r.nodelist, ["gpu001", "gpu002"], "repeats dropped");
+        assert_eq!(r.exclude, ["gpu003", "gpu004"]);
+        assert!(r.exclusive_user && !r.exclusive);
+        let whole = job_request(&BatchJobSpec {
+            exclusive: Some(Exclusive::Node),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(whole.request.exclusive && !whole.request.exclusive_user);
+    }
+
+    #[test]
+    fn bad_node_lists_are_named() {
+        for (spec, field, words) in [
+            (
+                BatchJobSpec {
+                    nodelist: Some("./nodes.txt".into()),
+                    ..Default::default()
+                },
+                "spec.nodelist",
+                "looks like a file",
+            ),
+            (
+                BatchJobSpec {
+                    exclude: Some("gpu[001-".into()),
+                    ..Default::default()
+                },
+                "spec.exclude",
+                "hostlist",
+            ),
+            (
+                BatchJobSpec {
+                    nodelist: Some("GPU1".into()),
+                    ..Default::default()
+                },
+                "spec.nodelist",
+                "not a Node name",
+            ),
+            (
+                BatchJobSpec {
+                    nodelist: Some("gpu1".into()),
+                    exclude: Some("gpu[1-2]".into()),
+                    ..Default::default()
+                },
+                "spec.exclude",
+                "both nodelist and exclude",
+            ),
+        ] {
+            let e = job_request(&spec).unwrap_err();
+            assert_eq!(e[0].field, field, "{e:?}");
+            assert!(e[0].message.contains(words), "{}", e[0]);
+        }
+    }
+
+    #[test]
+    fn the_user_is_the_submitters_annotation() {
+        let mut j = BatchJob::new("a", BatchJobSpec::default());
+        assert_eq!(job_user(&j), None);
+        j.metadata.annotations =
+            Some([(muster_crds::labels::USER.to_string(), "dana".to_string())].into());
+        assert_eq!(job_user(&j).as_deref(), Some("dana"));
+        let p = job_request(&j.spec).unwrap();
+        assert_eq!(
+            pending_job(&j, 1, &p, Some(0), 0, None, None)
+                .user
+                .as_deref(),
+            Some("dana")
+        );
+    }
+
+    #[test]
     fn memory_forms() {
-        let m = |spec: BatchJobSpec| parse_job(&spec).unwrap().request.memory;
+        let m = |spec: BatchJobSpec| job_request(&spec).unwrap().request.memory;
         assert_eq!(
             m(BatchJobSpec {
                 mem: Some("16G".into()),
@@ -913,7 +1110,7 @@ mod tests {
             }),
             Some(MemoryRequest::PerGpu(64000))
         );
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             mem: Some("1G".into()),
             mem_per_cpu: Some("1G".into()),
             ..Default::default()
@@ -926,7 +1123,7 @@ mod tests {
     #[test]
     fn times_and_unlimited() {
         let t = |v| {
-            parse_job(&BatchJobSpec {
+            job_request(&BatchJobSpec {
                 time: v,
                 ..Default::default()
             })
@@ -942,7 +1139,7 @@ mod tests {
 
     #[test]
     fn every_bad_field_is_named() {
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             nodes: s("4-2"),
             time: s("1h"),
             gpus: s("lots"),
@@ -977,7 +1174,7 @@ mod tests {
 
     #[test]
     fn contradicting_gpu_types_are_refused() {
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             gpu_type: Some("a100".into()),
             gpus: s("h100:2"),
             ..Default::default()
@@ -986,27 +1183,27 @@ mod tests {
         assert_eq!(e[0].field, "spec.gpus");
         assert!(e[0].message.contains("a100"));
         // The same type given twice, in any case, is fine.
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             gpu_type: Some("A100".into()),
             gpus: s("a100:2"),
             ..Default::default()
         })
         .unwrap();
         assert_eq!(p.request.gpus, Some(2));
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             gpus_per_task: i(1),
             ..Default::default()
         })
         .unwrap_err();
         assert_eq!(e[0].field, "spec.gpusPerTask");
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             gres: Some("gpu:2".into()),
             gpus_per_node: i(2),
             ..Default::default()
         })
         .unwrap_err();
         assert_eq!(e[0].field, "spec.gres");
-        let e = parse_job(&BatchJobSpec {
+        let e = job_request(&BatchJobSpec {
             gres: Some("mps:2".into()),
             ..Default::default()
         })
@@ -1016,7 +1213,7 @@ mod tests {
 
     #[test]
     fn arrays_and_dependencies_parse() {
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             array: s("0-15%4"),
             dependency: Some("afterok:train".into()),
             ..Default::default()
@@ -1026,7 +1223,7 @@ mod tests {
         assert_eq!(a.indices.len(), 16);
         assert_eq!(a.max_running, Some(4));
         assert_eq!(p.dependency.unwrap().items.len(), 1);
-        let p = parse_job(&BatchJobSpec {
+        let p = job_request(&BatchJobSpec {
             array: i(7),
             ..Default::default()
         })
@@ -1243,7 +1440,7 @@ mod tests {
 
     #[test]
     fn effective_limits_follow_the_partition() {
-        let parsed = parse_job(&BatchJobSpec::default()).unwrap();
+        let parsed = job_request(&BatchJobSpec::default()).unwrap();
         let mut p = core::Partition::new("p", vec![]);
         assert_eq!(effective_time_limit(&parsed, Some(&p)), None);
         p.max_time = Some(TimeLimit::from_minutes(120));
@@ -1252,7 +1449,7 @@ mod tests {
         assert_eq!(effective_time_limit(&parsed, Some(&p)), Some(600));
         assert_eq!(format_limit(Some(3600)), "1:00:00");
         assert_eq!(format_limit(None), "UNLIMITED");
-        let own = parse_job(&BatchJobSpec {
+        let own = job_request(&BatchJobSpec {
             time: i(5),
             ..Default::default()
         })

@@ -29,6 +29,8 @@ pub const NODE_CONFIG_UNAVAILABLE: &str = "Requested node configuration is not a
 pub const PARTITION_UNAVAILABLE: &str = "Required partition not available (inactive or drain)";
 /// Slurm's error for an account (namespace) the partition does not allow.
 pub const ACCOUNT_NOT_ALLOWED: &str = "Invalid account or account/partition combination specified";
+/// Slurm's error for a `--nodelist` node the cluster does not have.
+pub const INVALID_NODE_NAME: &str = "Invalid node name specified";
 /// The error for a spec that cannot run.
 pub const INVALID_SPEC: &str = "Invalid job specification";
 
@@ -40,8 +42,8 @@ pub struct Refusal {
     pub slurm: &'static str,
     /// What exactly: the field, or the resource asked and the largest that exists.
     pub detail: String,
-    /// The resource, for infeasible requests (`GPUs`, `CPUs`, `memory`, `nodes`, `type`,
-    /// `feature`, `image`); empty otherwise.
+    /// The resource, for infeasible requests (`GPUs`, `CPUs`, `memory`, `nodes`, `nodelist`,
+    /// `type`, `feature`, `image`); empty otherwise.
     pub resource: &'static str,
 }
 
@@ -60,7 +62,7 @@ pub struct World<'a> {
 /// refusal.
 pub fn submission(job: &BatchJob, namespace: &str, w: World<'_>) -> Result<Vec<String>, Refusal> {
     let mut warnings = Vec::new();
-    let parsed = translate::parse_job(&job.spec).map_err(|e| Refusal {
+    let parsed = translate::job_request(&job.spec).map_err(|e| Refusal {
         slurm: INVALID_SPEC,
         detail: translate::join_errors(&e),
         resource: "",
@@ -130,8 +132,13 @@ pub fn submission(job: &BatchJob, namespace: &str, w: World<'_>) -> Result<Vec<S
     let missing = pods::container_without_image(job);
     feasible::check(&parsed.request, cp, &w.nodes.nodes, missing.as_deref()).map_err(|e| {
         Refusal {
-            slurm: match e.shortfall {
+            slurm: match &e.shortfall {
                 feasible::Shortfall::Image { .. } | feasible::Shortfall::Request(_) => INVALID_SPEC,
+                feasible::Shortfall::Nodelist { node, .. }
+                    if !w.nodes.nodes.iter().any(|n| n.name == *node) =>
+                {
+                    INVALID_NODE_NAME
+                }
                 _ => NODE_CONFIG_UNAVAILABLE,
             },
             resource: e.shortfall.resource(),
@@ -222,6 +229,45 @@ mod tests {
         );
         let e = judge(spec(|s| s.nodes = Some(IntOrString::Int(20))), &[gpu()]).unwrap_err();
         assert_eq!(e.resource, "nodes");
+    }
+
+    #[test]
+    fn nodelist_and_exclude_are_judged_as_slurm_does() {
+        // A node the cluster lacks: Slurm's own error for it.
+        let e = judge(spec(|s| s.nodelist = Some("gpu009".into())), &[gpu()]).unwrap_err();
+        assert_eq!(e.slurm, INVALID_NODE_NAME);
+        assert_eq!(e.resource, "nodelist");
+        assert_eq!(
+            e.detail,
+            "nodelist: node gpu009 is not a node of partition gpu"
+        );
+        // A node both required and excluded: the spec contradicts itself.
+        let e = judge(
+            spec(|s| {
+                s.nodelist = Some("gpu002".into());
+                s.exclude = Some("gpu[001-002]".into());
+            }),
+            &[gpu()],
+        )
+        .unwrap_err();
+        assert_eq!(e.slurm, INVALID_SPEC);
+        assert!(
+            e.detail.contains("gpu002 is in both nodelist and exclude"),
+            "{e}"
+        );
+        // Excluding every node.
+        let e = judge(spec(|s| s.exclude = Some("gpu[001-004]".into())), &[gpu()]).unwrap_err();
+        assert_eq!(e.resource, "nodes");
+        assert_eq!(
+            judge(
+                spec(|s| {
+                    s.nodelist = Some("gpu003".into());
+                    s.exclude = Some("gpu001".into());
+                }),
+                &[gpu()]
+            ),
+            Ok(vec![])
+        );
     }
 
     #[test]

@@ -154,6 +154,84 @@ impl NodeState {
     }
 }
 
+/// The jobs holding a node, as `--exclusive=user` needs them: how many, how many of each
+/// known user, and the user whose `--exclusive=user` jobs keep the node to themselves.
+/// User ids are an [`Occupancy`](super::occupancy::Occupancy)'s; 0 is "unknown", a user no
+/// other job shares with. Built by a cycle only when some job is `--exclusive=user`
+/// ([`Engine::users`]), so other cycles pay nothing for the rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeUsers {
+    /// Jobs with resources on the node.
+    pub jobs: u32,
+    /// `(user, jobs)` for jobs of known users.
+    pub by_user: SmallVec<[(u32, u32); 1]>,
+    /// `(user, jobs)` of the `--exclusive=user` jobs on the node (all of one user).
+    pub lock: Option<(u32, u32)>,
+}
+
+impl NodeUsers {
+    /// Records a job of `user` (0: unknown) arriving (`delta` 1) or leaving (-1);
+    /// `exclusive_user` for an `--exclusive=user` job.
+    pub fn count(&mut self, user: u32, exclusive_user: bool, arriving: bool) {
+        let step = |v: &mut u32| {
+            *v = if arriving {
+                *v + 1
+            } else {
+                v.saturating_sub(1)
+            }
+        };
+        step(&mut self.jobs);
+        if user != 0 {
+            match self.by_user.iter_mut().position(|x| x.0 == user) {
+                Some(i) => {
+                    step(&mut self.by_user[i].1);
+                    if self.by_user[i].1 == 0 {
+                        self.by_user.swap_remove(i);
+                    }
+                }
+                None if arriving => self.by_user.push((user, 1)),
+                None => {}
+            }
+        }
+        if exclusive_user {
+            match &mut self.lock {
+                Some((u, n)) if *u == user => {
+                    step(n);
+                    if *n == 0 {
+                        self.lock = None;
+                    }
+                }
+                None if arriving => self.lock = Some((user, 1)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether a job of `user` may be placed here now: the node is not kept by another
+    /// user's `--exclusive=user` job, and, for an `--exclusive=user` job (`exclusive_user`),
+    /// no other user's job runs here.
+    pub fn admit(&self, user: u32, exclusive_user: bool) -> bool {
+        if let Some((u, _)) = self.lock
+            && (u != user || user == 0)
+        {
+            return false;
+        }
+        if exclusive_user {
+            let mine = if user == 0 {
+                0
+            } else {
+                self.by_user.iter().find(|x| x.0 == user).map_or(0, |x| x.1)
+            };
+            return self.jobs == mine;
+        }
+        true
+    }
+}
+
+/// The user rule a class applies now (`--exclusive=user`): the job's user id and whether the
+/// job itself is `--exclusive=user`.
+pub type Gate = Option<(u32, bool)>;
+
 /// Units of one class on one leaf.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LeafAgg {
@@ -238,8 +316,8 @@ pub struct ClassKey {
     pub filter: u32,
     /// One unit.
     pub unit: Res,
-    /// Memory per node beyond the units.
-    pub node_mem: u64,
+    /// Per-node needs beyond the units.
+    pub node: Res,
     /// `--mem=0`.
     pub whole_mem: bool,
     /// Whole nodes.
@@ -250,6 +328,8 @@ pub struct ClassKey {
     pub bundles: bool,
     /// `map_gpu`/`mask_gpu` sets.
     pub bind: Option<Vec<u64>>,
+    /// The user rule applied to placements now.
+    pub gate: Gate,
 }
 
 /// A class's capacities with every node idle, by class and what its filter means (filter ids
@@ -303,6 +383,8 @@ pub struct Class {
     pub demand: Demand,
     /// GPU position sets per local rank (`map_gpu`/`mask_gpu`), if bound.
     pub bind: Option<Vec<u64>>,
+    /// The user rule applied to placements now (not to future ones nor to capacities).
+    pub gate: Gate,
     /// Capacity per leaf now, for leaves without holds (kept current from the partition's
     /// change log).
     pub base: Vec<LeafAgg>,
@@ -657,6 +739,9 @@ pub struct Engine<'a> {
     /// Per partition, the leaves whose nodes changed since cached bases were taken (the
     /// occupancy's log; `CachedBase::seen` indexes it).
     leaf_log: Vec<Vec<u32>>,
+    /// Who holds each node (by [`NodeId`]), when the cycle applies `--exclusive=user`; kept
+    /// current with the cycle's starts (a class's [`Gate`] reads it).
+    pub users: Option<Vec<NodeUsers>>,
 }
 
 fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
@@ -856,6 +941,7 @@ impl<'a> Engine<'a> {
             class_ids: HashMap::with_hasher(FnvBuild),
             filters: Vec::new(),
             filter_keys: Vec::new(),
+            users: None,
         }
     }
 
@@ -1213,18 +1299,26 @@ impl<'a> Engine<'a> {
         id
     }
 
-    /// The class id for a demand (interned).
-    pub fn class(&mut self, part: u32, filter: u32, d: &Demand, bind: Option<Vec<u64>>) -> u32 {
+    /// The class id for a demand (interned), with the user rule `gate` for placements now.
+    pub fn class(
+        &mut self,
+        part: u32,
+        filter: u32,
+        d: &Demand,
+        bind: Option<Vec<u64>>,
+        gate: Gate,
+    ) -> u32 {
         let key = ClassKey {
             part,
             filter,
             unit: d.unit,
-            node_mem: d.node_mem,
+            node: d.node,
             whole_mem: d.whole_mem,
             exclusive: d.exclusive,
             per_node: d.per_node_cap(),
             bundles: matches!(d.mode, Mode::Bundles { .. }),
             bind: bind.clone(),
+            gate,
         };
         if let Some(&id) = self.class_ids.get(&key) {
             return id;
@@ -1242,6 +1336,7 @@ impl<'a> Engine<'a> {
             filter,
             demand: d.clone(),
             bind,
+            gate,
             base: vec![LeafAgg::default(); nl],
             node_units: vec![0; self.parts[part as usize].tree.nodes.len()],
             base_seen: usize::MAX,
@@ -1300,7 +1395,8 @@ impl<'a> Engine<'a> {
         if f.typed {
             a.gpus = a.gpus.min((mask & f.gpu_mask[pos as usize]).count_ones());
         }
-        let idle = avail == total;
+        // Only an exclusive job asks whether the node is idle.
+        let idle = !c.demand.exclusive || avail == total;
         let mut k = c.demand.units_fitting(a, total, idle);
         if let Some(sets) = &c.bind {
             // map_gpu/mask_gpu: local task i uses sets[i % len]; tasks may not share GPUs.
@@ -1339,6 +1435,12 @@ impl<'a> Engine<'a> {
         let n = self.parts[c.part as usize].tree.nodes[pos as usize];
         let ns = &self.nodes[n as usize];
         if !ns.sched {
+            return (0, 0);
+        }
+        if let Some((user, excl)) = c.gate
+            && let Some(users) = &self.users
+            && !users[n as usize].admit(user, excl)
+        {
             return (0, 0);
         }
         let avail = ns.window_now(end);
@@ -1716,6 +1818,13 @@ fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opt
     let mut out: Selection = Vec::new();
     let per = d.per_node_cap();
     let mut left = u64::from(d.need());
+    // Every node of the placement takes at least one unit: units for the nodes still to come
+    // (counted ones, and those the node minimum adds) are kept back.
+    let mut counted_left: u64 = inp.counts.iter().map(|&(_, k)| u64::from(k)).sum();
+    let beyond = match d.mode {
+        Mode::Bundles { .. } => 0,
+        Mode::Units { .. } => u64::from(d.min_nodes).saturating_sub(counted_left),
+    };
     for (ok, k) in inp.counts {
         let mut cands: Vec<(u32, u32)> = (0..n)
             .filter(|&p| ok[p as usize] && !used[p as usize] && caps[p as usize].0 > 0)
@@ -1727,7 +1836,12 @@ fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opt
         }
         for &(_, p) in cands.iter().take(*k as usize) {
             used[p as usize] = true;
-            let u = caps[p as usize].0.min(per).min(left.max(1) as u32);
+            counted_left -= 1;
+            let share = left.saturating_sub(counted_left + beyond).max(1);
+            let u = caps[p as usize]
+                .0
+                .min(per)
+                .min(u32::try_from(share).unwrap_or(u32::MAX));
             left = left.saturating_sub(u64::from(u));
             out.push((p, u));
         }
@@ -1754,7 +1868,12 @@ fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opt
     };
     while left > 0 || (out.len() as u32) < target_nodes {
         let (_, _, p) = rest.next()?;
-        let u = caps[p as usize].0.min(per).min(left.max(1) as u32);
+        let after = u64::from(target_nodes).saturating_sub(out.len() as u64 + 1);
+        let share = left.saturating_sub(after).max(1);
+        let u = caps[p as usize]
+            .0
+            .min(per)
+            .min(u32::try_from(share).unwrap_or(u32::MAX));
         left = left.saturating_sub(u64::from(u));
         out.push((p, u));
     }

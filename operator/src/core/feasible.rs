@@ -30,7 +30,7 @@ pub struct Infeasible {
 /// The resource a request asks too much of, with what it asks and the largest that exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Shortfall {
-    /// The request contradicts itself (`--gpus=7 --ntasks=2`); the text says how.
+    /// The request contradicts itself (`--nodes=3-2`); the text says how.
     Request(String),
     /// A container gives no image and the partition has no `defaultImage`.
     Image {
@@ -108,6 +108,13 @@ pub enum Shortfall {
         /// What the matching nodes match (`constraint ib`, `GPU type a100`), empty for none.
         filter: String,
     },
+    /// A `--nodelist` node the job can never have.
+    Nodelist {
+        /// The node.
+        node: String,
+        /// Why not (`is not a node of partition gpu`, `is also excluded`, …).
+        why: String,
+    },
     /// More GPUs in total than the partition's nodes hold (within the job's node limit).
     Gpus {
         /// GPUs asked for.
@@ -126,12 +133,13 @@ pub enum Shortfall {
 
 impl Shortfall {
     /// The resource, as one word for messages and metrics: `GPUs`, `CPUs`, `memory`, `nodes`,
-    /// `tasks`, `type`, `feature`, `image` or `request`.
+    /// `nodelist`, `tasks`, `type`, `feature`, `image` or `request`.
     pub fn resource(&self) -> &'static str {
         match self {
             Shortfall::Request(_) => "request",
             Shortfall::Image { .. } => "image",
             Shortfall::NoNodes | Shortfall::Nodes { .. } => "nodes",
+            Shortfall::Nodelist { .. } => "nodelist",
             Shortfall::GpuType { .. } => "type",
             Shortfall::Feature { .. } | Shortfall::TypeAndFeature { .. } => "feature",
             Shortfall::GpusPerNode { .. } | Shortfall::Gpus { .. } => "GPUs",
@@ -272,6 +280,7 @@ impl fmt::Display for Infeasible {
                     ),
                 }
             }
+            Shortfall::Nodelist { node, why } => write!(f, "nodelist: node {node} {why}"),
             Shortfall::Gpus { asked, largest } => write!(
                 f,
                 "GPUs: {asked} requested, the most partition {p} can give the job is {largest}"
@@ -282,6 +291,25 @@ impl fmt::Display for Infeasible {
             ),
         }
     }
+}
+
+/// What the nodes a job may use are filtered by, for messages (`GPU type a100 and constraint
+/// ib and not excluded (gpu[001-002])`); empty for nothing.
+fn node_filter(req: &JobRequest) -> String {
+    let mut filter = Vec::new();
+    if let Some(t) = &req.gpu_type {
+        filter.push(format!("GPU type {t}"));
+    }
+    if let Some(c) = &req.constraint {
+        filter.push(format!("constraint {c}"));
+    }
+    if !req.exclude.is_empty() {
+        filter.push(format!(
+            "not excluded ({})",
+            muster_crds::slurm::hostlist::compress(req.exclude.iter())
+        ));
+    }
+    filter.join(" and ")
 }
 
 /// GPUs of `n` whose model contains `ty` (case-insensitive, lower-cased already); every GPU
@@ -348,6 +376,38 @@ pub fn shortfall(
         },
     };
     let typed = |n: &Node| ty.is_empty() || typed_gpus(n, &ty) > 0;
+    let excluded = |n: &Node| req.exclude.contains(&n.name);
+    let total = |n: &Node| Res {
+        gpus: typed_gpus(n, &ty),
+        cpu: n.cpu_millis,
+        mem: n.memory_mib,
+    };
+    // --nodelist: each named node must be one the job could be given.
+    for name in &req.nodelist {
+        let why = match members.iter().find(|n| n.name == *name) {
+            None => format!("is not a node of partition {}", part.name),
+            Some(_) if req.exclude.contains(name) => "is also excluded".to_string(),
+            Some(n) if !typed(n) => format!(
+                "has no GPU of type {}",
+                req.gpu_type.as_deref().unwrap_or_default()
+            ),
+            Some(n) if !matches(n) => format!(
+                "does not match constraint {}",
+                req.constraint
+                    .as_ref()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default()
+            ),
+            Some(n) if d.units_fitting(total(n), total(n), true) == 0 => {
+                "cannot hold one node's share of the job".to_string()
+            }
+            Some(_) => continue,
+        };
+        return Some(Shortfall::Nodelist {
+            node: name.clone(),
+            why,
+        });
+    }
     let cands: Vec<&Node> = members
         .iter()
         .copied()
@@ -375,11 +435,10 @@ pub fn shortfall(
             },
         });
     }
-    let total = |n: &Node| Res {
-        gpus: typed_gpus(n, &ty),
-        cpu: n.cpu_millis,
-        mem: n.memory_mib,
-    };
+    // --exclude: those nodes are out (judged after type and feature, which name what the
+    // partition lacks; the count below says what exclusion leaves).
+    let matching = cands.len() as u32;
+    let cands: Vec<&Node> = cands.into_iter().filter(|n| !excluded(n)).collect();
     let mut units: Vec<u32> = cands
         .iter()
         .map(|n| {
@@ -388,21 +447,30 @@ pub fn shortfall(
         })
         .filter(|&u| u > 0)
         .collect();
+    // A node's share: one unit plus what every node takes once (`--gpus-per-node` with a
+    // task count), so it is judged per node whenever the latter is not empty.
     let per = match d.mode {
-        Mode::Bundles { .. } => "node",
-        Mode::Units { merge: true, .. } => "node",
-        Mode::Units { .. } => "task",
+        Mode::Units { merge: false, .. } if d.node == Res::default() => "task",
+        _ => "node",
     };
+    if units.is_empty() && cands.is_empty() {
+        return Some(Shortfall::Nodes {
+            asked: d.min_nodes,
+            fitting: 0,
+            matching: 0,
+            total: members.len() as u32,
+            filter: node_filter(req),
+        });
+    }
     if units.is_empty() {
-        let need_mem = if d.whole_mem {
-            0
-        } else {
-            d.unit.mem + d.node_mem
-        };
         let asked = Res {
-            gpus: d.unit.gpus,
-            cpu: d.unit.cpu,
-            mem: need_mem,
+            gpus: d.unit.gpus + d.node.gpus,
+            cpu: d.unit.cpu + d.node.cpu,
+            mem: if d.whole_mem {
+                0
+            } else {
+                d.unit.mem + d.node.mem
+            },
         };
         let max_g = cands.iter().map(|n| typed_gpus(n, &ty)).max().unwrap_or(0);
         let max_c = cands.iter().map(|n| n.cpu_millis).max().unwrap_or(0);
@@ -449,19 +517,16 @@ pub fn shortfall(
     }
     let fitting = units.len() as u32;
     if fitting < d.min_nodes {
-        let mut filter = Vec::new();
-        if let Some(t) = &req.gpu_type {
-            filter.push(format!("GPU type {t}"));
-        }
-        if let Some(c) = &req.constraint {
-            filter.push(format!("constraint {c}"));
-        }
         return Some(Shortfall::Nodes {
             asked: d.min_nodes,
             fitting,
-            matching: cands.len() as u32,
+            matching: if req.exclude.is_empty() {
+                matching
+            } else {
+                cands.len() as u32
+            },
             total: members.len() as u32,
-            filter: filter.join(" and "),
+            filter: node_filter(req),
         });
     }
     if let Mode::Units { total, merge, .. } = d.mode {
@@ -704,8 +769,8 @@ mod tests {
         assert!(check(&JobRequest::default(), &gpu(), &cluster(), Some("task")).is_ok());
         let e = check(
             &JobRequest {
-                gpus: Some(7),
-                ntasks: Some(2),
+                min_nodes: Some(3),
+                max_nodes: Some(2),
                 ..Default::default()
             },
             &gpu(),
@@ -714,11 +779,70 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.shortfall.resource(), "request");
+        assert_eq!(e.to_string(), "nodes minimum 3 exceeds maximum 2");
         let e = check(&JobRequest::default(), &gpu(), &[], None).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("nodes: partition gpu has no nodes"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn nodelist_and_exclude() {
+        let w = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = why(JobRequest {
+            nodelist: w(&["gpu017"]),
+            ..Default::default()
+        });
+        assert_eq!(e.shortfall.resource(), "nodelist");
+        assert_eq!(
+            e.to_string(),
+            "nodelist: node gpu017 is not a node of partition gpu"
+        );
+        let e = why(JobRequest {
+            nodelist: w(&["gpu003"]),
+            exclude: w(&["gpu003"]),
+            ..Default::default()
+        });
+        assert_eq!(e.to_string(), "nodelist: node gpu003 is also excluded");
+        let e = why(JobRequest {
+            nodelist: w(&["gpu003"]),
+            constraint: Some(Constraint::parse("ib").unwrap()),
+            ..Default::default()
+        });
+        assert!(e.to_string().contains("constraint ib"), "{e}");
+        assert!(
+            check(
+                &JobRequest {
+                    nodelist: w(&["gpu003", "gpu016"]),
+                    exclude: w(&["gpu001"]),
+                    ..Default::default()
+                },
+                &gpu(),
+                &cluster(),
+                None
+            )
+            .is_ok()
+        );
+        let all: Vec<String> = (1..=16).map(|i| format!("gpu{i:03}")).collect();
+        let e = why(JobRequest {
+            exclude: all.clone(),
+            ..Default::default()
+        });
+        assert_eq!(e.shortfall.resource(), "nodes");
+        assert_eq!(
+            e.to_string(),
+            "nodes: 1 requested, 0 of partition gpu's 16 nodes match not excluded (gpu[001-016])"
+        );
+        let e = why(JobRequest {
+            min_nodes: Some(4),
+            exclude: all[..14].to_vec(),
+            ..Default::default()
+        });
+        assert_eq!(
+            e.to_string(),
+            "nodes: 4 requested, 2 of partition gpu's 16 nodes match not excluded (gpu[001-014])"
         );
     }
 

@@ -49,17 +49,24 @@
 //!   bundle are split between its tasks as evenly as possible (`--gres=gpu:4
 //!   --ntasks-per-node=2`: 2 each), never shared. `--nodes=MIN-MAX` takes as many nodes as
 //!   are free under the chosen switch, up to MAX. `--gpus=G` with `--nodes=N`: G/N per node.
-//! - **Packed tasks** — `--ntasks=N`: N equal tasks (`--gpus-per-task`, or `--gpus` split
-//!   evenly) packed onto as few nodes as possible, at most `--ntasks-per-node` per node,
-//!   within the `--nodes` range if given.
+//! - **Packed tasks** — `--ntasks=N`: N equal tasks (`--gpus-per-task`) packed onto as few
+//!   nodes as possible, at most `--ntasks-per-node` per node (and then on at least
+//!   ⌈N / ntasks-per-node⌉ nodes, the tasks spread evenly), within the `--nodes` range if
+//!   given (with an exact count, spread evenly). `--gpus=G` with `--ntasks=N`: `gcd(G, N)`
+//!   units of `N/gcd` tasks sharing `G/gcd` GPUs. `--gpus-per-node=M` (or `--gres=gpu:M`)
+//!   with `--ntasks`: packed tasks, every node of the placement taking M GPUs once
+//!   ([`shape::Demand::node`]) — unless every node's task count is known (one task, an exact
+//!   node count dividing the tasks, `--ntasks-per-node` dividing them), which is a bundle.
 //! - **GPUs only** — `--gpus=G` alone: G one-GPU units on as few nodes as possible, one task
 //!   per node holding that node's GPUs.
 //! - Nothing: one task on one node with one CPU.
+//! - `--nodelist`: the node count rises to the named nodes, and each is a feature count of
+//!   one (see constraints below); `--exclude` filters nodes like a constraint.
 //!
 //! CPUs per task default to 1 (or the partition's `DefCpuPerGPU` × GPUs when neither CPUs
 //! nor memory are asked for); memory to the partition's `DefMemPerGPU` × GPUs, else none.
-//! `--mem=0` takes the node's whole memory. Contradictions (`--gpus=7 --ntasks=2`) are
-//! `BadConstraints` with a message saying why.
+//! `--mem=0` takes the node's whole memory. Contradictions (`--nodes=3-2`, `--gpus=8
+//! --gpus-per-task=3`) are `BadConstraints` with a message saying why.
 //!
 //! # Placement
 //!
@@ -103,12 +110,20 @@
 //! - **GPU type** (`--gres=gpu:TYPE:N`, `--gpus=TYPE:N`): a case-insensitive substring of the
 //!   GPU model (`a100` matches `NVIDIA A100-SXM4-80GB`); only such GPUs are given.
 //! - **Exclusive**: the job's nodes must be idle and nothing else is placed on them while it
-//!   runs (its tasks still report only what they asked for).
+//!   runs (its tasks still report only what they asked for). `--exclusive=user`
+//!   ([`JobRequest::exclusive_user`]): such a job starts only where every job is its user's
+//!   ([`PendingJob::user`]), and no other user's job starts where it runs — checked for
+//!   placements now ([`engine::NodeUsers`]); estimates and preemption plans do not see it
+//!   (they may promise a start a user rule then delays, never one it forbids). A job of no
+//!   known user shares with no such job; its own `--exclusive=user` takes whole nodes.
+//! - **Named nodes**: `--nodelist` nodes are always in the placement (each a count of one,
+//!   placed first), `--exclude` nodes never.
 //! - Nodes that are not ready or are cordoned, and unhealthy GPUs, get no new work.
 //!
 //! # GPU binding
 //!
-//! Tasks on a node never share a GPU. Each node's GPUs form a hierarchy (node → NUMA nodes →
+//! Tasks on a node share GPUs only when they outnumber them: then every task gets all of the
+//! node's GPUs, as Slurm's tasks see them. Each node's GPUs form a hierarchy (node → NUMA nodes →
 //! groups sharing an NVLink island or PCIe switch, from the `nvidia-smi topo -m` matrix or,
 //! without one, from NUMA ids and NVLink peers). The node's share is picked first as one
 //! compact set, then each task's part of it, walking the hierarchy by best fit ([`gpus`]),

@@ -198,6 +198,13 @@ pub struct RunningJob {
     /// Whole nodes: nothing else may run on its nodes.
     #[serde(default)]
     pub exclusive: bool,
+    /// `--exclusive=user`: its nodes take no job of another user while it runs.
+    #[serde(default)]
+    pub exclusive_user: bool,
+    /// The submitting user (`None`: unknown, a user who shares nodes with no
+    /// `--exclusive=user` job).
+    #[serde(default)]
+    pub user: Option<String>,
     /// Every task's allocation.
     pub tasks: Vec<TaskAlloc>,
     /// Set once the operator began stopping the job (preempted, cancelled, timed out): its
@@ -227,10 +234,33 @@ impl RunningJob {
         })
     }
 
-    /// GPUs held.
+    /// GPUs held (a GPU that tasks of one node share counts once).
     pub fn gpu_count(&self) -> u64 {
-        self.tasks.iter().map(|t| t.gpus.len() as u64).sum()
+        distinct_gpus(self.tasks.iter().map(|t| (t.node, t.gpus.as_slice())))
     }
+}
+
+/// The number of distinct `(node, GPU)` pairs among tasks: tasks that outnumber their node's
+/// GPUs share them, and a shared GPU is one GPU.
+pub fn distinct_gpus<'a>(tasks: impl Iterator<Item = (NodeId, &'a [u32])>) -> u64 {
+    // A job has few nodes, and NVML indices are below 64 on any real node: one mask per node.
+    let mut per: smallvec::SmallVec<[(NodeId, u64); 4]> = smallvec::SmallVec::new();
+    let mut beyond = 0u64;
+    for (node, gpus) in tasks {
+        let mut m = 0u64;
+        for &g in gpus {
+            if g < 64 {
+                m |= 1 << g;
+            } else {
+                beyond += 1;
+            }
+        }
+        match per.iter_mut().find(|x| x.0 == node) {
+            Some(x) => x.1 |= m,
+            None => per.push((node, m)),
+        }
+    }
+    per.iter().map(|x| u64::from(x.1.count_ones())).sum::<u64>() + beyond
 }
 
 /// A job that ended (kept for dependencies).
@@ -275,6 +305,10 @@ pub struct PendingJob {
     /// Namespace.
     #[serde(default)]
     pub namespace: String,
+    /// The submitting user, for `--exclusive=user` (`None`: unknown; such a job shares no
+    /// node with an `--exclusive=user` job, and its own `--exclusive=user` means whole nodes).
+    #[serde(default)]
+    pub user: Option<String>,
     /// The partition (already resolved from the default); `None`: it names a partition that
     /// does not exist (reason `PartitionConfig`).
     #[serde(default)]
@@ -367,6 +401,17 @@ pub struct JobRequest {
     /// `--exclusive`: whole nodes, shared with no other job.
     #[serde(default)]
     pub exclusive: bool,
+    /// `--exclusive=user`: the job's nodes are shared only with jobs of the same user
+    /// ([`PendingJob::user`]); ignored when `exclusive` is set.
+    #[serde(default)]
+    pub exclusive_user: bool,
+    /// `--nodelist`: nodes the job must include (it gets at least these, and more when its
+    /// size asks for more). Names of Kubernetes Nodes, without repeats.
+    #[serde(default)]
+    pub nodelist: Vec<String>,
+    /// `--exclude`: nodes the job may not use.
+    #[serde(default)]
+    pub exclude: Vec<String>,
     /// `--time`; `None`: the partition's default.
     #[serde(default)]
     pub time_limit: Option<TimeLimit>,
@@ -765,6 +810,8 @@ impl Snapshot {
                     start_time: now,
                     time_limit: s.time_limit,
                     exclusive: s.exclusive,
+                    exclusive_user: p.request.exclusive_user && !s.exclusive,
+                    user: p.user.clone(),
                     tasks: s
                         .tasks
                         .iter()

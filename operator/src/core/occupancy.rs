@@ -26,7 +26,7 @@ use smallvec::SmallVec;
 
 use super::enforce;
 use super::engine::{
-    BaseEvents, Carried, Event, NEVER, Placement, Prepared, base_nodes, part_free_gpus,
+    BaseEvents, Carried, Event, NEVER, NodeUsers, Placement, Prepared, base_nodes, part_free_gpus,
 };
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
@@ -64,6 +64,10 @@ pub(crate) struct RunInfo {
     pub array: Option<JobId>,
     /// Index into [`Occupancy`]'s namespace names.
     pub ns: u32,
+    /// The submitting user's id (0: unknown), see [`Occupancy::user_id`].
+    pub user: u32,
+    /// `--exclusive=user`.
+    pub exclusive_user: bool,
 }
 
 impl RunInfo {
@@ -106,6 +110,10 @@ pub struct Occupancy {
     ns_names: Vec<String>,
     ns_count: Vec<u32>,
     ns_index: BTreeMap<String, u32>,
+    /// User names to ids (from 1; 0 is "unknown"), for `--exclusive=user`.
+    user_ids: HashMap<String, u32, FnvBuild>,
+    /// Running `--exclusive=user` jobs.
+    user_locks: u32,
     names: (usize, u64),
     /// Built by [`Occupancy::new_uncached`]: nothing is cached between cycles.
     uncached: bool,
@@ -158,6 +166,8 @@ impl Occupancy {
             ns_names: Vec::new(),
             ns_count: Vec::new(),
             ns_index: BTreeMap::new(),
+            user_ids: HashMap::with_hasher(FnvBuild),
+            user_locks: 0,
             names: prep.names(),
             uncached: false,
         };
@@ -218,6 +228,8 @@ impl Occupancy {
                     placed_well: true,
                     array: None,
                     ns: 0,
+                    user: 0,
+                    exclusive_user: false,
                 });
                 self.run.len() as u32 - 1
             }
@@ -245,9 +257,13 @@ impl Occupancy {
             }
         }
         per_node.sort_unstable_by_key(|x| x.0);
+        let user = j.user.as_deref().map_or(0, |u| self.user_id(u));
+        // An --exclusive=user job of an unknown user shares with no one: whole nodes.
+        let exclusive = j.exclusive || (j.exclusive_user && user == 0);
+        let exclusive_user = j.exclusive_user && !exclusive;
         let mut nodes = SmallVec::new();
         for &(n, mask, cpu, mem) in &per_node {
-            let (res, taken_mask) = self.hold(prep, n, mask, cpu, mem, j.exclusive);
+            let (res, taken_mask) = self.hold(prep, n, mask, cpu, mem, exclusive);
             if res != Res::default() {
                 self.carried.nodes[n as usize]
                     .releases
@@ -294,7 +310,10 @@ impl Occupancy {
             placed_well,
             array: j.array_job_id,
             ns,
+            user,
+            exclusive_user,
         };
+        self.user_locks += u32::from(exclusive_user);
         if let Some(a) = info.array {
             *self.arrays.entry(a).or_insert(0) += 1;
         }
@@ -311,6 +330,7 @@ impl Occupancy {
         self.index(slot, false);
         let held = std::mem::take(&mut self.run[slot as usize].nodes);
         let release = self.run[slot as usize].release;
+        self.user_locks -= u32::from(self.run[slot as usize].exclusive_user);
         self.release_events(prep, &held, release, false);
         self.log_leaves(prep, &held);
         for h in &held {
@@ -526,6 +546,35 @@ impl Occupancy {
             }
         }
         tiers.keys().next().copied().unwrap_or(u32::MAX)
+    }
+
+    /// The id of user `name` for `--exclusive=user` (ids are handed out on first sight and
+    /// kept: a user is a few bytes, and ids must stay stable while jobs run).
+    pub(crate) fn user_id(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.user_ids.get(name) {
+            return id;
+        }
+        let id = self.user_ids.len() as u32 + 1;
+        self.user_ids.insert(name.to_string(), id);
+        id
+    }
+
+    /// Whether some running job keeps its nodes to its user (`--exclusive=user`).
+    pub(crate) fn has_user_locks(&self) -> bool {
+        self.user_locks > 0
+    }
+
+    /// Who holds each of `nodes` nodes: the running jobs' users, counted per node.
+    pub(crate) fn node_users(&self, nodes: usize) -> Vec<NodeUsers> {
+        let mut out = vec![NodeUsers::default(); nodes];
+        for r in self.run.iter().filter(|r| r.live) {
+            for h in &r.nodes {
+                if let Some(u) = out.get_mut(h.node as usize) {
+                    u.count(r.user, r.exclusive_user, true);
+                }
+            }
+        }
+        out
     }
 
     /// Running elements per array job.

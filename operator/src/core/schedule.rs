@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
 use super::engine::{
-    Ahead, Claim, Engine, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput, Selection,
-    select, select_weighed,
+    Ahead, Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput,
+    Selection, select, select_weighed,
 };
 use super::feasible;
 use super::model::{
@@ -51,6 +51,8 @@ type OrderKey = (Reverse<u32>, Reverse<u32>, i64, JobId, usize);
 struct Alt {
     cid: u32,
     counts: Vec<(u32, u32)>,
+    /// Filters of the `--nodelist` nodes (one node each; also among `counts`).
+    required: Vec<u32>,
 }
 
 /// What a pending job needs, resolved for this cycle.
@@ -66,6 +68,9 @@ struct JobCtx {
     /// holds while the spread placement would not start more than
     /// [`Config::topology_wait_secs`] sooner.
     implicit: bool,
+    /// The job's user id (0: unknown) and whether it is `--exclusive=user`, when the cycle
+    /// applies user rules.
+    user: Option<(u32, bool)>,
 }
 
 struct Cycle<'a> {
@@ -101,6 +106,9 @@ struct Cycle<'a> {
     at: usize,
     /// Most GPUs on one node (a job asking more is a gang).
     widest_node: u32,
+    /// Each pending job's user id (by pending index), when some job is `--exclusive=user`
+    /// (running or pending); empty otherwise, and no user rule applies.
+    users: Vec<u32>,
 }
 
 /// A later gang of the cycle that a placement should leave room for: its queue position,
@@ -111,6 +119,8 @@ struct Gang {
     cid: Option<u32>,
     demand: Demand,
     end: i64,
+    /// Its user rule (see [`Engine::class`]).
+    gate: Gate,
 }
 
 /// Later gangs a placement looks at.
@@ -154,10 +164,26 @@ pub(crate) fn run_cycle(
     let mut active: Vec<&str> = occ.namespaces().collect();
     active.extend(snap.pending.iter().map(|j| j.namespace.as_str()));
     let fs = fair_share_factors(&snap.usage, active, cfg);
+    // User rules (`--exclusive=user`) cost nothing unless some job asks for them.
+    let users: Vec<u32> = if occ.has_user_locks()
+        || snap
+            .pending
+            .iter()
+            .any(|j| j.request.exclusive_user && !j.request.exclusive)
+    {
+        snap.pending
+            .iter()
+            .map(|j| j.user.as_deref().map_or(0, |u| occ.user_id(u)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let node_users = (!users.is_empty()).then(|| occ.node_users(snap.nodes.len()));
     let mut run = std::mem::take(&mut occ.run);
     let (carried, part_free) = occ.take_carried();
     let mut e = Engine::from_base(snap, prep, now, carried, part_free);
     e.placement = placement;
+    e.users = node_users;
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
         let r = &mut run[s as usize];
@@ -195,6 +221,7 @@ pub(crate) fn run_cycle(
             .map(|n| n.gpus.len() as u32)
             .max()
             .unwrap_or(0),
+        users,
         lowest_preemptable_tier,
         deps: snap
             .pending
@@ -397,7 +424,7 @@ impl<'a> Cycle<'a> {
                 ));
             }
         }
-        let demand = match self.demands.get_mut(idx).and_then(Option::take) {
+        let mut demand = match self.demands.get_mut(idx).and_then(Option::take) {
             Some(d) => d,
             None => normalize(&job.request, part),
         }
@@ -416,23 +443,44 @@ impl<'a> Cycle<'a> {
                 format!("{max} elements of array {} already run", a.array_job_id),
             ));
         }
-        let bind = bind_sets(&job.request, &demand).map_err(|m| (Reason::BadConstraints, m))?;
-        let gpu_type = job.request.gpu_type.as_deref();
-        let alternatives: Vec<Option<Constraint>> = match &job.request.constraint {
+        let r = &job.request;
+        // --exclusive=user: nodes shared only with the user's own jobs. A job of an unknown
+        // user can share with no one, so it takes whole nodes.
+        let mut exclusive_user = r.exclusive_user && !r.exclusive;
+        if exclusive_user && job.user.is_none() {
+            demand.exclusive = true;
+            exclusive_user = false;
+        }
+        let user = self.users.get(idx).map(|&u| (u, exclusive_user));
+        let bind = bind_sets(r, &demand).map_err(|m| (Reason::BadConstraints, m))?;
+        let gpu_type = r.gpu_type.as_deref();
+        let alternatives: Vec<Option<Constraint>> = match &r.constraint {
             None => vec![None],
             Some(c) => match c.matching_or_alternatives() {
                 Some(alts) => alts.into_iter().map(Some).collect(),
                 None => vec![Some(c.clone())],
             },
         };
+        // --exclude: never these nodes (a filter like a constraint's).
+        let mut excluded: Vec<&str> = Vec::new();
+        let mut exclude_key = String::new();
+        if !r.exclude.is_empty() {
+            excluded.extend(r.exclude.iter().map(String::as_str));
+            excluded.sort_unstable();
+            exclude_key = format!("|x:{}", excluded.join(","));
+        }
         let mut alts = Vec::with_capacity(alternatives.len());
         for alt in &alternatives {
-            let key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
-            let filter = match alt {
-                None => self.e.filter(pi, gpu_type, "", &|_| true),
-                Some(c) => self
-                    .e
-                    .filter(pi, gpu_type, &key, &|n| c.matches(|f| n.has_feature(f))),
+            let mut key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
+            key.push_str(&exclude_key);
+            let fits = |n: &super::node::Node| {
+                alt.as_ref().is_none_or(|c| c.matches(|f| n.has_feature(f)))
+                    && excluded.binary_search(&n.name.as_str()).is_err()
+            };
+            let filter = if key.is_empty() {
+                self.e.filter(pi, gpu_type, "", &|_| true)
+            } else {
+                self.e.filter(pi, gpu_type, &key, &fits)
             };
             let mut counts = Vec::new();
             if let Some(c) = alt {
@@ -444,8 +492,23 @@ impl<'a> Cycle<'a> {
                     counts.push((f, n));
                 }
             }
-            let cid = self.e.class(pi, filter, &demand, bind.clone());
-            alts.push(Alt { cid, counts });
+            // --nodelist: each named node is a count of one, among the nodes the job may use.
+            let mut required = Vec::with_capacity(r.nodelist.len());
+            for name in &r.nodelist {
+                let f = self
+                    .e
+                    .filter(pi, gpu_type, &format!("={name}|{key}"), &|n| {
+                        n.name == *name && fits(n)
+                    });
+                counts.push((f, 1));
+                required.push(f);
+            }
+            let cid = self.e.class(pi, filter, &demand, bind.clone(), user);
+            alts.push(Alt {
+                cid,
+                counts,
+                required,
+            });
         }
         let mut implicit = false;
         let (max_leaves, leaves_deadline) = match &job.request.switches {
@@ -475,6 +538,7 @@ impl<'a> Cycle<'a> {
             max_leaves,
             leaves_deadline,
             implicit,
+            user,
         })
     }
 
@@ -554,9 +618,16 @@ impl<'a> Cycle<'a> {
                 self.e.filters[f as usize].ok.iter().filter(|&&x| x).count() as u64 >= u64::from(n)
             }) && need_nodes <= jc.demand.max_nodes;
             let (up, all) = self.e.statics(alt.cid);
-            if fits_counts && all.hold(&jc.demand) {
+            let (up_holds, all_holds) = (up.hold(&jc.demand), all.hold(&jc.demand));
+            // Each --nodelist node must itself be able to take a unit.
+            let required_hold = |up: bool| {
+                alt.required
+                    .iter()
+                    .all(|&f| self.required_fits(jc.part, alt.cid, f, up))
+            };
+            if fits_counts && all_holds && required_hold(false) {
                 ever = true;
-                if up.hold(&jc.demand) {
+                if up_holds && required_hold(true) {
                     usable.push(i);
                 }
             }
@@ -577,13 +648,14 @@ impl<'a> Cycle<'a> {
                 return None;
             }
             info.message = format!(
-                "partition {part_name} can never hold {}{}",
+                "partition {part_name} can never hold {}{}{}",
                 describe(&jc.demand, gpu_type),
                 job.request
                     .constraint
                     .as_ref()
                     .map(|c| format!(" with constraint {c}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                placement_terms(&job.request)
             );
             return None;
         }
@@ -710,7 +782,14 @@ impl<'a> Cycle<'a> {
         for (pos, &(idx, _)) in order.iter().enumerate() {
             let job = &self.snap.pending[idx];
             let r = &job.request;
-            if job.hold || r.constraint.is_some() || r.gpu_type.is_some() || r.gpu_bind.is_some() {
+            if job.hold
+                || r.constraint.is_some()
+                || r.gpu_type.is_some()
+                || r.gpu_bind.is_some()
+                || r.exclusive_user
+                || !r.nodelist.is_empty()
+                || !r.exclude.is_empty()
+            {
                 continue;
             }
             let (Some(part), Some(Some(Ok(d)))) = (job.partition, self.demands.get(idx)) else {
@@ -728,6 +807,7 @@ impl<'a> Cycle<'a> {
                 cid: None,
                 demand: d.clone(),
                 end: end_of(self.now, p.effective_limit(r.time_limit)),
+                gate: self.users.get(idx).map(|&u| (u, false)),
             });
         }
         out
@@ -750,7 +830,7 @@ impl<'a> Cycle<'a> {
                 None => {
                     let f = self.e.filter(part, None, "", &|_| true);
                     let d = self.gangs[k].demand.clone();
-                    let c = self.e.class(part, f, &d, None);
+                    let c = self.e.class(part, f, &d, None, self.gangs[k].gate);
                     self.gangs[k].cid = Some(c);
                     c
                 }
@@ -782,6 +862,34 @@ impl<'a> Cycle<'a> {
             k += 1;
         }
         out
+    }
+
+    /// Whether the one node filter `f` admits can take a unit of class `cid` with nothing
+    /// running (`up`: only if it is ready and with its healthy GPUs).
+    fn required_fits(&self, part: u32, cid: u32, f: u32, up: bool) -> bool {
+        let tree = self.e.parts[part as usize].tree;
+        let c = &self.e.classes[cid as usize];
+        self.e.filters[f as usize]
+            .ok
+            .iter()
+            .enumerate()
+            .any(|(pos, &ok)| {
+                let ns = &self.e.nodes[tree.nodes[pos] as usize];
+                ok && if up {
+                    ns.sched
+                        && self.e.units_for_count(
+                            c,
+                            pos as u32,
+                            ns.total,
+                            ns.healthy_mask,
+                            ns.total,
+                        ) > 0
+                } else {
+                    self.e
+                        .units_for_count(c, pos as u32, ns.all_total, ns.all_mask, ns.all_total)
+                        > 0
+                }
+            })
     }
 
     /// The feature-count requirements of an alternative as node masks for [`select`].
@@ -975,20 +1083,28 @@ impl<'a> Cycle<'a> {
                 ns.free_mask & f.gpu_mask[pos as usize]
             };
             let k = d.tasks_on_node(units);
-            let node_gpus = d.unit.gpus * units;
-            let node_cpu = d.unit.cpu * u64::from(units);
+            let node_gpus = d.unit.gpus * units + d.node.gpus;
+            let node_cpu = d.unit.cpu * u64::from(units) + d.node.cpu;
             let node_mem = if d.whole_mem {
                 total.mem
             } else {
-                d.unit.mem * u64::from(units) + d.node_mem
+                d.unit.mem * u64::from(units) + d.node.mem
             };
-            let counts: Vec<u32> = (0..k)
-                .map(|i| split(u64::from(node_gpus), k, i) as u32)
-                .collect();
             let gt = &self.e.gpu_trees[ns.gtree as usize];
             let masks: Vec<u64> = match &bind {
                 Some(sets) => (0..k as usize).map(|i| sets[i % sets.len()]).collect(),
-                None => gt.pick_tasks(&counts, usable)?,
+                // More tasks than GPUs on the node: they share the node's GPUs (each task
+                // sees all of them), as Slurm's tasks do.
+                None if node_gpus > 0 && k > node_gpus => {
+                    let m = gt.pick_tasks(&[node_gpus], usable)?;
+                    vec![m[0]; k as usize]
+                }
+                None => {
+                    let counts: Vec<u32> = (0..k)
+                        .map(|i| split(u64::from(node_gpus), k, i) as u32)
+                        .collect();
+                    gt.pick_tasks(&counts, usable)?
+                }
             };
             let mut all = 0u64;
             for (local, m) in masks.iter().enumerate() {
@@ -1009,6 +1125,9 @@ impl<'a> Cycle<'a> {
         for (n, all, cpu, mem) in holds {
             let taken = self.e.hold(n, all, cpu, mem, d.exclusive);
             self.e.release_at(n, end, taken, u32::MAX);
+            if let (Some((user, exclusive_user)), Some(users)) = (jc.user, &mut self.e.users) {
+                users[n as usize].count(user, exclusive_user, true);
+            }
         }
         Some(Start {
             job: job.id,
@@ -1097,6 +1216,12 @@ impl<'a> Cycle<'a> {
             let n = tree.nodes[pos];
             let ns = &self.e.nodes[n as usize];
             if !ns.sched {
+                return 0;
+            }
+            // User rules are not undone by evictions here: such nodes are left alone.
+            if let (Some((user, excl)), Some(users)) = (c.gate, &self.e.users)
+                && !users[n as usize].admit(user, excl)
+            {
                 return 0;
             }
             let early = |j: u32| moved.get(j as usize).copied().unwrap_or(false);
@@ -1286,14 +1411,58 @@ fn describe(d: &Demand, gpu_type: Option<&str>) -> String {
                 format!("{} node(s){ex}", d.min_nodes)
             }
         }
-        Mode::Units { total, .. } => {
-            if d.unit.gpus > 0 {
+        Mode::Units {
+            total,
+            tasks_per_unit,
+            merge,
+            ..
+        } => {
+            let tasks = if merge { total } else { total * tasks_per_unit };
+            if d.node.gpus > 0 {
+                format!(
+                    "{tasks} task(s) on nodes with {} GPU(s) each{ty}{ex}",
+                    d.node.gpus
+                )
+            } else if tasks_per_unit > 1 {
+                format!(
+                    "{tasks} task(s) sharing {} GPU(s) per {tasks_per_unit}{ty}{ex}",
+                    d.unit.gpus
+                )
+            } else if d.unit.gpus > 0 {
                 format!("{total} task(s) of {} GPU(s){ty}{ex}", d.unit.gpus)
             } else {
                 format!("{total} task(s){ex}")
             }
         }
     }
+}
+
+/// " with nodelist …", " excluding …", " with gpu-bind map_gpu:…" for messages.
+fn placement_terms(r: &JobRequest) -> String {
+    use muster_crds::slurm::hostlist;
+    let mut s = String::new();
+    if !r.nodelist.is_empty() {
+        s.push_str(&format!(
+            " with nodelist {}",
+            hostlist::compress(r.nodelist.iter())
+        ));
+    }
+    if !r.exclude.is_empty() {
+        s.push_str(&format!(
+            " excluding {}",
+            hostlist::compress(r.exclude.iter())
+        ));
+    }
+    if let Some(b) = &r.gpu_bind
+        && matches!(
+            b.mode,
+            muster_crds::slurm::GpuBindMode::MapGpu(_)
+                | muster_crds::slurm::GpuBindMode::MaskGpu(_)
+        )
+    {
+        s.push_str(&format!(" with gpu-bind {b}"));
+    }
+    s
 }
 
 /// GPU position sets per local task for `map_gpu`/`mask_gpu`, after checking the binding
@@ -1305,8 +1474,12 @@ fn bind_sets(req: &JobRequest, d: &Demand) -> Result<Option<Vec<u64>>, String> {
     };
     // GPUs each task gets, when every task gets the same number.
     let per_task = match d.mode {
-        Mode::Units { merge: false, .. } => Some(d.unit.gpus),
-        Mode::Units { merge: true, .. } => None,
+        Mode::Units {
+            merge: false,
+            tasks_per_unit: 1,
+            ..
+        } if d.node.gpus == 0 => Some(d.unit.gpus),
+        Mode::Units { .. } => None,
         Mode::Bundles { tasks_per_node } => d
             .unit
             .gpus

@@ -73,8 +73,12 @@ pub enum Mode {
         total: u32,
         /// Most units on one node.
         max_per_node: u32,
-        /// All units on a node form one task (`--gpus=N` alone); else one task per unit.
+        /// All units on a node form one task (`--gpus=N` alone); else `tasks_per_unit` tasks
+        /// per unit.
         merge: bool,
+        /// Tasks of one unit (1 but for `--gpus=G --ntasks=N` where N does not divide G:
+        /// `gcd(G, N)` units of `N / gcd` tasks).
+        tasks_per_unit: u32,
     },
 }
 
@@ -83,8 +87,10 @@ pub enum Mode {
 pub struct Demand {
     /// What one unit needs.
     pub unit: Res,
-    /// Memory needed once per node on top of the units (`--mem` with `--ntasks`).
-    pub node_mem: u64,
+    /// What every node of the placement takes once, on top of its units: the memory of
+    /// `--mem` with `--ntasks`, and the GPUs of `--gpus-per-node`/`--gres` with `--ntasks`
+    /// when the tasks per node are not fixed (with the CPUs and memory those GPUs bring).
+    pub node: Res,
     /// `--mem=0`: the node's whole memory, so nothing else may hold memory there.
     pub whole_mem: bool,
     /// Whole nodes.
@@ -117,6 +123,12 @@ impl Demand {
     /// GPUs of the smallest placement (for quick rejections).
     pub fn min_gpus(&self) -> u64 {
         u64::from(self.unit.gpus) * u64::from(self.need())
+            + u64::from(self.node.gpus) * u64::from(self.min_nodes)
+    }
+
+    /// CPU millicores of the smallest placement.
+    pub fn min_cpu(&self) -> u64 {
+        self.unit.cpu * u64::from(self.need()) + self.node.cpu * u64::from(self.min_nodes)
     }
 
     /// Number of tasks for `units` units on one node.
@@ -124,31 +136,55 @@ impl Demand {
         match self.mode {
             Mode::Bundles { tasks_per_node } => tasks_per_node,
             Mode::Units { merge: true, .. } => 1,
-            Mode::Units { .. } => units,
+            Mode::Units { tasks_per_unit, .. } => units * tasks_per_unit,
+        }
+    }
+
+    /// Tasks of the smallest placement (`--gpus=G` alone: one per node, so at least one).
+    pub fn min_tasks(&self) -> u32 {
+        match self.mode {
+            Mode::Bundles { tasks_per_node } => self.min_nodes * tasks_per_node,
+            Mode::Units {
+                total, merge: true, ..
+            } => self.min_nodes.max(1).min(total),
+            Mode::Units {
+                total,
+                tasks_per_unit,
+                ..
+            } => total * tasks_per_unit,
         }
     }
 
     /// Units that fit in `avail` on a node of `total` capacity (ignoring which GPUs).
+    #[inline]
     pub fn units_fitting(&self, avail: Res, total: Res, idle: bool) -> u32 {
         if self.exclusive && !idle {
             return 0;
         }
-        let mut k = self.per_node_cap();
+        // What the units may use once the node's own share is set aside (this is the hot
+        // path of every placement search: no more than a subtraction per resource).
+        let (Some(gpus), Some(cpu)) = (
+            avail.gpus.checked_sub(self.node.gpus),
+            avail.cpu.checked_sub(self.node.cpu),
+        ) else {
+            return 0;
+        };
         let mem = if self.whole_mem {
             if avail.mem < total.mem {
                 return 0;
             }
             u64::MAX
         } else {
-            if avail.mem < self.node_mem {
-                return 0;
+            match avail.mem.checked_sub(self.node.mem) {
+                Some(m) => m,
+                None => return 0,
             }
-            avail.mem - self.node_mem
         };
-        if let Some(n) = avail.gpus.checked_div(self.unit.gpus) {
+        let mut k = self.per_node_cap();
+        if let Some(n) = gpus.checked_div(self.unit.gpus) {
             k = k.min(n);
         }
-        if let Some(n) = avail.cpu.checked_div(self.unit.cpu) {
+        if let Some(n) = cpu.checked_div(self.unit.cpu) {
             k = k.min(u32::try_from(n).unwrap_or(u32::MAX));
         }
         if self.unit.mem > 0 && !self.whole_mem {
@@ -159,8 +195,7 @@ impl Demand {
 
     /// What `units` units take from a node (memory: the whole node when `whole_mem`).
     pub fn take(&self, units: u32, total: Res) -> Res {
-        let mut r = self.unit.times(units);
-        r.mem += self.node_mem;
+        let mut r = self.unit.times(units).plus(self.node);
         if self.whole_mem {
             r.mem = total.mem;
         }
@@ -168,7 +203,12 @@ impl Demand {
     }
 }
 
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// Normalizes a request against its partition's defaults. Errors say what is contradictory.
+/// The rules are the [module docs'](super#job-shapes).
 pub fn normalize(req: &JobRequest, part: &Partition) -> Result<Demand, String> {
     let nonzero = |v: Option<u32>, what: &str| -> Result<Option<u32>, String> {
         match v {
@@ -187,8 +227,19 @@ pub fn normalize(req: &JobRequest, part: &Partition) -> Result<Demand, String> {
         return Err(format!("nodes minimum {a} exceeds maximum {b}"));
     }
     let nodes_given = min_nodes.is_some() || max_nodes.is_some();
-    let nmin = min_nodes.unwrap_or(1);
-    let nmax = max_nodes.unwrap_or(nmin.max(min_nodes.unwrap_or(1)));
+    let mut nmin = min_nodes.unwrap_or(1);
+    let mut nmax = max_nodes.unwrap_or(nmin);
+    // `--nodelist`: the job gets at least those nodes (sbatch raises the node count to them).
+    let required = u32::try_from(req.nodelist.len()).unwrap_or(u32::MAX);
+    if required > 0 {
+        if nodes_given && nmax < required {
+            return Err(format!(
+                "nodelist names {required} nodes but the job asks for at most {nmax}"
+            ));
+        }
+        nmin = nmin.max(required);
+        nmax = nmax.max(required);
+    }
     if req.gpus_per_task.is_some() && ntasks.is_none() && tpn.is_none() {
         return Err("gpus-per-task needs a task count (ntasks or ntasks-per-node)".into());
     }
@@ -227,8 +278,22 @@ pub fn normalize(req: &JobRequest, part: &Partition) -> Result<Demand, String> {
         Some(MemoryRequest::PerNode(m)) => m,
         _ => 0,
     };
-    let bundles = ntasks.is_none() && (nodes_given || tpn.is_some() || req.gpus_per_node.is_some());
-    let mut d = if bundles {
+    let bundle = |gpus: u32, tasks_per_node: u32, nodes: (u32, u32)| -> Demand {
+        let cpu = cpus_for(gpus, tasks_per_node);
+        let mem = mem_for(gpus, cpu) + per_node_mem;
+        Demand {
+            unit: Res { gpus, cpu, mem },
+            node: Res::default(),
+            whole_mem,
+            exclusive: req.exclusive,
+            mode: Mode::Bundles { tasks_per_node },
+            min_nodes: nodes.0,
+            max_nodes: nodes.1,
+        }
+    };
+    let bundles = ntasks.is_none()
+        && (nodes_given || required > 0 || tpn.is_some() || req.gpus_per_node.is_some());
+    let d = if bundles {
         let p = tpn.unwrap_or(1);
         let gpus = if let Some(g) = req.gpus_per_node {
             g
@@ -247,80 +312,134 @@ pub fn normalize(req: &JobRequest, part: &Partition) -> Result<Demand, String> {
         } else {
             0
         };
-        let cpu = cpus_for(gpus, p);
-        let mem = mem_for(gpus, cpu) + per_node_mem;
-        Demand {
-            unit: Res { gpus, cpu, mem },
-            node_mem: 0,
-            whole_mem,
-            exclusive: req.exclusive,
-            mode: Mode::Bundles { tasks_per_node: p },
-            min_nodes: nmin,
-            max_nodes: nmax,
-        }
+        bundle(gpus, p, (nmin, nmax))
     } else if let Some(n) = ntasks {
-        let gpus = if let Some(t) = req.gpus_per_task {
-            t
-        } else if let Some(gn) = req.gpus_per_node {
-            // GPUs per node with a task count: every node has the same number of tasks.
-            let p = match (tpn, nodes_given) {
-                (Some(p), _) => p,
-                (None, true) if nmin == nmax && n % nmin == 0 => n / nmin,
-                _ => {
-                    return Err(
-                        "gpus-per-node with ntasks needs ntasks-per-node or an exact node count that divides ntasks"
-                            .into(),
-                    );
-                }
-            };
-            if n % p != 0 {
-                return Err(format!(
-                    "ntasks {n} is not a multiple of ntasks-per-node {p}"
-                ));
-            }
-            let nodes = n / p;
-            let cpu = cpus_for(gn, p);
-            let mem = mem_for(gn, cpu) + per_node_mem;
-            return finish(
-                Demand {
-                    unit: Res { gpus: gn, cpu, mem },
-                    node_mem: 0,
-                    whole_mem,
-                    exclusive: req.exclusive,
-                    mode: Mode::Bundles { tasks_per_node: p },
-                    min_nodes: nodes,
-                    max_nodes: nodes,
-                },
-                part,
-            );
-        } else if let Some(g) = req.gpus {
-            if g % n != 0 {
-                return Err(format!(
-                    "gpus {g} cannot be split evenly over {n} tasks: give gpus-per-task"
-                ));
-            }
-            g / n
+        // Node range of a task count: the one given (raised to the nodelist), else 1..=n.
+        let (lo, hi) = if nodes_given {
+            (nmin, nmax)
         } else {
-            0
+            (required.max(1), n)
         };
-        let cpu = cpus_for(gpus, 1);
-        let mem = mem_for(gpus, cpu);
-        let (lo, hi) = if nodes_given { (nmin, nmax) } else { (1, n) };
+        if required > n {
+            return Err(format!(
+                "nodelist names {required} nodes but the job has only {n} task(s)"
+            ));
+        }
         if lo > n {
             return Err(format!("ntasks {n} is less than the {lo} nodes asked for"));
         }
+        let exact = nodes_given && nmin == nmax;
+        let per_node_res = Res {
+            mem: per_node_mem,
+            ..Res::default()
+        };
+        // (unit, per node, units, most units per node, tasks per unit)
+        let (unit, node, total, per_node, tasks_per_unit) = if let Some(t) = req.gpus_per_task {
+            let cpu = cpus_for(t, 1);
+            let unit = Res {
+                gpus: t,
+                cpu,
+                mem: mem_for(t, cpu),
+            };
+            (unit, per_node_res, n, tpn.unwrap_or(n), 1)
+        } else if let Some(m) = req.gpus_per_node {
+            // GPUs per node with a task count. When every node's task count is known, each
+            // node is a bundle (its GPUs split between its tasks, `map_gpu` applies): one
+            // task, an exact node count dividing the tasks, or --ntasks-per-node dividing
+            // them. Otherwise the tasks are packed as for --gpus-per-task and each node of
+            // the placement takes the M GPUs once.
+            let fixed = if exact && n % nmin == 0 && tpn.is_none_or(|p| n / nmin <= p) {
+                Some(nmin)
+            } else if !nodes_given && n == 1 {
+                Some(1)
+            } else if let Some(p) = tpn
+                && n % p == 0
+                && lo <= n / p
+                && n / p <= hi
+            {
+                Some(n / p)
+            } else {
+                None
+            };
+            if let Some(k) = fixed {
+                return finish(bundle(m, n / k, (k, k)), part);
+            }
+            let task_cpu = u64::from(cpt.unwrap_or(1)) * 1000;
+            // DefCpuPerGPU: a node's tasks together get at least its GPUs' default CPUs.
+            let node_cpu = match (cpt, part.def_cpu_per_gpu) {
+                (None, Some(d)) if !mem_given => u64::from((d * m).saturating_sub(1)) * 1000,
+                _ => 0,
+            };
+            let unit = Res {
+                gpus: 0,
+                cpu: task_cpu,
+                mem: mem_for(0, task_cpu),
+            };
+            let node = Res {
+                gpus: m,
+                cpu: node_cpu,
+                mem: mem_for(m, node_cpu) + per_node_mem,
+            };
+            (unit, node, n, tpn.unwrap_or(n), 1)
+        } else if let Some(g) = req.gpus {
+            // GPUs for the job with a task count: gcd(G, N) equal units, each N/gcd tasks
+            // sharing G/gcd GPUs (one task per G/N GPUs when N divides G).
+            let u = gcd(g, n);
+            let (gpus, tasks) = (g / u, n / u);
+            let per_node = match tpn {
+                Some(p) if p < tasks => {
+                    return Err(format!(
+                        "gpus {g} over {n} tasks groups {tasks} tasks on {gpus} GPU(s), more than ntasks-per-node {p}: give gpus-per-task"
+                    ));
+                }
+                Some(p) => p / tasks,
+                None => u,
+            };
+            let cpu = cpus_for(gpus, tasks);
+            let unit = Res {
+                gpus,
+                cpu,
+                mem: mem_for(gpus, cpu),
+            };
+            (unit, per_node_res, u, per_node, tasks)
+        } else {
+            let cpu = cpus_for(0, 1);
+            let unit = Res {
+                gpus: 0,
+                cpu,
+                mem: mem_for(0, cpu),
+            };
+            (unit, per_node_res, n, tpn.unwrap_or(n), 1)
+        };
+        let per_node = per_node.max(1);
+        // --ntasks-per-node is a maximum with --ntasks: at least ceil(N / it) nodes, over
+        // which the tasks are then spread evenly (as srun lays them out).
+        let lo = lo.max(total.div_ceil(per_node));
+        if lo > total {
+            return Err(format!(
+                "{n} tasks in {total} group(s) of {tasks_per_unit} cannot cover {lo} nodes: give gpus-per-task"
+            ));
+        }
+        let hi = hi.min(total);
+        if lo > hi {
+            return Err(format!(
+                "{n} tasks do not fit on {hi} nodes at {} per node",
+                per_node * tasks_per_unit
+            ));
+        }
         Demand {
-            unit: Res { gpus, cpu, mem },
-            node_mem: per_node_mem,
+            unit,
+            node,
             whole_mem,
             exclusive: req.exclusive,
             mode: Mode::Units {
-                total: n,
-                max_per_node: tpn.unwrap_or(n),
+                total,
+                max_per_node: per_node,
                 merge: false,
+                tasks_per_unit,
             },
             min_nodes: lo,
-            max_nodes: hi.min(n),
+            max_nodes: hi,
         }
     } else if let Some(g) = req.gpus {
         // `--gpus=G` alone: G one-GPU units on as few nodes as possible, one task per node.
@@ -331,33 +450,24 @@ pub fn normalize(req: &JobRequest, part: &Partition) -> Result<Demand, String> {
         let mem = mem_for(1, cpu);
         Demand {
             unit: Res { gpus: 1, cpu, mem },
-            node_mem: per_node_mem,
+            node: Res {
+                mem: per_node_mem,
+                ..Res::default()
+            },
             whole_mem,
             exclusive: req.exclusive,
             mode: Mode::Units {
                 total: g,
                 max_per_node: g,
                 merge: true,
+                tasks_per_unit: 1,
             },
             min_nodes: 1,
             max_nodes: g,
         }
     } else {
-        let cpu = cpus_for(0, 1);
-        let mem = mem_for(0, cpu) + per_node_mem;
-        Demand {
-            unit: Res { gpus: 0, cpu, mem },
-            node_mem: 0,
-            whole_mem,
-            exclusive: req.exclusive,
-            mode: Mode::Bundles { tasks_per_node: 1 },
-            min_nodes: 1,
-            max_nodes: 1,
-        }
+        bundle(0, 1, (1, 1))
     };
-    if let Mode::Units { max_per_node, .. } = &mut d.mode {
-        *max_per_node = (*max_per_node).max(1);
-    }
     finish(d, part)
 }
 
@@ -463,7 +573,8 @@ mod tests {
             Mode::Units {
                 total: 16,
                 max_per_node: 16,
-                merge: false
+                merge: false,
+                tasks_per_unit: 1
             }
         );
         assert_eq!(
@@ -489,7 +600,8 @@ mod tests {
             Mode::Units {
                 total: 12,
                 max_per_node: 12,
-                merge: true
+                merge: true,
+                tasks_per_unit: 1
             }
         );
         assert_eq!(d.tasks_on_node(8), 1);
@@ -527,6 +639,7 @@ mod tests {
             JobRequest {
                 gpus: Some(7),
                 ntasks: Some(2),
+                ntasks_per_node: Some(1),
                 ..req()
             },
             JobRequest {
@@ -563,13 +676,14 @@ mod tests {
                 cpu: 8000,
                 mem: 1000,
             },
-            node_mem: 0,
+            node: Res::default(),
             whole_mem: false,
             exclusive: false,
             mode: Mode::Units {
                 total: 8,
                 max_per_node: 8,
                 merge: false,
+                tasks_per_unit: 1,
             },
             min_nodes: 1,
             max_nodes: 8,

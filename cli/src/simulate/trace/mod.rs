@@ -67,9 +67,11 @@ pub enum Ask {
 /// The time limit a trace records for a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceLimit {
-    /// None recorded (ITP; sacct `Partition_Limit`; a native spec without `time`): the run's
-    /// time-limit rule decides.
+    /// None recorded (ITP; sacct `Partition_Limit`): the run's time-limit rule decides.
     Missing,
+    /// A native spec without `time`: the partition's default (else maximum) time, as on a
+    /// cluster; the run's rule where the partition sets neither.
+    Partition,
     /// `UNLIMITED`.
     Unlimited,
     /// A limit in seconds.
@@ -105,6 +107,25 @@ pub struct TraceJob {
     pub hold: bool,
     /// `--dependency` (native traces).
     pub dependency: Option<DependencySpec>,
+    /// The submitting user (native traces), for `--exclusive=user`.
+    pub user: Option<String>,
+    /// For an element of an array job (native traces): its array, index and `%N` throttle.
+    pub array: Option<TraceArray>,
+    /// `--requeue` (the default) / `--no-requeue`: a preempted job is requeued only if set.
+    pub requeue: bool,
+    /// `spec.cancel` (native traces): cancelled before it could run.
+    pub cancel: bool,
+}
+
+/// Array membership of a trace job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceArray {
+    /// The array's trace id (its elements are `ID_INDEX`).
+    pub parent: String,
+    /// This element's index.
+    pub index: u32,
+    /// `%N`: at most this many elements run at once.
+    pub max_running: Option<u32>,
 }
 
 impl TraceJob {
@@ -124,6 +145,10 @@ impl TraceJob {
             priority: None,
             hold: false,
             dependency: None,
+            user: None,
+            array: None,
+            requeue: true,
+            cancel: false,
         }
     }
 }

@@ -27,26 +27,29 @@
 //! is reported with its line, as `jobs[INDEX]` with its name, and the field;
 //! `--skip-bad-rows` skips it.
 //!
-//! Spec fields are read with the Slurm syntax library, as the operator reads them; the
-//! fields that shape scheduling are used (`nodes`, `ntasks`, `ntasksPerNode`, `cpusPerTask`,
-//! `mem`/`memPerCpu`/`memPerGpu`, `gpus`, `gpusPerNode`, `gpusPerTask`, `gres`, `gpuType`,
-//! `constraint`, `switches`, `gpuBind`, `exclusive`, `time`, `partition`, `jobName`, `nice`,
-//! `priority`, `hold`, `dependency`). Dependencies name other jobs of the trace by `name`
+//! Spec fields are translated by the operator's own translation
+//! (`muster_operator::controller::translate::job_request`), the one function the operator and
+//! `sbatch --test-only` use too, so every field that shapes scheduling takes effect here as it
+//! does on a cluster, and a bad field is reported with the same message. An entry's optional
+//! `user` is the submitting user (for `exclusive: user`; the operator reads the
+//! `muster.dev/user` annotation). Dependencies name other jobs of the trace by `name`
 //! (`afterok:train-7b`); a job whose dependency names a job not submitted yet waits for it,
-//! as the operator does. Arrays, scripts and pod templates are accepted and not replayed.
+//! as the operator does. An array runs one gang per index (`NAME_INDEX`) under its `%N`
+//! throttle; `cancel: true` never runs; `requeue: false` ends a preempted job rather than
+//! requeueing it. Scripts and pod templates are accepted and not replayed.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use muster_crds::slurm::{
-    Constraint, DependencySpec, GpuBind, GpuCount, MemSize, NodeRange, Switches, TimeLimit,
-    gpus_from_gres, parse_gres,
-};
+use muster_crds::slurm::{MemSize, TimeLimit};
 use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec, PartitionState};
-use muster_operator::core::{JobRequest, LabelSelector, MemoryRequest, Partition};
+use muster_operator::controller::translate::{self, join_errors};
+use muster_operator::core::{LabelSelector, Partition};
 use serde::Deserialize;
 
-use super::{Ask, Format, Rows, Trace, TraceError, TraceJob, TraceLimit, TracePartition};
+use super::{
+    Ask, Format, Rows, Trace, TraceArray, TraceError, TraceJob, TraceLimit, TracePartition,
+};
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -66,6 +69,8 @@ struct NativeJob {
     name: Option<String>,
     #[serde(default)]
     namespace: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
     submit: i64,
     runtime: Runtime,
     #[serde(default)]
@@ -145,11 +150,13 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
             }
         };
         match job(&nj, i) {
-            Ok(mut tj) => {
-                if let Some(&l) = lines.and_then(|l| l.get(i)) {
-                    tj.line = l;
+            Ok(elements) => {
+                for mut tj in elements {
+                    if let Some(&l) = lines.and_then(|l| l.get(i)) {
+                        tj.line = l;
+                    }
+                    jobs.push(tj)
                 }
-                jobs.push(tj)
             }
             Err(m) => bad(
                 &mut rows,
@@ -215,30 +222,54 @@ fn entry_lines(text: &str) -> Option<Vec<usize>> {
     )
 }
 
-fn job(nj: &NativeJob, i: usize) -> Result<TraceJob, String> {
+/// The trace jobs of an entry: one, or one per index of an array (`NAME_INDEX`), each run as
+/// its own gang under the array's `%N` throttle, as the operator runs them.
+fn job(nj: &NativeJob, i: usize) -> Result<Vec<TraceJob>, String> {
     let runtime = match &nj.runtime {
         Runtime::Secs(s) => *s,
         Runtime::Text(t) => duration_secs(t).map_err(|m| format!("runtime: {m}"))?,
     };
-    let (request, limit) = request(&nj.spec)?;
-    let dependency = match &nj.spec.dependency {
-        Some(d) => Some(DependencySpec::parse(d).map_err(|e| format!("spec.dependency: {e}"))?),
-        None => None,
+    let parsed = translate::job_request(&nj.spec).map_err(|e| join_errors(&e))?;
+    let limit = match parsed.time {
+        None => TraceLimit::Partition,
+        Some(TimeLimit::Unlimited) => TraceLimit::Unlimited,
+        Some(t) => TraceLimit::Secs(t.seconds().unwrap_or(u64::MAX)),
     };
-    Ok(TraceJob {
-        id: nj.name.clone().unwrap_or_else(|| format!("job-{}", i + 1)),
+    let id = nj.name.clone().unwrap_or_else(|| format!("job-{}", i + 1));
+    let one = TraceJob {
+        id: id.clone(),
         line: i + 1,
         submit: nj.submit,
         runtime,
-        ask: Ask::Request(Box::new(request)),
+        ask: Ask::Request(Box::new(parsed.request)),
         limit,
-        partition: nj.spec.partition.clone(),
+        partition: parsed.partition,
         namespace: nj.namespace.clone(),
         name: nj.name.clone(),
-        nice: nj.spec.nice.unwrap_or(0),
-        priority: nj.spec.priority,
-        hold: nj.spec.hold.unwrap_or(false),
-        dependency,
+        nice: parsed.nice,
+        priority: parsed.priority,
+        hold: parsed.hold,
+        dependency: parsed.dependency,
+        user: nj.user.clone(),
+        array: None,
+        requeue: parsed.requeue,
+        cancel: parsed.cancel,
+    };
+    Ok(match parsed.array {
+        None => vec![one],
+        Some(a) => a
+            .indices
+            .iter()
+            .map(|&index| TraceJob {
+                id: format!("{id}_{index}"),
+                array: Some(TraceArray {
+                    parent: id.clone(),
+                    index,
+                    max_running: a.max_running,
+                }),
+                ..one.clone()
+            })
+            .collect(),
     })
 }
 
@@ -270,129 +301,6 @@ fn duration_secs(s: &str) -> Result<u64, String> {
         _ => return Err(format!("{s:?}: too many ':'")),
     };
     Ok(days * 86_400 + secs)
-}
-
-fn ios(v: &IntOrString) -> String {
-    match v {
-        IntOrString::Int(i) => i.to_string(),
-        IntOrString::String(s) => s.clone(),
-    }
-}
-
-/// The scheduling request of a spec and its recorded time limit.
-fn request(s: &BatchJobSpec) -> Result<(JobRequest, TraceLimit), String> {
-    let mut errs: Vec<String> = Vec::new();
-    let mut r = JobRequest::default();
-    if let Some(n) = &s.nodes {
-        match NodeRange::parse(&ios(n)) {
-            Ok(n) => {
-                r.min_nodes = Some(n.min);
-                r.max_nodes = Some(n.max);
-            }
-            Err(e) => errs.push(format!("spec.nodes: {e}")),
-        }
-    }
-    r.ntasks = s.ntasks;
-    r.ntasks_per_node = s.ntasks_per_node;
-    r.cpus_per_task = s.cpus_per_task;
-    let mems = [
-        ("spec.mem", &s.mem),
-        ("spec.memPerCpu", &s.mem_per_cpu),
-        ("spec.memPerGpu", &s.mem_per_gpu),
-    ];
-    if mems.iter().filter(|m| m.1.is_some()).count() > 1 {
-        errs.push("spec.mem, spec.memPerCpu and spec.memPerGpu are mutually exclusive".into());
-    }
-    for (field, v) in mems {
-        let Some(v) = v else { continue };
-        match MemSize::parse(v) {
-            Ok(m) => {
-                r.memory = Some(match field {
-                    "spec.mem" if m.is_zero() => MemoryRequest::WholeNode,
-                    "spec.mem" => MemoryRequest::PerNode(m.mib()),
-                    "spec.memPerCpu" => MemoryRequest::PerCpu(m.mib()),
-                    _ => MemoryRequest::PerGpu(m.mib()),
-                })
-            }
-            Err(e) => errs.push(format!("{field}: {e}")),
-        }
-    }
-    let mut types: Vec<String> = s.gpu_type.iter().cloned().collect();
-    let mut count = |field: &str, v: &Option<IntOrString>, errs: &mut Vec<String>| {
-        let v = v.as_ref()?;
-        match GpuCount::parse(&ios(v)) {
-            Ok(c) => {
-                types.extend(c.gpu_type.clone());
-                Some(c.count)
-            }
-            Err(e) => {
-                errs.push(format!("{field}: {e}"));
-                None
-            }
-        }
-    };
-    r.gpus = count("spec.gpus", &s.gpus, &mut errs);
-    r.gpus_per_node = count("spec.gpusPerNode", &s.gpus_per_node, &mut errs);
-    r.gpus_per_task = count("spec.gpusPerTask", &s.gpus_per_task, &mut errs);
-    if let Some(g) = &s.gres {
-        match parse_gres(g).and_then(|items| gpus_from_gres(&items)) {
-            Ok(Some(c)) => {
-                if r.gpus_per_node.is_some() {
-                    errs.push("spec.gres and spec.gpusPerNode both set GPUs per node".into());
-                }
-                r.gpus_per_node = Some(c.count);
-                types.extend(c.gpu_type);
-            }
-            Ok(None) => {}
-            Err(e) => errs.push(format!("spec.gres: {e}")),
-        }
-    }
-    if let Some(t) = types.first() {
-        if types.iter().any(|x| !x.eq_ignore_ascii_case(t)) {
-            errs.push(format!("GPU types {types:?} contradict each other"));
-        }
-        r.gpu_type = Some(t.clone());
-    }
-    r.exclusive = s.exclusive.unwrap_or(false);
-    if let Some(c) = &s.constraint {
-        match Constraint::parse(c) {
-            Ok(c) => r.constraint = Some(c),
-            Err(e) => errs.push(format!("spec.constraint: {e}")),
-        }
-    }
-    if let Some(sw) = &s.switches {
-        let parsed = match sw {
-            IntOrString::Int(i) => Switches::from_int(i64::from(*i)),
-            IntOrString::String(x) => Switches::parse(x),
-        };
-        match parsed {
-            Ok(sw) => r.switches = Some(sw),
-            Err(e) => errs.push(format!("spec.switches: {e}")),
-        }
-    }
-    if let Some(b) = &s.gpu_bind {
-        match GpuBind::parse(b) {
-            Ok(b) => r.gpu_bind = Some(b),
-            Err(e) => errs.push(format!("spec.gpuBind: {e}")),
-        }
-    }
-    let mut limit = TraceLimit::Missing;
-    if let Some(t) = &s.time {
-        let parsed = match t {
-            IntOrString::Int(i) => TimeLimit::from_int(i64::from(*i)),
-            IntOrString::String(x) => TimeLimit::parse(x),
-        };
-        match parsed {
-            Ok(TimeLimit::Unlimited) => limit = TraceLimit::Unlimited,
-            Ok(t) => limit = TraceLimit::Secs(t.seconds().unwrap_or(u64::MAX)),
-            Err(e) => errs.push(format!("spec.time: {e}")),
-        }
-    }
-    if errs.is_empty() {
-        Ok((r, limit))
-    } else {
-        Err(errs.join("; "))
-    }
 }
 
 fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
@@ -496,10 +404,11 @@ jobs:
         assert_eq!(j.namespace.as_deref(), Some("team-a"));
         assert_eq!(j.runtime, 5400);
         assert_eq!(j.limit, TraceLimit::Secs(7200));
-        let want = JobRequest {
+        let want = muster_operator::core::JobRequest {
             max_nodes: Some(4),
-            ..JobRequest::nodes(4, 8)
-        };
+            ..muster_operator::core::JobRequest::nodes(4, 8)
+        }
+        .time(7200);
         assert_eq!(j.ask, Ask::Request(Box::new(want)));
         let k = &t.jobs[1];
         assert_eq!(k.runtime, 3600);

@@ -82,7 +82,7 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
         match row(
             &record, c_id, c_submit, c_start, c_end, c_tres, c_nodes, c_limit, c_part, c_ns, line,
         ) {
-            Ok(Row::Job(j)) => jobs.push(j),
+            Ok(Row::Job(j)) => jobs.push(*j),
             Ok(Row::Step) => rows.skipped.steps += 1,
             Ok(Row::NotRun) => rows.skipped.not_run += 1,
             Ok(Row::NoGpus) => rows.skipped.no_gpus += 1,
@@ -99,7 +99,7 @@ pub fn parse(name: &str, text: &str, skip_bad: bool) -> Result<Trace, TraceError
 }
 
 enum Row {
-    Job(TraceJob),
+    Job(Box<TraceJob>),
     Step,
     NotRun,
     NoGpus,
@@ -175,7 +175,7 @@ fn row(
         },
     };
     let text = |c: Option<usize>| c.map(|c| r[c].to_string()).filter(|s| !s.is_empty());
-    Ok(Row::Job(TraceJob {
+    Ok(Row::Job(Box::new(TraceJob {
         id: id.to_string(),
         line,
         submit,
@@ -190,7 +190,11 @@ fn row(
         priority: None,
         hold: false,
         dependency: None,
-    }))
+        user: None,
+        array: None,
+        requeue: true,
+        cancel: false,
+    })))
 }
 
 /// A sacct timestamp in seconds; `None` for `Unknown`, `None` or empty.

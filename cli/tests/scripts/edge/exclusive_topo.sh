@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --exclusive=topo
+srun hostname

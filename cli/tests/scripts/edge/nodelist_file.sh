@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH --nodelist=./nodes.txt
+#SBATCH -x ./nodes.txt -w gpu007
+srun hostname
