@@ -217,6 +217,30 @@ fn ambiguity_message(argv: &[OsString], e: &clap::Error) -> Option<String> {
     })
 }
 
+/// A command-line error of `sbatch` in the format and with the exit status of its script errors
+/// (`sbatch: error: command line: …`, status 1), as Slurm's sbatch reports both alike.
+fn sbatch_command_line_error(argv: &[OsString], e: &clap::Error) -> Option<String> {
+    use clap::error::ErrorKind;
+    if !e.use_stderr() || matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        return None;
+    }
+    let root = Cli::command();
+    let sub = argv
+        .iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .find_map(|a| root.find_subcommand(a))?;
+    if sub.get_name() != "sbatch" {
+        return None;
+    }
+    let mut sub = sub.clone();
+    for g in root.get_arguments().filter(|a| a.is_global_set()) {
+        sub = sub.arg(g.clone());
+    }
+    let err = sbatch::parse::describe_clap_error(&sub, e);
+    Some(format!("sbatch: error: {err}\n"))
+}
+
 /// Parse `argv` and run it with `io`; returns the process exit status (1 on error, like Slurm).
 pub async fn run_with(argv: Vec<OsString>, io: &mut Io<'_>) -> ExitCode {
     run_on(argv, None, io).await
@@ -228,6 +252,10 @@ pub async fn run_on(argv: Vec<OsString>, cluster: Option<Cluster>, io: &mut Io<'
     let cli = match parse_args(argv) {
         Ok(cli) => cli,
         Err(e) => {
+            if let Some(text) = sbatch_command_line_error(&normalized, &e) {
+                let _ = write!(io.err, "{text}");
+                return ExitCode::FAILURE;
+            }
             let code = e.exit_code();
             let text = ambiguity_message(&normalized, &e).unwrap_or_else(|| e.render().to_string());
             let _ = if e.use_stderr() {

@@ -96,6 +96,8 @@ pub struct JobRow {
     pub std_out: Option<String>,
     /// `--error` as given.
     pub std_err: Option<String>,
+    /// `--comment` as given.
+    pub comment: Option<String>,
     /// Where rank 0 runs (Slurm's BatchHost).
     pub batch_host: Option<String>,
     /// Human-readable reason detail.
@@ -287,6 +289,7 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         ntasks_per_node: spec.ntasks_per_node,
         std_out: annotations.get(labels::OUTPUT).cloned(),
         std_err: annotations.get(labels::ERROR).cloned(),
+        comment: annotations.get(labels::COMMENT).cloned(),
         batch_host: st
             .tasks
             .iter()

@@ -129,6 +129,7 @@ const COLUMNS: &[(&str, i32)] = &[
     ("AllocCPUS", 10),
     ("AllocNodes", 10),
     ("AllocTRES", -10),
+    ("Comment", 15),
     ("Constraints", 19),
     ("Elapsed", 10),
     ("ElapsedRaw", 10),
@@ -212,6 +213,7 @@ pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
                 String::new()
             }
         }
+        "Comment" => r.comment.clone().unwrap_or_default(),
         "Constraints" => r.features.clone().unwrap_or_default(),
         "Elapsed" => format::secs_long(r.elapsed_secs),
         "ElapsedRaw" => r.elapsed_secs.to_string(),

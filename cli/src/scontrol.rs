@@ -216,6 +216,9 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     if let Some(m) = &r.mem {
         lines.push(format!("MinMemory={m}"));
     }
+    if let Some(c) = &r.comment {
+        lines.push(format!("Comment={c}"));
+    }
     lines.push(format!(
         "StdErr={}",
         r.std_err

@@ -256,21 +256,49 @@ fn sbatch_dry_run_from_the_command_line() {
         err.starts_with("sbatch: error: typed_gpu_constraint.sh: line 3: "),
         "{err}"
     );
+    // The command line's errors read as the script's, with the same exit status.
     let (code, _, err) = run(&["sbatch", "--dry-run", "--gp=1", "x.sh"], &[]);
-    assert_ne!(code, 0);
-    assert!(
-        err.starts_with("sbatch: error: option '--gp' is ambiguous; possibilities: '--gpu-bind'"),
-        "{err}"
-    );
-    let (code, _, err) = run(&["sbatch", "--dry-run", "--account=x", "--wrap=true"], &[]);
     assert_eq!(code, 1);
     assert!(
-        err.contains("command line: option --account is not supported by Muster"),
+        err.starts_with(
+            "sbatch: error: command line: option '--gp' is ambiguous; possibilities: '--gpu-bind'"
+        ),
         "{err}"
     );
+    let (code, _, err) = run(&["sbatch", "--dry-run", "--time=1h", "x.sh"], &[]);
+    assert_eq!(code, 1);
     assert!(
-        err.contains("hint: Muster's accounts are Kubernetes namespaces"),
+        err.starts_with("sbatch: error: command line: invalid value '1h' for --time: "),
         "{err}"
+    );
+    let (code, _, err) = run(&["sbatch", "--dry-run", "--bogus", "x.sh"], &[]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("sbatch: error: command line: unrecognized option '--bogus'"),
+        "{err}"
+    );
+    // Other sites' options are read, with one warning each.
+    let (code, out, err) = run(
+        &[
+            "sbatch",
+            "--dry-run",
+            "--account=x",
+            "-q",
+            "high",
+            "--wrap=true",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kind: BatchJob"), "{out}");
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "sbatch: warning: command line: --account has no effect in Muster: a job's account is \
+             its Kubernetes namespace (fair share, sacct's Account): submit with --namespace",
+            "sbatch: warning: command line: --qos has no effect in Muster: priority comes from the \
+             partition's priorityTier and --nice/--priority",
+        ],
     );
 }
 

@@ -299,6 +299,27 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
     ),
     (
         "edge",
+        "other_sites.sh",
+        Accepted(&[
+            ("comment", "nightly run"),
+            ("nodes", "2"),
+            ("requeue", "requeue"),
+            ("time", "UNLIMITED"),
+        ]),
+    ),
+    (
+        "edge",
+        "slurm_prefix.sh",
+        Accepted(&[("job-name", "x"), ("nodes", "3"), ("time", "00:05:00")]),
+    ),
+    (
+        "edge",
+        "several_problems.sh",
+        Refused(Some(2), "unrecognized option '--bogus'"),
+    ),
+    ("edge", "nul_byte.sh", Refused(Some(3), "NUL character")),
+    (
+        "edge",
         "unmatched_quote.sh",
         Refused(Some(2), "unmatched `\"`"),
     ),

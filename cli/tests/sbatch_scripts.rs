@@ -407,7 +407,11 @@ fn environment_layer_and_ignored_variables() {
     );
     assert_eq!(
         p.warnings,
-        ["ignoring SBATCH_ACCOUNT: Muster does not implement that sbatch option"]
+        [
+            "environment variable SBATCH_ACCOUNT: --account has no effect in Muster: a job's \
+             account is its Kubernetes namespace (fair share, sacct's Account): submit with \
+             --namespace"
+        ]
     );
     let e = ours(
         "howto",

@@ -30,6 +30,9 @@ pub const NODE_FEATURE_PREFIX: &str = "muster.dev/feature.";
 pub const OUTPUT: &str = "muster.dev/output";
 /// Annotation with the `--error` path of `sbatch`, kept for `muster logs`.
 pub const ERROR: &str = "muster.dev/error";
+/// Annotation with the `--comment` of `sbatch` (Slurm's job comment, shown by `scontrol show
+/// job` and `sacct -o Comment`).
+pub const COMMENT: &str = "muster.dev/comment";
 /// Annotation with the user who submitted the job (Slurm's `%u`): written at admission by the
 /// operator's mutating webhook from the API server's `userInfo.username`, never by clients.
 pub const USER: &str = "muster.dev/user";

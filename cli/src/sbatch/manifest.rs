@@ -108,9 +108,11 @@ fn int_or_string(s: &str) -> IntOrString {
     }
 }
 
-/// Check what no single option can check alone, naming the line of the option at fault.
-pub fn check(merged: &Merged) -> Result<(), SbatchError> {
+/// Check what no single option can check alone, naming the line of the option at fault: every
+/// problem found.
+pub fn check(merged: &Merged) -> Vec<SbatchError> {
     let o = &merged.options;
+    let mut errors = Vec::new();
 
     // Values sbatch checks once all options are read (the rest are checked as given).
     type Check = fn(&str) -> Result<String, String>;
@@ -134,7 +136,7 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
             } else {
                 format!("invalid value '{v}' for --{opt}: {why}")
             };
-            return Err(SbatchError::at(merged.origin(opt), message));
+            errors.push(SbatchError::at(merged.origin(opt), message));
         }
     }
 
@@ -147,7 +149,7 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
     .filter_map(|(k, given)| given.then_some(k))
     .collect();
     if mems.len() > 1 {
-        return Err(SbatchError::at(
+        errors.push(SbatchError::at(
             merged.origin(mems[1]),
             format!(
                 "--{} and --{} are mutually exclusive: give one of --mem, --mem-per-cpu and --mem-per-gpu",
@@ -157,14 +159,14 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
     }
 
     if o.gpus_per_task.is_some() && o.ntasks.is_none() && o.ntasks_per_node.is_none() {
-        return Err(SbatchError::at(
+        errors.push(SbatchError::at(
             merged.origin("gpus-per-task"),
             "--gpus-per-task needs a task count: add --ntasks (-n) or --ntasks-per-node",
         ));
     }
 
     if o.gres.is_some() && o.gpus_per_node.is_some() {
-        return Err(SbatchError::at(
+        errors.push(SbatchError::at(
             merged.origin("gpus-per-node"),
             "--gres=gpu:… and --gpus-per-node both set GPUs per node: give one of them",
         ));
@@ -176,7 +178,7 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
         && o.gpus_per_task.is_none()
         && o.gres.is_none()
     {
-        return Err(SbatchError::at(
+        errors.push(SbatchError::at(
             merged.origin("mem-per-gpu"),
             "--mem-per-gpu needs a GPU request: add --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu:N",
         ));
@@ -215,7 +217,7 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
     if let [(k1, t1), .., (k2, t2)] = typed.as_slice()
         && !t1.eq_ignore_ascii_case(t2)
     {
-        return Err(SbatchError::at(
+        errors.push(SbatchError::at(
             merged.origin(k2),
             format!(
                 "--{k2} asks for {t2} GPUs but --{k1} ({}) asks for {t1}: a job runs on one GPU type",
@@ -227,7 +229,7 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
     if let Some(p) = &o.partition {
         let name = partition_object_name(p);
         if !is_dns_subdomain(&name) {
-            return Err(SbatchError::at(
+            errors.push(SbatchError::at(
                 merged.origin("partition"),
                 format!(
                     "partition '{p}' cannot name a Partition object: use lower-case letters, \
@@ -236,7 +238,7 @@ pub fn check(merged: &Merged) -> Result<(), SbatchError> {
             ));
         }
     }
-    Ok(())
+    errors
 }
 
 /// Build the BatchJob for a submission. [`check`] must have passed.
@@ -253,6 +255,9 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
     }
     if let Some(err) = &o.error {
         annotations.insert(labels::ERROR.to_string(), err.clone());
+    }
+    if let Some(c) = &o.comment {
+        annotations.insert(labels::COMMENT.to_string(), c.clone());
     }
 
     // Validated when parsed; an invalid value cannot reach here.
@@ -309,7 +314,12 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
                 Exclusive::Node
             }
         }),
-        time: o.time.as_deref().map(int_or_string),
+        // `-1` is Slurm's other spelling of no limit; the field takes `UNLIMITED`.
+        time: o
+            .time
+            .as_deref()
+            .map(|t| if t == "-1" { "UNLIMITED" } else { t })
+            .map(int_or_string),
         array: o.array.as_deref().map(int_or_string),
         dependency: o.dependency.clone(),
         switches: o.switches.as_deref().map(int_or_string),

@@ -8,7 +8,6 @@
 pub mod manifest;
 pub mod options;
 pub mod parse;
-pub mod script;
 pub mod test_only;
 pub mod values;
 
@@ -23,9 +22,9 @@ use muster_crds::v1alpha1::{BatchJob, Partition};
 use crate::Io;
 use crate::cluster::Target;
 use manifest::{JobSource, Submitter};
+use muster_crds::slurm::script;
 use options::SbatchOptions;
-use parse::{Merged, SbatchError};
-use script::Script;
+use parse::{Merged, SbatchError, SbatchErrors};
 
 /// `muster sbatch [OPTIONS] [SCRIPT [ARGS...]]`
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -131,23 +130,30 @@ fn base_name(path: &str) -> String {
         .unwrap_or_else(|| path.to_string())
 }
 
-/// Turn arguments, the script and the environment into the BatchJob, or say precisely why not.
+/// Turn arguments, the script and the environment into the BatchJob, or say precisely why not:
+/// every problem of the submission at once (script lines in order), with the warnings met.
 /// `script` is `None` with `--wrap`.
 pub fn prepare(
     args: &SbatchArgs,
     script: Option<ScriptInput>,
     env: &dyn Fn(&str) -> Option<String>,
     who: &Submitter,
-) -> Result<Prepared, SbatchError> {
+) -> Result<Prepared, SbatchErrors> {
     let (dry_run, cli_options) = args.dry_run_format();
     let script_args: Vec<String> = args.command.iter().skip(1).cloned().collect();
-    let cli = parse::command_line_layer(cli_options)?;
-
     let mut warnings = Vec::new();
+    let mut errors: Vec<SbatchError> = Vec::new();
+    let refuse =
+        |errors: Vec<SbatchError>, warnings: Vec<String>| SbatchErrors { errors, warnings };
+    let cli = parse::command_line_layer(cli_options, &mut warnings);
+
     let (source, directives) = match (&cli.options.wrap, script) {
         (Some(_), _) if !args.command.is_empty() => {
-            return Err(SbatchError::general(
-                "a script argument is not permitted with --wrap: give one or the other",
+            return Err(refuse(
+                vec![SbatchError::general(
+                    "a script argument is not permitted with --wrap: give one or the other",
+                )],
+                warnings,
             ));
         }
         (Some(wrap), _) => {
@@ -162,20 +168,46 @@ pub fn prepare(
             )
         }
         (None, None) => {
-            return Err(SbatchError::general(
-                "no batch script: give SCRIPT, --wrap=COMMAND, or a script on standard input",
+            return Err(refuse(
+                vec![SbatchError::general(
+                    "no batch script: give SCRIPT, --wrap=COMMAND, or a script on standard input",
+                )],
+                warnings,
             ));
         }
         (None, Some(input)) => {
-            let parsed = Script::parse(&input.text)
-                .map_err(|e| SbatchError::general(format!("{}: {e}", input.name)))?;
+            let read = script::read(&input.text).map_err(|e| {
+                refuse(
+                    vec![SbatchError::general(format!("{}: {e}", input.name))],
+                    warnings.clone(),
+                )
+            })?;
+            let at = |line: usize| parse::Origin::Line {
+                file: input.name.clone(),
+                line,
+            };
             warnings.extend(
-                parsed
-                    .warnings
+                read.warnings
                     .iter()
-                    .map(|w| format!("{}: {w}", input.name)),
+                    .map(|w| format!("{}: {}", at(w.line), w.message)),
             );
-            let layer = parse::parse_directives(&input.name, &parsed.directives)?;
+            let mut found: Vec<SbatchError> = read
+                .problems
+                .into_iter()
+                .map(|p| {
+                    let mut e = SbatchError::at(at(p.line), p.message);
+                    e.hint = p.hint;
+                    e
+                })
+                .collect();
+            let layer =
+                parse::parse_directives(&input.name, &read.directives, &mut warnings, &mut found);
+            // Both lists are in line order: keep the script's order overall.
+            found.sort_by_key(|e| match &e.at {
+                Some(parse::Origin::Line { line, .. }) => *line,
+                _ => 0,
+            });
+            errors.extend(found);
             (
                 JobSource {
                     script: input.text,
@@ -187,9 +219,19 @@ pub fn prepare(
         }
     };
 
-    let env_layer = parse::parse_env(env, &mut warnings)?;
+    let env_layer = parse::parse_env(env, &mut warnings, &mut errors);
     let mut merged = parse::merge(cli, env_layer, directives);
-    manifest::check(&merged)?;
+    errors.extend(manifest::check(&merged));
+    if !errors.is_empty() {
+        // Script lines in order, then the environment's and the command line's problems.
+        errors.sort_by_key(|e| match &e.at {
+            Some(parse::Origin::Line { line, .. }) => (0, *line),
+            Some(parse::Origin::Env(_)) => (1, 0),
+            Some(parse::Origin::CommandLine) => (2, 0),
+            None => (3, 0),
+        });
+        return Err(refuse(errors, warnings));
+    }
     // -w FILE / -x FILE: sbatch reads the node names from the file.
     for opt in ["nodelist", "exclude"] {
         let value = match opt {
@@ -197,20 +239,25 @@ pub fn prepare(
             _ => &mut merged.options.exclude,
         };
         if let Some(v) = value.as_deref().filter(|v| v.contains('/')) {
-            let read = read_node_file(v, who.cwd.as_deref()).map_err(|m| {
-                SbatchError::at(
+            match read_node_file(v, who.cwd.as_deref()) {
+                Ok(read) => *value = Some(read),
+                Err(m) => errors.push(SbatchError::at(
                     merged
                         .origins
                         .get(opt)
                         .cloned()
                         .unwrap_or(parse::Origin::CommandLine),
                     m,
-                )
-            })?;
-            *value = Some(read);
+                )),
+            }
         }
     }
-    nodelist_counts(&mut merged, &mut warnings)?;
+    if let Err(e) = nodelist_counts(&mut merged, &mut warnings) {
+        errors.push(e);
+    }
+    if !errors.is_empty() {
+        return Err(refuse(errors, warnings));
+    }
     // Slurm lowers the node count to the task count when fewer tasks than nodes are asked for.
     let o = &mut merged.options;
     if let (Some(n), Some(nodes)) = (o.ntasks, o.nodes.clone())
@@ -332,6 +379,18 @@ pub fn defined_options_text(merged: &Merged, cwd: &std::path::Path) -> String {
     out
 }
 
+/// Print a refused submission as sbatch prints its problems: the warnings, then one
+/// `sbatch: error: ` line per problem (hints on their own `hint:` lines).
+pub fn print_refusal(refused: &SbatchErrors, err: &mut dyn std::io::Write) -> std::io::Result<()> {
+    for w in &refused.warnings {
+        writeln!(err, "sbatch: warning: {w}")?;
+    }
+    for e in &refused.errors {
+        writeln!(err, "sbatch: error: {e}")?;
+    }
+    Ok(())
+}
+
 /// Render a BatchJob manifest. The YAML quotes every string a YAML 1.1 reader would take for
 /// something else (`time: "00:10:00"`), see [`crate::yaml`].
 pub fn render_manifest(job: &BatchJob, format: ManifestFormat) -> anyhow::Result<String> {
@@ -381,7 +440,13 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         namespace: identity.explicit_namespace.clone(),
         cwd: Some(io.cwd.clone()),
     };
-    let prepared = prepare(args, script, env, &who).map_err(anyhow::Error::new)?;
+    let prepared = match prepare(args, script, env, &who) {
+        Ok(p) => p,
+        Err(refused) => {
+            print_refusal(&refused, io.err)?;
+            return Err(crate::Failed.into());
+        }
+    };
     for w in &prepared.warnings {
         writeln!(io.err, "sbatch: warning: {w}")?;
     }

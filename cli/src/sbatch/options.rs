@@ -4,6 +4,8 @@
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
+use muster_crds::slurm::getopt::{HasArg, SBATCH_OPTIONS, SbatchOption};
+
 use super::values;
 
 /// Every `sbatch` option Muster understands. `None`/`false` means "not given".
@@ -140,6 +142,10 @@ pub struct SbatchOptions {
     #[arg(short = 'e', long, value_name = "FILE", allow_hyphen_values = true, value_parser = values::path)]
     pub error: Option<String>,
 
+    /// A comment kept with the job (shown by `scontrol show job` and `sacct -o Comment`).
+    #[arg(long, value_name = "STRING", allow_hyphen_values = true)]
+    pub comment: Option<String>,
+
     /// Run this command string in a sh script instead of a script file.
     #[arg(long, value_name = "COMMAND", allow_hyphen_values = true)]
     pub wrap: Option<String>,
@@ -174,9 +180,9 @@ pub struct SbatchOptions {
     #[arg(long, value_name = "IMAGE", allow_hyphen_values = true, value_parser = values::image)]
     pub image: Option<String>,
 
-    /// Slurm options Muster recognises but does not implement.
+    /// Slurm options Muster reads and that have no effect (each gets one warning).
     #[command(flatten)]
-    pub unsupported: Unsupported,
+    pub no_effect: NoEffect,
 }
 
 impl SbatchOptions {
@@ -221,6 +227,7 @@ impl SbatchOptions {
             hold: self.hold || lower.hold,
             output: self.output.or(lower.output),
             error: self.error.or(lower.error),
+            comment: self.comment.or(lower.comment),
             wrap: self.wrap.or(lower.wrap),
             parsable: self.parsable || lower.parsable,
             quiet: self.quiet || lower.quiet,
@@ -229,157 +236,185 @@ impl SbatchOptions {
             wait: self.wait || lower.wait,
             export: self.export.or(lower.export),
             image: self.image.or(lower.image),
-            unsupported: Unsupported {
-                given: [self.unsupported.given, lower.unsupported.given].concat(),
+            no_effect: NoEffect {
+                given: [self.no_effect.given, lower.no_effect.given].concat(),
             },
         }
     }
 }
 
-/// How a Slurm option takes its value (getopt_long's `has_arg`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HasArg {
-    /// A flag.
-    No,
-    /// `--opt=value` or `--opt value`.
-    Required,
-    /// Only `--opt=value`; `--opt value` leaves `value` as the next argument.
-    Optional,
-}
+const NOT_IMPLEMENTED: &str = "Muster does not implement it";
 
-/// A Slurm `sbatch` option that Muster does not implement, with what to do instead.
-#[derive(Clone, Copy, Debug)]
-pub struct UnsupportedOption {
-    /// Long name without dashes.
-    pub long: &'static str,
-    /// Short letter, if any.
-    pub short: Option<char>,
-    /// Value rule.
-    pub has_arg: HasArg,
-    /// What to do instead.
-    pub hint: &'static str,
-    /// Whether the option exists on `muster sbatch`'s command line too. False where a Muster
-    /// global flag of the same name (`--context`) takes its place.
-    pub on_command_line: bool,
-}
-
-const NOT_IMPLEMENTED: &str = "remove it from the script and the command line";
-
-macro_rules! unsupported {
-    ($($long:literal $short:expr, $has:ident, $hint:expr $(, $cli:expr)?;)*) => {
-        /// Every other long option of Slurm 22.05's `sbatch` (so that prefixes resolve as in
-        /// Slurm), refused with a hint.
-        pub const UNSUPPORTED: &[UnsupportedOption] = &[
-            $(UnsupportedOption {
-                long: $long,
-                short: $short,
-                has_arg: HasArg::$has,
-                hint: $hint,
-                on_command_line: unsupported!(@cli $($cli)?),
-            },)*
-        ];
-    };
-    (@cli) => { true };
-    (@cli $cli:expr) => { $cli };
-}
-
-unsupported! {
-    "account" Some('A'), Required, "Muster's accounts are Kubernetes namespaces: submit with --namespace";
-    "acctg-freq" None, Required, NOT_IMPLEMENTED;
-    "batch" None, Required, "choose nodes by feature with --constraint";
-    "bb" None, Required, "burst buffers are not supported";
-    "bbf" None, Required, "burst buffers are not supported";
-    "begin" Some('b'), Required, "delayed starts are not supported; use --hold and `muster scontrol release`, or --dependency";
-    "chdir" Some('D'), Required, "tasks start in the container image's working directory; cd in the script";
-    "cluster" None, Required, "choose the cluster with --context";
-    "cluster-constraint" None, Required, "choose the cluster with --context";
-    "clusters" Some('M'), Required, "choose the cluster with --context";
-    "comment" None, Required, NOT_IMPLEMENTED;
-    "container" None, Required, "give the task image with --image";
-    "context" None, Required, "SELinux contexts are not supported (on the command line --context picks the kubeconfig context)", false;
-    "contiguous" None, No, "placement follows the partition's network topology; see --switches";
-    "core-spec" Some('S'), Required, NOT_IMPLEMENTED;
-    "cores-per-socket" None, Required, "ask for CPUs with --cpus-per-task";
-    "cpu-freq" None, Required, NOT_IMPLEMENTED;
-    "cpus-per-gpu" None, Required, "ask for CPUs with --cpus-per-task (the partition's defCpuPerGpu applies otherwise)";
-    "deadline" None, Required, "deadlines are not supported; set --time";
-    "delay-boot" None, Required, NOT_IMPLEMENTED;
-    "distribution" Some('m'), Required, "tasks are placed in blocks on each node; see --ntasks-per-node";
-    "export-file" None, Required, "the task environment comes from the container image; set variables in the script";
-    "extra-node-info" Some('B'), Required, "ask for CPUs with --cpus-per-task";
-    "get-user-env" None, Optional, "the task environment comes from the container image";
-    "gid" None, Required, "tasks run as the pod template's security context";
-    "gpu-freq" None, Required, NOT_IMPLEMENTED;
-    "gpus-per-socket" None, Required, "use --gpus-per-node or --gpus-per-task; --gpu-bind=closest keeps GPUs near their CPUs";
-    "gres-flags" None, Required, "--gpu-bind=closest keeps GPUs near their CPUs";
-    "hint" None, Required, NOT_IMPLEMENTED;
-    "ignore-pbs" None, No, "Muster reads #SBATCH lines only";
-    "input" Some('i'), Required, "tasks have no standard input";
-    "kill-on-invalid-dep" None, Required, "a job whose dependency can never be met is cancelled (reason DependencyNeverSatisfied)";
-    "licenses" Some('L'), Required, "licenses are not supported";
-    "mail-type" None, Required, "Muster sends no mail; watch jobs with squeue or sacct";
-    "mail-user" None, Required, "Muster sends no mail; watch jobs with squeue or sacct";
-    "mcs-label" None, Required, NOT_IMPLEMENTED;
-    "mem-bind" None, Required, NOT_IMPLEMENTED;
-    "mincpus" None, Required, "ask for CPUs with --cpus-per-task";
-    "network" None, Required, NOT_IMPLEMENTED;
-    "no-kill" Some('k'), Optional, "a node failure ends the job (NODE_FAIL) and requeues it unless --no-requeue";
-    "nodefile" Some('F'), Required, "give the file to --nodelist: -w ./FILE (a name with '/' is read as a file of node names)";
-    "ntasks-per-core" None, Required, "use --ntasks-per-node and --cpus-per-task";
-    "ntasks-per-gpu" None, Required, "use --gpus-per-task";
-    "ntasks-per-socket" None, Required, "use --ntasks-per-node and --cpus-per-task";
-    "ntasks-per-tres" None, Required, "use --gpus-per-task";
-    "open-mode" None, Required, "task output is the pod log; read it with `muster logs`";
-    "overcommit" Some('O'), No, NOT_IMPLEMENTED;
-    "oversubscribe" Some('s'), No, "nodes are shared between jobs unless --exclusive";
-    "power" None, Required, NOT_IMPLEMENTED;
-    "prefer" None, Required, "use --constraint";
-    "profile" None, Required, NOT_IMPLEMENTED;
-    "propagate" None, Optional, "resource limits come from the container runtime";
-    "qos" Some('q'), Required, "priority comes from the partition's priorityTier and --nice/--priority";
-    "reboot" None, No, NOT_IMPLEMENTED;
-    "reservation" None, Required, "reservations are not supported";
-    "signal" None, Required, "tasks get SIGTERM at the time limit, then SIGKILL after the partition's grace time";
-    "sockets-per-node" None, Required, "ask for CPUs with --cpus-per-task";
-    "spread-job" None, No, NOT_IMPLEMENTED;
-    "thread-spec" None, Required, NOT_IMPLEMENTED;
-    "threads-per-core" None, Required, "ask for CPUs with --cpus-per-task";
-    "time-min" None, Required, "set --time";
-    "tmp" None, Required, "ask for scratch space in the pod template (an emptyDir volume)";
-    "uid" None, Required, "tasks run as the pod template's security context";
-    "usage" None, No, "see muster sbatch --help";
-    "use-min-nodes" None, No, NOT_IMPLEMENTED;
-    "wait-all-nodes" None, Required, "all of a job's tasks always start together";
-    "wckey" None, Required, NOT_IMPLEMENTED;
-}
-
-/// Flags that only make sense on the command line, refused in `#SBATCH` lines.
-const DIRECTIVE_ONLY: &[UnsupportedOption] = &[
-    UnsupportedOption {
-        long: "help",
-        short: Some('h'),
-        has_arg: HasArg::No,
-        hint: "run `muster sbatch --help`",
-        on_command_line: false,
-    },
-    UnsupportedOption {
-        long: "version",
-        short: Some('V'),
-        has_arg: HasArg::No,
-        hint: "run `muster --version`",
-        on_command_line: false,
-    },
+/// What every Slurm option Muster does not implement would have done, and what to do instead.
+/// Each is read (so scripts from other sites submit) and gets one warning line.
+pub const NO_EFFECT: &[(&str, &str)] = &[
+    (
+        "account",
+        "a job's account is its Kubernetes namespace (fair share, sacct's Account): submit with --namespace",
+    ),
+    ("acctg-freq", NOT_IMPLEMENTED),
+    ("batch", "choose nodes by feature with --constraint"),
+    ("bb", "burst buffers are not supported"),
+    ("bbf", "burst buffers are not supported"),
+    (
+        "begin",
+        "delayed starts are not supported; use --hold and `muster scontrol release`, or --dependency",
+    ),
+    (
+        "chdir",
+        "tasks start in the container image's working directory; cd in the script",
+    ),
+    ("cluster", "choose the cluster with --context"),
+    ("cluster-constraint", "choose the cluster with --context"),
+    ("clusters", "choose the cluster with --context"),
+    ("container", "give the task image with --image"),
+    (
+        "context",
+        "SELinux contexts are not supported (on the command line --context picks the kubeconfig context)",
+    ),
+    (
+        "contiguous",
+        "placement follows the partition's network topology; see --switches",
+    ),
+    ("core-spec", NOT_IMPLEMENTED),
+    ("cores-per-socket", "ask for CPUs with --cpus-per-task"),
+    ("cpu-freq", NOT_IMPLEMENTED),
+    (
+        "cpus-per-gpu",
+        "ask for CPUs with --cpus-per-task (the partition's defCpuPerGpu applies otherwise)",
+    ),
+    ("deadline", "deadlines are not supported; set --time"),
+    ("delay-boot", NOT_IMPLEMENTED),
+    (
+        "distribution",
+        "tasks are placed in blocks on each node; see --ntasks-per-node",
+    ),
+    (
+        "export-file",
+        "the task environment comes from the container image; set variables in the script",
+    ),
+    ("extra-node-info", "ask for CPUs with --cpus-per-task"),
+    (
+        "get-user-env",
+        "the task environment comes from the container image",
+    ),
+    ("gid", "tasks run as the pod template's security context"),
+    ("gpu-freq", NOT_IMPLEMENTED),
+    (
+        "gpus-per-socket",
+        "use --gpus-per-node or --gpus-per-task; --gpu-bind=closest keeps GPUs near their CPUs",
+    ),
+    (
+        "gres-flags",
+        "--gpu-bind=closest keeps GPUs near their CPUs",
+    ),
+    ("hint", NOT_IMPLEMENTED),
+    ("ignore-pbs", "Muster reads #SBATCH lines only"),
+    ("input", "tasks have no standard input"),
+    (
+        "kill-on-invalid-dep",
+        "a job whose dependency can never be met is cancelled (reason DependencyNeverSatisfied)",
+    ),
+    ("licenses", "licenses are not supported"),
+    (
+        "mail-type",
+        "Muster sends no mail; watch jobs with squeue or sacct",
+    ),
+    (
+        "mail-user",
+        "Muster sends no mail; watch jobs with squeue or sacct",
+    ),
+    ("mcs-label", NOT_IMPLEMENTED),
+    ("mem-bind", NOT_IMPLEMENTED),
+    ("mincpus", "ask for CPUs with --cpus-per-task"),
+    ("network", NOT_IMPLEMENTED),
+    (
+        "no-kill",
+        "a node failure ends the job (NODE_FAIL) and requeues it unless --no-requeue",
+    ),
+    (
+        "nodefile",
+        "give the file to --nodelist: -w ./FILE (a name with '/' is read as a file of node names)",
+    ),
+    (
+        "ntasks-per-core",
+        "use --ntasks-per-node and --cpus-per-task",
+    ),
+    ("ntasks-per-gpu", "use --gpus-per-task"),
+    (
+        "ntasks-per-socket",
+        "use --ntasks-per-node and --cpus-per-task",
+    ),
+    ("ntasks-per-tres", "use --gpus-per-task"),
+    (
+        "open-mode",
+        "task output is the pod log; read it with `muster logs`",
+    ),
+    ("overcommit", NOT_IMPLEMENTED),
+    (
+        "oversubscribe",
+        "nodes are shared between jobs unless --exclusive",
+    ),
+    ("power", NOT_IMPLEMENTED),
+    ("prefer", "use --constraint"),
+    ("profile", NOT_IMPLEMENTED),
+    (
+        "propagate",
+        "resource limits come from the container runtime",
+    ),
+    (
+        "qos",
+        "priority comes from the partition's priorityTier and --nice/--priority",
+    ),
+    ("reboot", NOT_IMPLEMENTED),
+    ("reservation", "reservations are not supported"),
+    (
+        "signal",
+        "tasks get SIGTERM at the time limit, then SIGKILL after the partition's grace time",
+    ),
+    ("sockets-per-node", "ask for CPUs with --cpus-per-task"),
+    ("spread-job", NOT_IMPLEMENTED),
+    ("thread-spec", NOT_IMPLEMENTED),
+    ("threads-per-core", "ask for CPUs with --cpus-per-task"),
+    ("time-min", "set --time"),
+    (
+        "tmp",
+        "ask for scratch space in the pod template (an emptyDir volume)",
+    ),
+    ("uid", "tasks run as the pod template's security context"),
+    ("usage", "see muster sbatch --help"),
+    ("use-min-nodes", NOT_IMPLEMENTED),
+    (
+        "wait-all-nodes",
+        "all of a job's tasks always start together",
+    ),
+    ("wckey", NOT_IMPLEMENTED),
+    ("help", "run `muster sbatch --help`"),
+    ("version", "run `muster --version`"),
 ];
 
-/// The unsupported options that were given, with their position among the parsed arguments.
+/// Why option `long` has no effect, if it is one of [`NO_EFFECT`].
+pub fn no_effect_reason(long: &str) -> Option<&'static str> {
+    NO_EFFECT
+        .iter()
+        .find(|(l, _)| *l == long)
+        .map(|(_, why)| *why)
+}
+
+/// Options of sbatch whose names Muster's global flags take on the command line (`--context`
+/// picks the kubeconfig context), and clap's own `--help`/`--version`.
+const NOT_ON_COMMAND_LINE: &[&str] = &["context", "help", "version"];
+
+/// The no-effect options that were given on the command line, with their position among the
+/// parsed arguments.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Unsupported {
-    /// Long names of the unsupported options given, with clap's index of each (for order).
+pub struct NoEffect {
+    /// Long names of the options given, with clap's index of each (for order).
     pub given: Vec<(&'static str, usize)>,
 }
 
-fn unsupported_arg(o: &UnsupportedOption) -> Arg {
-    // The long name is the id: no supported option's id (a field name) looks like it.
+fn no_effect_arg(o: &SbatchOption) -> Arg {
+    // The long name is the id: no field name of SbatchOptions looks like it.
     let mut arg = Arg::new(o.long).long(o.long).hide(true);
     if let Some(s) = o.short {
         arg = arg.short(s);
@@ -399,12 +434,17 @@ fn unsupported_arg(o: &UnsupportedOption) -> Arg {
     }
 }
 
-impl FromArgMatches for Unsupported {
+fn no_effect_options() -> impl Iterator<Item = &'static SbatchOption> {
+    SBATCH_OPTIONS
+        .iter()
+        .filter(|o| no_effect_reason(o.long).is_some() && !NOT_ON_COMMAND_LINE.contains(&o.long))
+}
+
+impl FromArgMatches for NoEffect {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
         let mut given = Vec::new();
-        for o in UNSUPPORTED.iter().chain(DIRECTIVE_ONLY) {
+        for o in no_effect_options() {
             let id = o.long;
-            // Only ids this command defines (the command line lacks some).
             if m.try_contains_id(id).unwrap_or(false)
                 && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
             {
@@ -412,7 +452,7 @@ impl FromArgMatches for Unsupported {
             }
         }
         given.sort_by_key(|&(_, i)| i);
-        Ok(Unsupported { given })
+        Ok(NoEffect { given })
     }
 
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
@@ -421,12 +461,9 @@ impl FromArgMatches for Unsupported {
     }
 }
 
-impl Args for Unsupported {
+impl Args for NoEffect {
     fn augment_args(cmd: Command) -> Command {
-        UNSUPPORTED
-            .iter()
-            .filter(|o| o.on_command_line)
-            .fold(cmd, |cmd, o| cmd.arg(unsupported_arg(o)))
+        no_effect_options().fold(cmd, |cmd, o| cmd.arg(no_effect_arg(o)))
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -434,34 +471,9 @@ impl Args for Unsupported {
     }
 }
 
-/// The hint for an unsupported option.
-pub fn unsupported_hint(long: &str) -> &'static str {
-    UNSUPPORTED
-        .iter()
-        .chain(DIRECTIVE_ONLY)
-        .find(|o| o.long == long)
-        .map(|o| o.hint)
-        .unwrap_or(NOT_IMPLEMENTED)
-}
-
 /// getopt_long's behaviour, applied to any command that carries [`SbatchOptions`].
 pub fn getopt_rules(cmd: Command) -> Command {
     cmd.infer_long_args(true).args_override_self(true)
-}
-
-/// The parser for `#SBATCH` tokens and `SBATCH_*` variables: the sbatch grammar alone, with
-/// the directive-only refusals and without help/version flags or positionals.
-pub fn directive_command() -> Command {
-    let cmd = Command::new("sbatch")
-        .no_binary_name(true)
-        .disable_help_flag(true)
-        .disable_version_flag(true);
-    let cmd = getopt_rules(SbatchOptions::augment_args(cmd));
-    UNSUPPORTED
-        .iter()
-        .filter(|o| !o.on_command_line)
-        .chain(DIRECTIVE_ONLY)
-        .fold(cmd, |cmd, o| cmd.arg(unsupported_arg(o)))
 }
 
 /// Every long option name the given command knows (for prefix-ambiguity messages).
@@ -478,4 +490,240 @@ pub fn long_names(cmd: &Command) -> Vec<String> {
     names.sort();
     names.dedup();
     names
+}
+
+/// What giving an option did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// It set its value.
+    Set,
+    /// Muster reads it and it has no effect, for this reason.
+    NoEffect(&'static str),
+}
+
+/// Give option `long` (a canonical name of [`SBATCH_OPTIONS`]) with `value` to `o`, checking
+/// the value as clap does on the command line (the same `values` functions), as an `#SBATCH`
+/// line or an `SBATCH_*` variable gives it. `Err` is the reason the value is refused, or that
+/// the option is unknown.
+pub fn apply(o: &mut SbatchOptions, long: &str, value: Option<&str>) -> Result<Applied, String> {
+    let v = value.unwrap_or("");
+    let raw = || Some(v.to_string());
+    match long {
+        "partition" => o.partition = Some(values::partition(v)?),
+        "job-name" => o.job_name = Some(values::job_name(v)?),
+        "nodes" => o.nodes = Some(values::nodes(v)?),
+        "ntasks" => o.ntasks = Some(values::count(v)?),
+        "ntasks-per-node" => o.ntasks_per_node = Some(values::count(v)?),
+        "cpus-per-task" => o.cpus_per_task = Some(values::count(v)?),
+        "mem" => o.mem = Some(values::mem(v)?),
+        "mem-per-cpu" => o.mem_per_cpu = Some(values::mem(v)?),
+        "mem-per-gpu" => o.mem_per_gpu = Some(values::mem(v)?),
+        // Checked once every source is read (super::manifest::check), as sbatch does.
+        "gpus" => o.gpus = raw(),
+        "gpus-per-node" => o.gpus_per_node = raw(),
+        "gpus-per-task" => o.gpus_per_task = raw(),
+        "gres" => o.gres = raw(),
+        "constraint" => o.constraint = raw(),
+        "array" => o.array = raw(),
+        "dependency" => o.dependency = raw(),
+        "gpu-bind" => o.gpu_bind = raw(),
+        "nodelist" => o.nodelist = Some(values::nodes_or_file(v)?),
+        "exclude" => o.exclude = Some(values::nodes_or_file(v)?),
+        "exclusive" => o.exclusive = Some(values::exclusive(v)?),
+        "time" => o.time = Some(values::time(v)?),
+        "switches" => o.switches = Some(values::switches(v)?),
+        "nice" => o.nice = Some(values::nice(value.unwrap_or("100"))?),
+        "priority" => o.priority = Some(values::priority(v)?),
+        "requeue" => {
+            o.requeue = true;
+            o.no_requeue = false;
+        }
+        "no-requeue" => {
+            o.no_requeue = true;
+            o.requeue = false;
+        }
+        "hold" => o.hold = true,
+        "output" => o.output = Some(values::path(v)?),
+        "error" => o.error = Some(values::path(v)?),
+        "comment" => o.comment = raw(),
+        "wrap" => o.wrap = raw(),
+        "parsable" => o.parsable = true,
+        "quiet" => o.quiet = true,
+        "verbose" => o.verbose = o.verbose.saturating_add(1),
+        "test-only" => o.test_only = true,
+        "wait" => o.wait = true,
+        "export" => o.export = Some(values::export(v)?),
+        "image" => o.image = Some(values::image(v)?),
+        other => {
+            return no_effect_reason(other)
+                .map(Applied::NoEffect)
+                .ok_or_else(|| format!("unrecognized option '--{other}'"));
+        }
+    }
+    Ok(Applied::Set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muster_crds::slurm::getopt::find;
+
+    fn clap_command() -> Command {
+        getopt_rules(SbatchOptions::augment_args(
+            Command::new("sbatch")
+                .no_binary_name(true)
+                .disable_help_flag(true)
+                .disable_version_flag(true),
+        ))
+    }
+
+    /// Every option of the shared table is either a field of [`SbatchOptions`] (same short
+    /// letter and value rule on the command line) or has a no-effect reason; none is both.
+    #[test]
+    fn the_table_and_the_command_line_agree() {
+        let mut cmd = clap_command();
+        // Fills in every argument's value count.
+        cmd.build();
+        for o in SBATCH_OPTIONS {
+            let arg = cmd.get_arguments().find(|a| {
+                a.get_long() == Some(o.long)
+                    || a.get_all_aliases().is_some_and(|al| al.contains(&o.long))
+            });
+            let reason = no_effect_reason(o.long);
+            match (arg, reason) {
+                (Some(a), Some(_)) if !a.is_hide_set() => {
+                    panic!("--{} is both a field and no-effect", o.long)
+                }
+                (Some(a), _) => {
+                    assert_eq!(a.get_short(), o.short, "--{}", o.long);
+                    let takes = a.get_num_args().map(|n| (n.min_values(), n.max_values()));
+                    let want = match o.has_arg {
+                        HasArg::No => a.get_action().takes_values(),
+                        HasArg::Required => takes == Some((1, 1)),
+                        HasArg::Optional => takes == Some((0, 1)) && a.is_require_equals_set(),
+                    };
+                    let want = if o.has_arg == HasArg::No { !want } else { want };
+                    assert!(want, "--{}: value rule differs ({takes:?})", o.long);
+                }
+                (None, Some(_)) => assert!(NOT_ON_COMMAND_LINE.contains(&o.long), "--{}", o.long),
+                (None, None) => panic!(
+                    "--{} is in the table but Muster neither reads nor explains it",
+                    o.long
+                ),
+            }
+        }
+        for a in cmd.get_arguments() {
+            if let Some(l) = a.get_long() {
+                assert!(find(l).is_some(), "--{l} is missing from the shared table");
+            }
+        }
+    }
+
+    /// A directive gives the same options as the same argument on the command line.
+    #[test]
+    fn directives_and_the_command_line_give_the_same_options() {
+        let cases: &[(&str, &str)] = &[
+            ("partition", "gpu"),
+            ("job-name", "x y"),
+            ("nodes", "2-4"),
+            ("ntasks", "8"),
+            ("ntasks-per-node", "2"),
+            ("cpus-per-task", "4"),
+            ("mem", "16G"),
+            ("mem-per-cpu", "2G"),
+            ("mem-per-gpu", "10G"),
+            ("gpus", "a100:4"),
+            ("gpus-per-node", "8"),
+            ("gpus-per-task", "1"),
+            ("gres", "gpu:2"),
+            ("constraint", "a&b"),
+            ("array", "0-3"),
+            ("dependency", "afterok:1"),
+            ("gpu-bind", "closest"),
+            ("nodelist", "gpu[1-2]"),
+            ("exclude", "gpu3"),
+            ("exclusive", "user"),
+            ("time", "1-00:00:00"),
+            ("switches", "2@10"),
+            ("nice", "-5"),
+            ("priority", "10"),
+            ("output", "o-%j.out"),
+            ("error", "e.err"),
+            ("wrap", "hostname"),
+            ("comment", "nightly run"),
+            ("export", "ALL,A=1"),
+            ("image", "busybox"),
+        ];
+        let cmd = clap_command();
+        for (long, value) in cases {
+            let arg = format!("--{long}={value}");
+            let m = cmd.clone().try_get_matches_from([arg.as_str()]).unwrap();
+            let by_clap = SbatchOptions::from_arg_matches(&m).unwrap();
+            let mut ours = SbatchOptions::default();
+            assert_eq!(apply(&mut ours, long, Some(value)), Ok(Applied::Set));
+            assert_eq!(ours, by_clap, "{arg}");
+        }
+        for flag in [
+            "requeue",
+            "no-requeue",
+            "hold",
+            "parsable",
+            "quiet",
+            "verbose",
+            "test-only",
+            "wait",
+            "exclusive",
+            "nice",
+        ] {
+            let arg = format!("--{flag}");
+            let m = cmd.clone().try_get_matches_from([arg.as_str()]).unwrap();
+            let by_clap = SbatchOptions::from_arg_matches(&m).unwrap();
+            let mut ours = SbatchOptions::default();
+            assert_eq!(apply(&mut ours, flag, None), Ok(Applied::Set));
+            assert_eq!(ours, by_clap, "{arg}");
+        }
+        // Refused values give the same reason.
+        for (long, value) in [
+            ("time", "1h"),
+            ("nodes", "0"),
+            ("mem", "x"),
+            ("exclusive", "topo"),
+        ] {
+            let arg = format!("--{long}={value}");
+            let e = cmd
+                .clone()
+                .try_get_matches_from([arg.as_str()])
+                .unwrap_err();
+            let why = std::error::Error::source(&e)
+                .map(|s| s.to_string())
+                .unwrap();
+            let mut ours = SbatchOptions::default();
+            assert_eq!(apply(&mut ours, long, Some(value)), Err(why), "{arg}");
+        }
+    }
+
+    #[test]
+    fn other_sites_options_have_no_effect() {
+        let mut o = SbatchOptions::default();
+        for long in [
+            "account",
+            "qos",
+            "mail-type",
+            "mail-user",
+            "begin",
+            "signal",
+            "open-mode",
+            "chdir",
+        ] {
+            assert!(
+                matches!(apply(&mut o, long, Some("x")), Ok(Applied::NoEffect(_))),
+                "{long}"
+            );
+        }
+        assert_eq!(o, SbatchOptions::default());
+        assert_eq!(
+            apply(&mut o, "bogus", None),
+            Err("unrecognized option '--bogus'".into())
+        );
+    }
 }

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use clap::Command;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{Command, FromArgMatches};
+use muster_crds::slurm::getopt;
+use muster_crds::slurm::script::Token;
 
 use super::options::{self, SbatchOptions};
-use super::script::Token;
 
 /// Where an option's value came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,6 +116,42 @@ impl Merged {
     }
 }
 
+/// Several refusals at once: every problem of a submission is reported in one run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct SbatchErrors {
+    /// The problems, in the order of the sources (script lines in order).
+    pub errors: Vec<SbatchError>,
+    /// Warnings gathered before the refusal (printed first, as sbatch does).
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Display for SbatchErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<SbatchError> for SbatchErrors {
+    fn from(e: SbatchError) -> Self {
+        SbatchErrors {
+            errors: vec![e],
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// The warning for an option Muster reads without effect: one line, naming where it was given
+/// (`train.sh: line 4: --mail-type has no effect in Muster: …`).
+pub fn no_effect_warning(at: &Origin, long: &str, why: &str) -> String {
+    format!("{at}: --{long} has no effect in Muster: {why}")
+}
+
 /// Merge with Slurm's precedence: command line over environment over directives.
 pub fn merge(cli: Layer, env: Layer, directives: Layer) -> Merged {
     let mut origins = directives.origins;
@@ -126,91 +163,104 @@ pub fn merge(cli: Layer, env: Layer, directives: Layer) -> Merged {
     }
 }
 
-/// The command-line layer: every option present came from the command line.
-pub fn command_line_layer(options: SbatchOptions) -> Result<Layer, SbatchError> {
-    if let Some((long, _)) = options.unsupported.given.first() {
-        return Err(unsupported_error(Origin::CommandLine, long));
+/// The command-line layer: every option present came from the command line. Options without
+/// effect add one warning each.
+pub fn command_line_layer(options: SbatchOptions, warnings: &mut Vec<String>) -> Layer {
+    for (long, _) in &options.no_effect.given {
+        if let Some(why) = options::no_effect_reason(long) {
+            warnings.push(no_effect_warning(&Origin::CommandLine, long, why));
+        }
     }
     let origins = defined_options(&options)
         .into_keys()
         .map(|k| (k, Origin::CommandLine))
         .collect();
-    Ok(Layer { options, origins })
+    Layer { options, origins }
 }
 
-fn unsupported_error(at: Origin, long: &str) -> SbatchError {
-    SbatchError::at(at, format!("option --{long} is not supported by Muster"))
-        .hint(options::unsupported_hint(long))
+/// Options given one by one (from `#SBATCH` tokens or `SBATCH_*` variables), with the origin
+/// of each, the warnings and the problems met.
+#[derive(Default)]
+struct Builder {
+    layer: Layer,
+    warned: std::collections::BTreeSet<&'static str>,
 }
 
-/// Parse `#SBATCH` tokens as one argument list, as Slurm hands them to getopt_long.
-pub fn parse_directives(file: &str, tokens: &[Token]) -> Result<Layer, SbatchError> {
-    let cmd = options::directive_command();
-    let argv: Vec<&str> = tokens.iter().map(|t| t.text.as_str()).collect();
-    let matches = match cmd.clone().try_get_matches_from(&argv) {
-        Ok(m) => m,
-        Err(e) => return Err(locate_directive_error(&cmd, file, tokens, e)),
-    };
-    let options = SbatchOptions::from_arg_matches(&matches)
-        .map_err(|e| SbatchError::general(clap_message(&e)))?;
-    let lines = directive_lines(&cmd, tokens);
+impl Builder {
+    fn give(
+        &mut self,
+        at: Origin,
+        long: &'static str,
+        value: Option<&str>,
+        warnings: &mut Vec<String>,
+        errors: &mut Vec<SbatchError>,
+    ) {
+        match options::apply(&mut self.layer.options, long, value) {
+            Ok(options::Applied::Set) => {
+                // `--requeue` and `--no-requeue` replace each other.
+                match long {
+                    "requeue" => self.layer.origins.remove("no-requeue"),
+                    "no-requeue" => self.layer.origins.remove("requeue"),
+                    _ => None,
+                };
+                self.layer.origins.insert(long.to_string(), at);
+            }
+            Ok(options::Applied::NoEffect(why)) => {
+                if self.warned.insert(long) {
+                    warnings.push(no_effect_warning(&at, long, why));
+                }
+            }
+            Err(why) => {
+                let message = match value {
+                    Some(v) => format!("invalid value '{v}' for --{long}: {why}"),
+                    None => why,
+                };
+                errors.push(SbatchError::at(at, message));
+            }
+        }
+    }
+}
+
+/// Parse `#SBATCH` tokens as one argument list, as Slurm hands them to getopt_long, in one
+/// pass. Every problem is collected in `errors`, each naming its line.
+pub fn parse_directives(
+    file: &str,
+    tokens: &[Token],
+    warnings: &mut Vec<String>,
+    errors: &mut Vec<SbatchError>,
+) -> Layer {
     let at_line = |line: usize| Origin::Line {
         file: file.to_string(),
         line,
     };
-    if let Some((long, line)) = options
-        .unsupported
-        .given
-        .iter()
-        .map(|&(long, _)| (long, lines.get(long).copied().unwrap_or(0)))
-        .min_by_key(|&(_, line)| line)
-    {
-        return Err(unsupported_error(at_line(line), long));
+    let parsed = getopt::getopt(tokens);
+    // Problems of the option syntax and of the values, merged in line order.
+    let mut found: Vec<(usize, SbatchError)> = parsed
+        .problems
+        .into_iter()
+        .map(|p| {
+            let mut e = SbatchError::at(at_line(p.line), p.message);
+            e.hint = p.hint;
+            (p.line, e)
+        })
+        .collect();
+    let mut b = Builder::default();
+    let mut value_errors = Vec::new();
+    for o in &parsed.options {
+        let mut errs = Vec::new();
+        b.give(
+            at_line(o.line),
+            o.option.canonical(),
+            o.value.as_deref(),
+            warnings,
+            &mut errs,
+        );
+        value_errors.extend(errs.into_iter().map(|e| (o.line, e)));
     }
-    let mut origins = BTreeMap::new();
-    for arg in cmd.get_arguments() {
-        let id = arg.get_id().as_str();
-        if matches.value_source(id) != Some(clap::parser::ValueSource::CommandLine) {
-            continue;
-        }
-        if let (Some(long), Some(&line)) = (arg.get_long(), lines.get(id)) {
-            origins.insert(long.to_string(), at_line(line));
-        }
-    }
-    Ok(Layer { options, origins })
-}
-
-/// The line that last set each argument id, found by parsing ever longer prefixes of the
-/// tokens and noting where an argument's position changes. (clap's own indices count
-/// attached values and short clusters as extra positions, so they do not map to tokens.)
-fn directive_lines(cmd: &Command, tokens: &[Token]) -> BTreeMap<String, usize> {
-    let mut lines = BTreeMap::new();
-    let mut last_index: BTreeMap<String, usize> = BTreeMap::new();
-    let mut pending_option_line: Option<usize> = None;
-    for k in 1..=tokens.len() {
-        let argv: Vec<&str> = tokens[..k].iter().map(|t| t.text.as_str()).collect();
-        let m = match cmd.clone().try_get_matches_from(&argv) {
-            Ok(m) => m,
-            Err(_) => {
-                // The option at token k-1 still waits for its value.
-                pending_option_line.get_or_insert(tokens[k - 1].line);
-                continue;
-            }
-        };
-        let line = pending_option_line.take().unwrap_or(tokens[k - 1].line);
-        for arg in cmd.get_arguments() {
-            let id = arg.get_id().as_str();
-            if m.value_source(id) != Some(clap::parser::ValueSource::CommandLine) {
-                continue;
-            }
-            let Some(idx) = m.index_of(id) else { continue };
-            if last_index.get(id) != Some(&idx) {
-                last_index.insert(id.to_string(), idx);
-                lines.insert(id.to_string(), line);
-            }
-        }
-    }
-    lines
+    found.extend(value_errors);
+    found.sort_by_key(|(line, _)| *line);
+    errors.extend(found.into_iter().map(|(_, e)| e));
+    b.layer
 }
 
 /// Slurm's `SBATCH_*` input variables Muster maps, and the option each sets.
@@ -235,68 +285,66 @@ pub const ENV_OPTIONS: &[(&str, &str)] = &[
     ("SBATCH_REQUEUE", "requeue"),
     ("SBATCH_TIMELIMIT", "time"),
     ("SBATCH_WAIT", "wait"),
+    // Options without effect in Muster: read, with one warning each.
+    ("SBATCH_ACCOUNT", "account"),
+    ("SBATCH_ACCTG_FREQ", "acctg-freq"),
+    ("SBATCH_BATCH", "batch"),
+    ("SBATCH_CLUSTERS", "clusters"),
+    ("SBATCH_CONTAINER", "container"),
+    ("SBATCH_CORE_SPEC", "core-spec"),
+    ("SBATCH_CPUS_PER_GPU", "cpus-per-gpu"),
+    ("SBATCH_DELAY_BOOT", "delay-boot"),
+    ("SBATCH_DISTRIBUTION", "distribution"),
+    ("SBATCH_GET_USER_ENV", "get-user-env"),
+    ("SBATCH_GPU_FREQ", "gpu-freq"),
+    ("SBATCH_GRES_FLAGS", "gres-flags"),
+    ("SBATCH_HINT", "hint"),
+    ("SBATCH_IGNORE_PBS", "ignore-pbs"),
+    ("SBATCH_INPUT", "input"),
+    ("SBATCH_MEM_BIND", "mem-bind"),
+    ("SBATCH_NETWORK", "network"),
+    ("SBATCH_NO_KILL", "no-kill"),
+    ("SBATCH_OPEN_MODE", "open-mode"),
+    ("SBATCH_OVERCOMMIT", "overcommit"),
+    ("SBATCH_POWER", "power"),
+    ("SBATCH_PROFILE", "profile"),
+    ("SBATCH_QOS", "qos"),
+    ("SBATCH_RESERVATION", "reservation"),
+    ("SBATCH_SIGNAL", "signal"),
+    ("SBATCH_SPREAD_JOB", "spread-job"),
+    ("SBATCH_THREAD_SPEC", "thread-spec"),
+    ("SBATCH_THREADS_PER_CORE", "threads-per-core"),
+    ("SBATCH_USE_MIN_NODES", "use-min-nodes"),
+    ("SBATCH_WAIT_ALL_NODES", "wait-all-nodes"),
+    ("SBATCH_WCKEY", "wckey"),
 ];
 
-/// Slurm's other `SBATCH_*` input variables: ignored with a warning.
-const ENV_IGNORED: &[&str] = &[
-    "SBATCH_ACCOUNT",
-    "SBATCH_ACCTG_FREQ",
-    "SBATCH_BATCH",
-    "SBATCH_CLUSTERS",
-    "SBATCH_CONTAINER",
-    "SBATCH_CORE_SPEC",
-    "SBATCH_CPUS_PER_GPU",
-    "SBATCH_DEBUG",
-    "SBATCH_DELAY_BOOT",
-    "SBATCH_DISTRIBUTION",
-    "SBATCH_GET_USER_ENV",
-    "SBATCH_GPU_FREQ",
-    "SBATCH_GRES_FLAGS",
-    "SBATCH_HINT",
-    "SBATCH_IGNORE_PBS",
-    "SBATCH_INPUT",
-    "SBATCH_MEM_BIND",
-    "SBATCH_NETWORK",
-    "SBATCH_NO_KILL",
-    "SBATCH_OPEN_MODE",
-    "SBATCH_OVERCOMMIT",
-    "SBATCH_POWER",
-    "SBATCH_PROFILE",
-    "SBATCH_QOS",
-    "SBATCH_RESERVATION",
-    "SBATCH_SIGNAL",
-    "SBATCH_SPREAD_JOB",
-    "SBATCH_THREAD_SPEC",
-    "SBATCH_THREADS_PER_CORE",
-    "SBATCH_USE_MIN_NODES",
-    "SBATCH_WAIT_ALL_NODES",
-    "SBATCH_WCKEY",
-];
-
-/// Parse the `SBATCH_*` variables `env` returns. Warnings (ignored variables) are appended.
+/// Parse the `SBATCH_*` variables `env` returns. Warnings (options without effect) are
+/// appended, and every refused value to `errors`.
 pub fn parse_env(
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
-) -> Result<Layer, SbatchError> {
-    let cmd = options::directive_command();
-    let mut layer = Layer::default();
-    let mut settings: Vec<(String, String)> = Vec::new();
+    errors: &mut Vec<SbatchError>,
+) -> Layer {
+    let mut b = Builder::default();
+    let mut settings: Vec<(String, &'static str, Option<String>)> = Vec::new();
     for &(var, long) in ENV_OPTIONS {
         let Some(value) = env(var) else { continue };
-        let arg = match long {
-            "requeue" | "no-requeue" | "wait" => format!("--{long}"),
-            "exclusive" if value.is_empty() => "--exclusive".to_string(),
-            _ => format!("--{long}={value}"),
+        let has_arg = getopt::find(long).map(|o| o.has_arg);
+        let value = match has_arg {
+            Some(getopt::HasArg::No) => None,
+            Some(getopt::HasArg::Optional) if value.is_empty() => None,
+            _ => Some(value),
         };
-        settings.push((var.to_string(), arg));
+        settings.push((var.to_string(), long, value));
     }
     // --switches=COUNT[@WAIT] comes from two variables.
     if let Some(count) = env("SBATCH_REQ_SWITCH") {
-        let arg = match env("SBATCH_WAIT4SWITCH") {
-            Some(wait) => format!("--switches={count}@{wait}"),
-            None => format!("--switches={count}"),
+        let value = match env("SBATCH_WAIT4SWITCH") {
+            Some(wait) => format!("{count}@{wait}"),
+            None => count,
         };
-        settings.push(("SBATCH_REQ_SWITCH".to_string(), arg));
+        settings.push(("SBATCH_REQ_SWITCH".to_string(), "switches", Some(value)));
     } else if env("SBATCH_WAIT4SWITCH").is_some() {
         warnings.push(
             "ignoring SBATCH_WAIT4SWITCH: Muster takes the wait with the switch count, \
@@ -304,69 +352,16 @@ pub fn parse_env(
                 .to_string(),
         );
     }
-    for var in ENV_IGNORED {
-        if env(var).is_some() {
-            warnings.push(format!(
-                "ignoring {var}: Muster does not implement that sbatch option"
-            ));
-        }
+    for (var, long, value) in settings {
+        b.give(Origin::Env(var), long, value.as_deref(), warnings, errors);
     }
-    for (var, arg) in settings {
-        let origin = Origin::Env(var);
-        let matches = cmd
-            .clone()
-            .try_get_matches_from([arg.as_str()])
-            .map_err(|e| describe_clap_error(&cmd, origin.clone(), &[], None, e))?;
-        let options = SbatchOptions::from_arg_matches(&matches)
-            .map_err(|e| SbatchError::at(origin.clone(), clap_message(&e)))?;
-        for long in defined_options(&options).into_keys() {
-            layer.origins.insert(long, origin.clone());
-        }
-        layer.options = options.over(std::mem::take(&mut layer.options));
-    }
-    Ok(layer)
+    b.layer
 }
 
 /// Whether clap stopped because the last option had no value (the next line may supply it).
 fn is_missing_value(e: &clap::Error) -> bool {
     e.kind() == ErrorKind::InvalidValue
         && matches!(e.get(ContextKind::InvalidValue), Some(ContextValue::String(v)) if v.is_empty())
-}
-
-/// Find the line a directive parse error belongs to: the first line at which the directives
-/// read so far fail for a reason other than "the last option still needs its value".
-fn locate_directive_error(
-    cmd: &Command,
-    file: &str,
-    tokens: &[Token],
-    full_error: clap::Error,
-) -> SbatchError {
-    let mut lines: Vec<usize> = tokens.iter().map(|t| t.line).collect();
-    lines.dedup();
-    for &line in &lines {
-        let upto = tokens.iter().take_while(|t| t.line <= line).count();
-        let argv: Vec<&str> = tokens[..upto].iter().map(|t| t.text.as_str()).collect();
-        if let Err(e) = cmd.clone().try_get_matches_from(&argv)
-            && !is_missing_value(&e)
-        {
-            let origin = Origin::Line {
-                file: file.to_string(),
-                line,
-            };
-            return describe_clap_error(cmd, origin, &tokens[..upto], Some(file), e);
-        }
-    }
-    let line = lines.last().copied().unwrap_or(0);
-    describe_clap_error(
-        cmd,
-        Origin::Line {
-            file: file.to_string(),
-            line,
-        },
-        tokens,
-        Some(file),
-        full_error,
-    )
 }
 
 fn context_str(e: &clap::Error, kind: ContextKind) -> Option<String> {
@@ -394,17 +389,13 @@ fn option_name(display: &str) -> String {
         .to_string()
 }
 
-/// Rewrite a clap error in getopt_long's terms (as sbatch reports them).
-pub fn describe_clap_error(
-    cmd: &Command,
-    at: Origin,
-    tokens: &[Token],
-    file: Option<&str>,
-    e: clap::Error,
-) -> SbatchError {
+/// Rewrite a clap error about the command line in getopt_long's terms, in the format of the
+/// script's errors (`command line: …`).
+pub fn describe_clap_error(cmd: &Command, e: &clap::Error) -> SbatchError {
+    let at = Origin::CommandLine;
     match e.kind() {
         ErrorKind::UnknownArgument => {
-            let arg = context_str(&e, ContextKind::InvalidArg).unwrap_or_default();
+            let arg = context_str(e, ContextKind::InvalidArg).unwrap_or_default();
             if let Some(long) = arg.strip_prefix("--") {
                 let name = long.split('=').next().unwrap_or(long);
                 let candidates: Vec<String> = options::long_names(cmd)
@@ -419,80 +410,33 @@ pub fn describe_clap_error(
                         .join(" ");
                     return SbatchError::at(
                         at,
-                        format!("option '{arg}' is ambiguous; possibilities: {list}"),
+                        format!("option '--{name}' is ambiguous; possibilities: {list}"),
                     );
                 }
-                return SbatchError::at(at, format!("unrecognized option '{arg}'"))
-                    .hint("see `muster sbatch --help` for the options Muster supports");
             }
-            if arg.starts_with('-') {
-                return SbatchError::at(at, format!("unrecognized option '{arg}'"))
-                    .hint("see `muster sbatch --help` for the options Muster supports");
-            }
-            let err = SbatchError::at(
-                at,
-                format!(
-                    "invalid directive '{arg}': not an option (sbatch options start with - or --)"
-                ),
-            );
-            match stolen_value_hint(cmd, tokens, &arg, file) {
-                Some(h) => err.hint(h),
-                None => err.hint("write a value right after its option: --opt=value or -o value"),
-            }
+            SbatchError::at(at, format!("unrecognized option '{arg}'"))
+                .hint("see `muster sbatch --help` for the options sbatch takes")
         }
-        ErrorKind::InvalidValue if is_missing_value(&e) => {
-            let arg = context_str(&e, ContextKind::InvalidArg).unwrap_or_default();
+        ErrorKind::InvalidValue if is_missing_value(e) => {
+            let arg = context_str(e, ContextKind::InvalidArg).unwrap_or_default();
             SbatchError::at(
                 at,
                 format!("option '{}' requires an argument", option_name(&arg)),
             )
         }
         ErrorKind::ValueValidation | ErrorKind::InvalidValue => {
-            let arg = context_str(&e, ContextKind::InvalidArg).unwrap_or_default();
-            let value = context_str(&e, ContextKind::InvalidValue).unwrap_or_default();
-            let why = std::error::Error::source(&e)
+            let arg = context_str(e, ContextKind::InvalidArg).unwrap_or_default();
+            let value = context_str(e, ContextKind::InvalidValue).unwrap_or_default();
+            let why = std::error::Error::source(e)
                 .map(|s| s.to_string())
-                .unwrap_or_else(|| clap_message(&e));
+                .unwrap_or_else(|| clap_message(e));
             SbatchError::at(
                 at,
                 format!("invalid value '{value}' for {}: {why}", option_name(&arg)),
             )
         }
-        _ => SbatchError::at(at, clap_message(&e)),
+        _ => SbatchError::at(at, clap_message(e)),
     }
-}
-
-/// When an option with no attached value took the next token (which started with `-`), the
-/// token after that is left over: say so, as this is a classic #SBATCH mistake.
-fn stolen_value_hint(
-    cmd: &Command,
-    tokens: &[Token],
-    leftover: &str,
-    file: Option<&str>,
-) -> Option<String> {
-    let pos = tokens.iter().rposition(|t| t.text == leftover)?;
-    if pos < 2 {
-        return None;
-    }
-    let (opt, val) = (&tokens[pos - 2], &tokens[pos - 1]);
-    if !val.text.starts_with('-') {
-        return None;
-    }
-    let takes_value = cmd.get_arguments().any(|a| {
-        a.get_action().takes_values()
-            && (a.get_long().is_some_and(|l| opt.text == format!("--{l}"))
-                || a.get_short().is_some_and(|s| opt.text == format!("-{s}")))
-    });
-    if !takes_value {
-        return None;
-    }
-    let place = file
-        .map(|f| format!("{f}: line {}", opt.line))
-        .unwrap_or_else(|| format!("line {}", opt.line));
-    Some(format!(
-        "{} on {place} has no value, so it took '{}' as its value",
-        opt.text, val.text
-    ))
 }
 
 /// The options given, by Slurm long name, with their values as Slurm's `sbatch -v` lists them
@@ -542,6 +486,7 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("hold", o.hold.then(|| "set".to_string()));
     put("output", o.output.clone());
     put("error", o.error.clone());
+    put("comment", o.comment.clone());
     put("wrap", o.wrap.clone());
     put("parsable", o.parsable.then(|| "set".to_string()));
     put("test-only", o.test_only.then(|| "set".to_string()));

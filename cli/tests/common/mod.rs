@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use muster_cli::sbatch::manifest::Submitter;
-use muster_cli::sbatch::parse::{SbatchError, slurm_defined_options};
+use muster_cli::sbatch::parse::{SbatchErrors, slurm_defined_options};
 use muster_cli::sbatch::{Prepared, SbatchArgs, ScriptInput, prepare};
 
 /// `cli/tests/scripts/<sub>/<name>`.
@@ -49,7 +49,7 @@ pub fn ours(
     name: &str,
     argv: &[&str],
     env: &[(&str, &str)],
-) -> Result<Prepared, SbatchError> {
+) -> Result<Prepared, SbatchErrors> {
     let path = script_path(sub, name);
     let text = String::from_utf8(std::fs::read(&path).expect("read script")).expect("utf-8");
     let mut full: Vec<&str> = argv.to_vec();
@@ -165,6 +165,10 @@ pub fn oracle(sub: &str, name: &str, argv: &[&str], env: &[(&str, &str)]) -> Ora
         if l.contains("debug") {
             return true;
         }
+        // Slurm reads #SLURM lines and says so as an "error" that is not one.
+        if l.contains("Change from #SLURM to #SBATCH") {
+            return true;
+        }
         let bad = l.contains("error")
             || l.contains("fatal")
             || l.contains("unrecognized option")
@@ -203,7 +207,10 @@ pub fn ours_shown(p: &Prepared, dir: &Path) -> BTreeMap<String, String> {
     relative(slurm_defined_options(&p.merged.options, dir), dir)
 }
 
-/// Slurm's defined options (paths relative to `dir`).
+/// Slurm's defined options (paths relative to `dir`), without the options that have no
+/// effect in Muster (their warnings are checked on their own).
 pub fn oracle_shown(o: &Oracle, dir: &Path) -> BTreeMap<String, String> {
-    relative(o.options.clone(), dir)
+    let mut m = relative(o.options.clone(), dir);
+    m.retain(|k, _| muster_cli::sbatch::options::no_effect_reason(k).is_none());
+    m
 }

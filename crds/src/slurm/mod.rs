@@ -18,6 +18,8 @@
 //! | [`switches`] | `--switches` | [`Switches`] |
 //! | [`gres`] | `--gres`, `--gpus*` | [`GresItem`], [`GpuCount`] |
 //! | [`tasks`] | `SLURM_TASKS_PER_NODE` | [`TasksPerNode`] |
+//! | [`script`] | `#SBATCH` lines of a batch script | [`script::read`] |
+//! | [`getopt`] | sbatch's option table and `getopt_long` | [`getopt::SBATCH_OPTIONS`], [`getopt::getopt`] |
 //!
 //! Policy, applied in every module: every form Slurm documents is accepted and means what it
 //! means in Slurm (checked against Slurm 22.05's `scontrol`/`sbatch` where they parse the value
@@ -29,11 +31,13 @@
 pub mod array;
 pub mod constraint;
 pub mod dependency;
+pub mod getopt;
 pub mod gpubind;
 pub mod gres;
 pub mod hostlist;
 pub mod mem;
 pub mod nodes;
+pub mod script;
 pub mod switches;
 pub mod tasks;
 pub mod time;

@@ -244,7 +244,7 @@ pub struct BatchJobSpec {
     /// The batch script. Run by `/bin/bash` in every task's first container unless the
     /// template gives that container a command of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1_048_576))]
+    #[schemars(length(max = crate::slurm::script::SCRIPT_MAX_CHARS))]
     pub script: Option<String>,
 
     /// The pod template of one task. Its first container runs the task; Muster adds the
