@@ -43,10 +43,28 @@ pub struct BenchArgs {
     /// Jobs of the placement-quality simulation (against first fit).
     #[arg(long, default_value_t = 1_500)]
     pub quality_jobs: usize,
+    /// Run the placement-quality benchmark instead: Muster, the Slurm-like backfill
+    /// baseline, FIFO and first fit on the bundled trace, the ITP trace with --gang gpus and
+    /// synthetic loads 0.7 / 0.9 / 1.1 on three seeds each (see `crate::quality`).
+    #[arg(long)]
+    pub quality: bool,
+    /// Jobs per synthetic trace of --quality.
+    #[arg(long, default_value_t = 2_000, requires = "quality")]
+    pub synthetic_jobs: usize,
 }
 
 /// Build the options and print the report.
 pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
+    if args.quality {
+        let loads: &[f64] = if args.quick { &[0.9] } else { &[0.7, 0.9, 1.1] };
+        let seeds: &[u64] = if args.quick { &[1] } else { &[1, 2, 3] };
+        let err = &mut *io.err;
+        let ws = crate::quality::run(args.synthetic_jobs, loads, seeds, &mut |name| {
+            let _ = writeln!(err, "replaying {name}");
+        })?;
+        write!(io.out, "{}", crate::quality::render(&ws))?;
+        return Ok(());
+    }
     let mut opts = BenchOptions {
         nodes: args.nodes,
         jobs: args.jobs,

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod fetch;
 pub mod format;
 pub mod logs;
+pub mod quality;
 pub mod rows;
 pub mod sacct;
 pub mod sandbox;
@@ -73,7 +74,8 @@ pub enum Command {
     Sacct(sacct::SacctArgs),
     /// Print a job's output (what slurm-JOBID.out would hold).
     Logs(logs::LogsArgs),
-    /// Measure the scheduling core: cycle time, memory and placement quality vs first fit.
+    /// Measure the scheduling core: cycle time, memory, and placement quality against
+    /// Slurm-like backfill, FIFO and first fit (--quality).
     Bench(bench::BenchArgs),
     /// Run a simulated GPU cluster to try Muster with no cluster.
     Sandbox(sandbox::SandboxArgs),

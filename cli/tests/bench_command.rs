@@ -56,3 +56,61 @@ async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
         "quality figures missing: {out}"
     );
 }
+
+#[tokio::test]
+async fn bench_quality_prints_every_policy_and_the_targets() {
+    let argv: Vec<OsString> = [
+        "muster",
+        "bench",
+        "--quality",
+        "--quick",
+        "--synthetic-jobs",
+        "150",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut stdin = std::io::empty();
+    let env = |_: &str| None;
+    let mut io = muster_cli::Io {
+        out: &mut out,
+        err: &mut err,
+        stdin: &mut stdin,
+        env: &env,
+        cwd: std::env::current_dir().unwrap(),
+    };
+    let code = muster_cli::run_with(argv, &mut io).await;
+    let out = String::from_utf8(out).unwrap();
+    let err = String::from_utf8(err).unwrap();
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    for w in [
+        "bundled ITP trace",
+        "itp-cluster06.csv --gang gpus",
+        "synthetic 150 jobs, load 0.9, seed 1",
+    ] {
+        assert!(out.contains(w), "{w} missing: {out}");
+    }
+    let head = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("Muster"))
+        .expect("a table heading");
+    for p in ["Slurm-like backfill", "FIFO, no backfill", "First fit"] {
+        assert!(head.contains(p), "{head}");
+    }
+    for r in [
+        "wait: mean",
+        "wait: p95",
+        "makespan",
+        "longest wait, gang of 8+ nodes",
+        "leaf span / lower bound",
+        "multi-node jobs at the bound",
+    ] {
+        let rows = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("  {r}  ")))
+            .count();
+        assert_eq!(rows, 3, "{r}: {out}");
+    }
+    assert!(out.contains("targets met over 3 workloads"), "{out}");
+}

@@ -119,19 +119,22 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
         .find(|l| l.contains("Muster"))
         .expect("table heading");
     assert!(
-        head.contains("FIFO, no backfill") && head.contains("First fit"),
+        head.contains("Slurm-like backfill")
+            && head.contains("FIFO, no backfill")
+            && head.contains("First fit"),
         "{head}"
     );
     // The urgent partition preempts a batch job under the core's policies only.
     assert_eq!(
         row(&out, "Preemptions (GPU-hours lost)"),
-        ["1 (10.7)", "1 (10.7)", "0 (0.0)"]
+        ["1 (10.7)", "1 (10.7)", "1 (10.7)", "0 (0.0)"]
     );
     for f in [
         "report.html",
         "summary.csv",
         "summary.json",
         "jobs-muster.csv",
+        "jobs-slurm.csv",
         "jobs-fifo.csv",
         "jobs-first-fit.csv",
     ] {
@@ -141,19 +144,19 @@ fn compare_runs_every_policy_and_writes_the_report_files() {
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert_eq!(
         html.matches("<svg").count(),
-        3 + 3,
+        3 + 4,
         "3 charts + one leaf map per policy"
     );
     assert!(!html.contains("<script"), "self-contained, no scripts");
     let csv = std::fs::read_to_string(dir.path().join("summary.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines.len(), 4, "{csv}");
+    assert_eq!(lines.len(), 5, "{csv}");
     assert!(lines[0].starts_with("policy,jobs,started,"), "{}", lines[0]);
     assert!(lines[1].starts_with("muster,6,6,"));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("summary.json")).unwrap())
             .unwrap();
-    assert_eq!(json["policies"].as_array().unwrap().len(), 3);
+    assert_eq!(json["policies"].as_array().unwrap().len(), 4);
     assert_eq!(json["policies"][0]["preemptions"], 1);
     let jobs = std::fs::read_to_string(dir.path().join("jobs-muster.csv")).unwrap();
     let hotfix = jobs.lines().find(|l| l.starts_with("hotfix,")).unwrap();
@@ -204,7 +207,7 @@ fn same_seed_same_report() {
             dir.path().to_str().unwrap(),
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
-        let jobs: Vec<String> = ["muster", "fifo", "first-fit"]
+        let jobs: Vec<String> = ["muster", "slurm", "fifo", "first-fit"]
             .iter()
             .map(|p| std::fs::read_to_string(dir.path().join(format!("jobs-{p}.csv"))).unwrap())
             .collect();
@@ -260,11 +263,13 @@ fn bad_options_and_files_are_explained() {
 /// A trace where the policies must differ, on the sandbox (4 leaves x 4 nodes x 8 GPUs),
 /// limits equal to run times, a cycle after every event:
 /// - `a` (1 node, 1000 s) takes gpu001 on leaf 1 under every policy;
-/// - `b` (4 nodes) fits one whole leaf: Muster and FIFO put it on leaf 2; first fit takes the
+/// - `b` (4 nodes) fits one whole leaf: Muster, Slurm-like backfill and FIFO put it on leaf 2;
+///   first fit takes the
 ///   next free nodes in list order, gpu002-gpu005, across leaves 1 and 2;
 /// - `c` (all 16 nodes) must wait for `a` (t=1000) under every policy;
-/// - `d`, `e` (1 node, 100 s) end long before `a`: Muster backfills them at once; FIFO holds
-///   them behind `c` until c ends (t=1100); first fit passes over `c` and starts them.
+/// - `d`, `e` (1 node, 100 s) end long before `a`: Muster and Slurm-like backfill start them
+///   at once; FIFO holds them behind `c` until c ends (t=1100); first fit passes over `c` and
+///   starts them.
 const COMPARE_TRACE: &str = "\
 job_id,submission_time,duration,num_gpu
 a,0,1000,8
@@ -300,28 +305,37 @@ fn compare_shows_backfill_and_topology_awareness() {
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .collect();
-    assert_eq!(head, ["Muster", "FIFO, no backfill", "First fit"], "{out}");
-    assert_eq!(row(&out, "Jobs started / in trace"), ["5 / 5"; 3], "{out}");
+    assert_eq!(
+        head,
+        [
+            "Muster",
+            "Slurm-like backfill",
+            "FIFO, no backfill",
+            "First fit"
+        ],
+        "{out}"
+    );
+    assert_eq!(row(&out, "Jobs started / in trace"), ["5 / 5"; 4], "{out}");
     // Waits: c waits 998 s everywhere; FIFO also holds d and e until c ends at 1100.
     // Muster: 998/5 = 199.6 s; FIFO: (998 + 1097 + 1096)/5 = 638.2 s.
     assert_eq!(
         row(&out, "Wait: mean"),
-        ["3m20s", "10m38s", "3m20s"],
+        ["3m20s", "3m20s", "10m38s", "3m20s"],
         "{out}"
     );
     // b on one leaf (lower bound 1), c on all four (lower bound 4) -- except b under
     // first fit, which spans two leaves.
     assert_eq!(
         row(&out, "Multi-node jobs: leaf span / lower bound"),
-        ["2.50 / 2.50", "2.50 / 2.50", "3.00 / 2.50"],
+        ["2.50 / 2.50", "2.50 / 2.50", "2.50 / 2.50", "3.00 / 2.50"],
         "{out}"
     );
     assert_eq!(
         row(&out, "Multi-node jobs at the lower bound"),
-        ["100.0% of 2", "100.0% of 2", "50.0% of 2"],
+        ["100.0% of 2", "100.0% of 2", "100.0% of 2", "50.0% of 2"],
         "{out}"
     );
-    assert_eq!(row(&out, "Preemptions (GPU-hours lost)"), ["0 (0.0)"; 3]);
+    assert_eq!(row(&out, "Preemptions (GPU-hours lost)"), ["0 (0.0)"; 4]);
 }
 
 #[test]
@@ -516,4 +530,89 @@ fn help_documents_the_defaults() {
             "{needle:?} missing from --help:\n{help}"
         );
     }
+}
+
+#[test]
+fn the_header_describes_the_trace_actually_replayed() {
+    // A native trace carries its own shapes and limits: no gang or limit rule was applied.
+    let o = muster(&[
+        "--trace",
+        "examples/traces/native-small.yaml",
+        "--cluster",
+        "sandbox",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("gangs      as each job's spec asks; time limits as recorded;"),
+        "{out}"
+    );
+    assert!(!out.contains("run time x"), "{out}");
+    // An ITP trace records GPU counts and no limits: the rules are named.
+    let o = muster(&["--trace", "examples/traces/itp-small.csv", "--gang", "gpus"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "gangs      --gpus=N packed by the scheduler; time limits auto (run time x 1.5, bucketed);"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
+fn until_reports_the_figures_and_placements_at_that_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("compare.csv");
+    std::fs::write(&trace, COMPARE_TRACE).unwrap();
+    let o = muster(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--cluster",
+        "sandbox",
+        "--time-limit",
+        "exact",
+        "--interval",
+        "0",
+        "--until",
+        "50s",
+        "--policy",
+        "first-fit",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("stopped    at 50s after the first submit"),
+        "{out}"
+    );
+    // At 50 s under first fit: a, b, d, e run; c (all 16 nodes) waits.
+    assert!(
+        out.contains("First fit at 50s: 4 running on 56 of 128 GPUs, 1 waiting"),
+        "{out}"
+    );
+    let line = |job: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{job} ")))
+            .unwrap_or_else(|| panic!("no line for {job}: {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("a"), ["a", "0s", "8", "1", "1", "gpu001"]);
+    assert_eq!(line("b"), ["b", "1s", "32", "4", "2", "gpu[002-005]"]);
+    assert_eq!(row(&out, "Jobs started / in trace"), ["4 / 5"]);
+    assert_eq!(
+        row(&out, "Completed / timed out / preempted"),
+        ["0 / 0 / 0"]
+    );
+    let jobs = std::fs::read_to_string(dir.path().join("jobs-first-fit.csv")).unwrap();
+    assert!(
+        jobs.lines()
+            .any(|l| l.starts_with("b,") && l.contains(",RUNNING,")),
+        "{jobs}"
+    );
+    // A time that is not one is refused with what is allowed.
+    let o = muster(&["--until", "soon"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("give seconds"), "{}", stderr(&o));
 }

@@ -40,7 +40,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
-use muster_operator::core::baseline::first_fit_prepared;
+use muster_operator::core::baseline::Yardstick;
 use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,
@@ -55,22 +55,31 @@ pub enum Policy {
     /// Muster: topology-aware gang placement, multifactor priority, backfill with
     /// reservations, preemption (the core with its default configuration).
     Muster,
+    /// Slurm-like EASY backfill: submit order, a reservation for every waiting job a cycle
+    /// tests, Slurm's topology/tree placement (`baseline::Yardstick::SlurmBackfill`).
+    Slurm,
     /// Strict FIFO without backfill: the core's placement, jobs in submit order, and a
     /// partition stops at its first job that does not fit (Slurm's sched/builtin).
     Fifo,
     /// Topology-unaware first fit in submit order, passing over jobs that do not fit
-    /// (no reservations): the core's `baseline::first_fit`.
+    /// (no reservations): `baseline::Yardstick::FirstFit`.
     FirstFit,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 3] = [Policy::Muster, Policy::Fifo, Policy::FirstFit];
+    pub const ALL: [Policy; 4] = [
+        Policy::Muster,
+        Policy::Slurm,
+        Policy::Fifo,
+        Policy::FirstFit,
+    ];
 
     /// The column heading in reports.
     pub fn label(self) -> &'static str {
         match self {
             Policy::Muster => "Muster",
+            Policy::Slurm => "Slurm-like backfill",
             Policy::Fifo => "FIFO, no backfill",
             Policy::FirstFit => "First fit",
         }
@@ -80,24 +89,39 @@ impl Policy {
     pub fn name(self) -> &'static str {
         match self {
             Policy::Muster => "muster",
+            Policy::Slurm => "slurm",
             Policy::Fifo => "fifo",
             Policy::FirstFit => "first-fit",
         }
     }
 
+    /// The yardstick behind a baseline policy.
+    fn yardstick(self) -> Option<Yardstick> {
+        match self {
+            Policy::Slurm => Some(Yardstick::SlurmBackfill),
+            Policy::FirstFit => Some(Yardstick::FirstFit),
+            Policy::Muster | Policy::Fifo => None,
+        }
+    }
+
     /// The core configuration of the policy, from Muster's (`base`). FIFO zeroes the
     /// priority weights, so the core's order falls back to submit time and id, and turns
-    /// backfill off.
+    /// backfill off; the yardsticks derive theirs ([`Yardstick::config`]).
     pub fn config(self, base: &Config) -> Config {
         match self {
             Policy::Muster => base.clone(),
-            Policy::Fifo | Policy::FirstFit => Config {
+            Policy::Fifo => Config {
                 weight_age: 0.0,
                 weight_job_size: 0.0,
                 weight_fair_share: 0.0,
                 backfill: false,
+                topology_wait_secs: 0,
+                reserve_after_secs: 0,
                 ..base.clone()
             },
+            Policy::Slurm | Policy::FirstFit => self
+                .yardstick()
+                .map_or_else(|| base.clone(), |y| y.config(base)),
         }
     }
 
@@ -112,9 +136,9 @@ impl Policy {
         now: i64,
         cfg: &Config,
     ) -> Decisions {
-        match self {
-            Policy::Muster | Policy::Fifo => schedule_incremental(prep, occ, snap, now, cfg),
-            Policy::FirstFit => first_fit_prepared(prep, snap, now),
+        match self.yardstick() {
+            None => schedule_incremental(prep, occ, snap, now, cfg),
+            Some(y) => y.schedule_incremental(prep, occ, snap, now, cfg),
         }
     }
 }
@@ -250,6 +274,9 @@ pub struct SimOptions {
     pub max_queue: usize,
     /// The core's configuration for the Muster policy (the others derive theirs from it).
     pub config: Config,
+    /// Stop at this simulated time (seconds from the first submit): jobs still running are
+    /// reported as running, with their placements, and waiting ones as pending.
+    pub until: Option<i64>,
 }
 
 impl Default for SimOptions {
@@ -258,6 +285,7 @@ impl Default for SimOptions {
             interval: 10,
             max_queue: 1_000,
             config: Config::default(),
+            until: None,
         }
     }
 }
@@ -276,8 +304,10 @@ pub enum Outcome {
     NodeFail,
     /// The scheduler refused it for good (too big, contradictory, partition limits).
     Rejected,
-    /// Still waiting when the trace ran out of events.
+    /// Still waiting when the trace ran out of events (or at `--until`).
     NeverStarted,
+    /// Running at `--until`.
+    Running,
 }
 
 /// What happened to one job.
@@ -413,6 +443,8 @@ pub struct SimRun {
     pub lost_gpu_secs: f64,
     /// Time of the last event.
     pub end_time: i64,
+    /// When the replay was stopped (`--until`), if it was.
+    pub stopped_at: Option<i64>,
 }
 
 /// What an end event means.
@@ -549,6 +581,8 @@ pub fn simulate(
     for (i, j) in jobs.iter_mut().enumerate() {
         if e.qpos[i] != NONE {
             j.outcome = Outcome::NeverStarted;
+        } else if e.rpos[i] != NONE {
+            j.outcome = Outcome::Running;
         }
     }
     SimRun {
@@ -561,6 +595,7 @@ pub fn simulate(
         preemptions: e.preemptions,
         lost_gpu_secs: e.lost_gpu_secs,
         end_time,
+        stopped_at: opts.until.filter(|&u| u <= end_time),
     }
 }
 
@@ -572,6 +607,17 @@ impl Engine<'_> {
                 Some(l) => c.max(l.saturating_add(self.opts.interval as i64)),
                 None => c,
             });
+            let next = match (ev, cyc) {
+                (Some(e), Some(c)) => Some(e.min(c)),
+                (e, c) => e.or(c),
+            };
+            if let (Some(u), Some(t)) = (self.opts.until, next)
+                && t > u
+            {
+                // Stop at T: the figures and placements are those of that moment.
+                self.advance(u.max(self.now));
+                break;
+            }
             match (ev, cyc) {
                 (None, None) => break,
                 (Some(e), Some(c)) if e <= c => self.events_at(e),

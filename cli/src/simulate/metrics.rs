@@ -32,7 +32,7 @@ pub const BSLD_TAU_SECS: f64 = 10.0;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// Policy name (`muster`, `fifo`, `first-fit`).
+    /// Policy name (`muster`, `slurm`, `fifo`, `first-fit`).
     pub policy: String,
     /// Jobs in the trace.
     pub jobs: usize,
@@ -181,7 +181,11 @@ pub fn summarize(run: &SimRun, w: &Workload, cl: &Cluster) -> Summary {
         wait_p95_secs: nearest_rank(&wait, 0.95),
         jct_mean_secs: mean(&jct),
         bounded_slowdown: mean(&bsld),
-        gpu_utilisation: share(it.busy_gpu_secs, makespan as f64),
+        // Stopped early (--until), GPUs were held up to the stop, not the last end.
+        gpu_utilisation: share(
+            it.busy_gpu_secs,
+            makespan.max(run.stopped_at.map_or(0, |t| t - first)) as f64,
+        ),
         fragmentation: share(it.stranded_gpu_secs, it.waiting_secs),
         idle_while_waiting: share(it.idle_gpu_secs, it.waiting_secs),
         multi_node_jobs: multi.len(),

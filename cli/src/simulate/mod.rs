@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! muster simulate                                  # built-in superpod + bundled ITP trace
-//! muster simulate --compare                        # Muster vs FIFO vs first fit
+//! muster simulate --compare                        # Muster vs Slurm-like vs FIFO vs first fit
+//! muster simulate --until 2d                       # figures and placements two days in
 //! muster simulate --trace sacct.txt --cluster my-cluster.yaml --out report/
 //! muster simulate --synthetic 100000 --cluster big.yaml --load 0.9
 //! ```
@@ -76,10 +77,13 @@ Metrics:
 Policies (--policy, or all with --compare):
   muster     the scheduling core: topology-aware gangs, multifactor priority, backfill
              with reservations, preemption
+  slurm      Slurm-like EASY backfill: submit order, a reservation for every waiting job a
+             cycle tests, Slurm's topology/tree placement (lowest switch with enough nodes,
+             largest-first spill, nodes in order)
   fifo       the core's placement in submit order, no backfill (stops at the first job
              that does not fit, like Slurm's sched/builtin)
   first-fit  topology-unaware first fit in submit order; jobs that do not fit are passed
-             over (no reservations)";
+             over (no reservations); every other placement rule is kept";
 
 /// `muster simulate` options.
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
@@ -121,7 +125,7 @@ pub struct SimulateArgs {
     #[arg(long, short = 'p', value_enum, default_value_t = Policy::Muster)]
     pub policy: Policy,
 
-    /// Run every policy (muster, fifo, first-fit) and report them side by side.
+    /// Run every policy (muster, slurm, fifo, first-fit) and report them side by side.
     #[arg(long)]
     pub compare: bool,
 
@@ -161,6 +165,12 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 
+    /// Stop at this simulated time after the first submit (seconds, or with a unit: 90m,
+    /// 36h, 2d, or a Slurm time 1-12:00:00) and report the figures and every job's
+    /// placement at that moment.
+    #[arg(long, value_name = "T")]
+    pub until: Option<Until>,
+
     /// Write report.html (inline SVG plots), summary.csv, summary.json and jobs-POLICY.csv
     /// here.
     #[arg(long, value_name = "DIR")]
@@ -190,6 +200,46 @@ impl std::str::FromStr for Factor {
 impl std::fmt::Display for Factor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0)
+    }
+}
+
+/// `--until` value: seconds after the first submit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Until(pub i64);
+
+impl std::str::FromStr for Until {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "{s:?} is not a time: give seconds (3600), a number with s, m, h or d (90m, 2d), \
+                 or a Slurm time ([D-]HH:MM:SS)"
+            )
+        };
+        let t = s.trim();
+        if t.contains(':') || t.contains('-') {
+            let secs = muster_crds::slurm::TimeLimit::parse(t)
+                .ok()
+                .and_then(|l| l.seconds())
+                .ok_or_else(bad)?;
+            return i64::try_from(secs).map(Until).map_err(|_| bad());
+        }
+        let (num, unit) = match t.char_indices().last() {
+            Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c),
+            _ => (t, 's'),
+        };
+        let mult = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3_600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        if n < 0 {
+            return Err(bad());
+        }
+        n.checked_mul(mult).map(Until).ok_or_else(bad)
     }
 }
 
@@ -223,6 +273,7 @@ impl Default for SimulateArgs {
             speedup: None,
             skip_bad_rows: false,
             seed: 1,
+            until: None,
             out: None,
             no_progress: true,
         }
@@ -348,6 +399,7 @@ pub fn replay(args: &SimulateArgs, cwd: &Path) -> anyhow::Result<Replay> {
         interval: args.interval,
         max_queue: args.max_queue.max(1),
         config,
+        until: args.until.map(|u| u.0),
     };
     let policies: Vec<Policy> = if args.compare {
         Policy::ALL.to_vec()
@@ -426,20 +478,9 @@ pub fn header(r: &Replay) -> Vec<String> {
         ),
         format!("  cluster    {}", report::cluster_line(&r.cluster)),
         format!(
-            "  gangs      {}; time limits {}{}; arrivals x{}",
-            match r.rules.gang {
-                GangRule::Nodes => format!(
-                    "up to {} GPUs on one node, more on whole nodes",
-                    r.cluster.gpus_per_node
-                ),
-                GangRule::Gpus => "--gpus=N packed by the scheduler".to_string(),
-            },
-            r.rules.limit,
-            if r.rules.limit == LimitRule::Auto {
-                format!(" (run time x {}, bucketed)", r.rules.limit_factor)
-            } else {
-                String::new()
-            },
+            "  gangs      {}; time limits {}; arrivals x{}",
+            gang_line(r),
+            limit_line(r),
             r.rules.speedup
         ),
         format!(
@@ -447,6 +488,12 @@ pub fn header(r: &Replay) -> Vec<String> {
             r.options.interval, r.options.max_queue
         ),
     ];
+    if let Some(u) = r.options.until {
+        v.push(format!(
+            "  stopped    at {} after the first submit: running jobs and their nodes below",
+            report::dur(u as f64)
+        ));
+    }
     let s = &t.skipped;
     if s.total() > 0 {
         v.push(format!(
@@ -460,6 +507,61 @@ pub fn header(r: &Replay) -> Vec<String> {
     v
 }
 
+/// How the trace's jobs became gangs: the gang rule for jobs that record only a GPU count,
+/// the job's own request for the others (native traces).
+fn gang_line(r: &Replay) -> String {
+    let own = r
+        .trace
+        .jobs
+        .iter()
+        .filter(|j| matches!(j.ask, trace::Ask::Request(_)))
+        .count();
+    let rule = match r.rules.gang {
+        GangRule::Nodes => format!(
+            "up to {} GPUs on one node, more on whole nodes",
+            r.cluster.gpus_per_node
+        ),
+        GangRule::Gpus => "--gpus=N packed by the scheduler".to_string(),
+    };
+    let total = r.trace.jobs.len();
+    if total > 0 && own == total {
+        "as each job's spec asks".to_string()
+    } else if own == 0 {
+        rule
+    } else {
+        format!(
+            "as the spec asks for {own} job(s), {rule} for the {} with a GPU count only",
+            total - own
+        )
+    }
+}
+
+/// Where the time limits came from: recorded in the trace, or the `--time-limit` rule.
+fn limit_line(r: &Replay) -> String {
+    let missing = r
+        .trace
+        .jobs
+        .iter()
+        .filter(|j| j.limit == trace::TraceLimit::Missing)
+        .count();
+    let rule = if r.rules.limit == LimitRule::Auto {
+        format!("auto (run time x {}, bucketed)", r.rules.limit_factor)
+    } else {
+        r.rules.limit.to_string()
+    };
+    let total = r.trace.jobs.len();
+    if missing == 0 && total > 0 {
+        "as recorded".to_string()
+    } else if missing == total {
+        rule
+    } else {
+        format!(
+            "as recorded for {}, {rule} for the {missing} without one",
+            total - missing
+        )
+    }
+}
+
 /// Writes the terminal report.
 pub fn write_report(out: &mut dyn Write, r: &Replay) -> std::io::Result<()> {
     for line in header(r) {
@@ -469,6 +571,12 @@ pub fn write_report(out: &mut dyn Write, r: &Replay) -> std::io::Result<()> {
     let headings: Vec<&str> = r.runs.iter().map(|x| x.policy.label()).collect();
     report::write_table(out, &headings, &r.summaries)?;
     writeln!(out)?;
+    if let Some(u) = r.options.until {
+        for run in &r.runs {
+            report::write_placements(out, run, &r.workload, &r.cluster, u)?;
+            writeln!(out)?;
+        }
+    }
     writeln!(
         out,
         "Metric definitions: muster simulate --help. Plots and per-job results: --out DIR."

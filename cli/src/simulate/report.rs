@@ -228,6 +228,68 @@ pub fn jobs_csv(run: &SimRun, w: &Workload, cl: &Cluster) -> Result<String, csv:
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Where every job is at `--until`: the running ones with their nodes, GPUs and leaves (in
+/// start order), then how many wait.
+pub fn write_placements(
+    out: &mut dyn Write,
+    run: &SimRun,
+    w: &Workload,
+    cl: &Cluster,
+    until: i64,
+) -> std::io::Result<()> {
+    let mut running: Vec<(i64, usize)> = run
+        .jobs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.outcome == Outcome::Running)
+        .filter_map(|(i, o)| Some((o.start?, i)))
+        .collect();
+    running.sort_unstable();
+    let waiting = run
+        .jobs
+        .iter()
+        .zip(&w.jobs)
+        .filter(|(o, j)| o.outcome == Outcome::NeverStarted && j.submit <= until)
+        .count();
+    let gpus: u64 = running
+        .iter()
+        .map(|&(_, i)| u64::from(run.jobs[i].gpus))
+        .sum();
+    writeln!(
+        out,
+        "{} at {}: {} running on {} of {} GPUs, {} waiting",
+        run.policy.label(),
+        dur(until as f64),
+        running.len(),
+        thousands(gpus),
+        thousands(cl.total_gpus),
+        waiting
+    )?;
+    writeln!(
+        out,
+        "  {:<14} {:>9} {:>5} {:>6} {:>6}  nodes",
+        "job", "started", "GPUs", "nodes", "leaves"
+    )?;
+    for (start, i) in running {
+        let o = &run.jobs[i];
+        writeln!(
+            out,
+            "  {:<14} {:>9} {:>5} {:>6} {:>6}  {}",
+            w.jobs[i].trace_id,
+            dur(start as f64),
+            o.gpus,
+            o.nodes,
+            o.leaves,
+            muster_crds::slurm::hostlist::compress(
+                o.node_ids
+                    .iter()
+                    .map(|&n| cl.nodes[n as usize].name.as_str())
+            )
+        )?;
+    }
+    Ok(())
+}
+
 /// The cluster in one line.
 pub fn cluster_line(cl: &Cluster) -> String {
     format!(

@@ -411,6 +411,8 @@ pub struct Class {
 pub struct PartState<'a> {
     /// The switch tree.
     pub tree: &'a Tree,
+    /// Tree positions in node-list order (see [`Prepared::node_order`]).
+    pub node_order: &'a [u32],
     /// Switch ids at each level (root level 0 first).
     pub levels: &'a [Vec<u32>],
     /// Bumped whenever a node of the leaf changes.
@@ -565,6 +567,9 @@ pub struct Prepared {
     pub gpu_trees: Vec<GpuTree>,
     /// Each node's GPU hierarchy (index into `gpu_trees`).
     pub gtree_of: Vec<u32>,
+    /// Per partition, tree positions in node-list order (by [`NodeId`]): the order the
+    /// first-fit yardstick walks.
+    pub node_order: Vec<Vec<u32>>,
     /// Number of nodes and a hash of their names, to check a snapshot against.
     names: (usize, u64),
 }
@@ -599,7 +604,7 @@ impl Prepared {
             gtree_of.push(gt);
         }
         let mut triples = Vec::with_capacity(nodes.len());
-        let trees = partitions
+        let trees: Vec<(Tree, Vec<Vec<u32>>)> = partitions
             .iter()
             .enumerate()
             .map(|(pi, p)| {
@@ -614,8 +619,19 @@ impl Prepared {
                 (tree, levels)
             })
             .collect();
+        let node_order = trees
+            .iter()
+            .map(|(tree, _): &(Tree, Vec<Vec<u32>>)| {
+                let mut o: Vec<u32> = (0..tree.nodes.len() as u32).collect();
+                if !tree.nodes.windows(2).all(|w| w[0] < w[1]) {
+                    o.sort_unstable_by_key(|&p| tree.nodes[p as usize]);
+                }
+                o
+            })
+            .collect();
         Prepared {
             trees,
+            node_order,
             member_of: Members::build(nodes.len(), triples),
             gpu_trees,
             gtree_of,
@@ -693,6 +709,8 @@ pub struct Engine<'a> {
     pub parts: Vec<PartState<'a>>,
     /// For each node: `(partition, position)` memberships.
     pub member_of: &'a Members,
+    /// How gangs are placed (Muster's, or a yardstick's).
+    pub placement: Placement,
     /// The filter with no GPU type and no constraint, per partition.
     plain_filter: Vec<Option<u32>>,
     /// Interned job classes.
@@ -754,11 +772,42 @@ fn node_total(node: &Node, tree: &GpuTree) -> (Res, u64) {
 
 /// Whether two nodes' GPUs are wired the same (indices, NUMA, NVLink peers, links).
 fn same_gpu_layout(a: &Node, b: &Node) -> bool {
-    a.gpus.len() == b.gpus.len()
-        && a.gpu_links == b.gpu_links
-        && a.gpus.iter().zip(&b.gpus).all(|(x, y)| {
-            x.index == y.index && x.numa == y.numa && x.nvlink_peers == y.nvlink_peers
-        })
+    // Element by element: the slices are a few entries long, where a library comparison
+    // costs more in calls than in work (this runs for every node of every cycle's trees).
+    fn same<T: PartialEq>(x: &[T], y: &[T]) -> bool {
+        x.len() == y.len() && (0..x.len()).all(|i| x[i] == y[i])
+    }
+    // A link as one number, so a row compares without matching enum variants pairwise.
+    fn code(l: Link) -> u16 {
+        match l {
+            Link::Itself => 0,
+            Link::NvLink(n) => 0x100 | u16::from(n),
+            Link::Pix => 2,
+            Link::Pxb => 3,
+            Link::Phb => 4,
+            Link::Node => 5,
+            Link::Sys => 6,
+        }
+    }
+    let rows_same = |x: &[Link], y: &[Link]| {
+        x.len() == y.len()
+            && x.iter()
+                .zip(y)
+                .fold(true, |ok, (p, q)| ok & (code(*p) == code(*q)))
+    };
+    let n = a.gpus.len();
+    if n != b.gpus.len()
+        || a.gpu_links.len() != b.gpu_links.len()
+        || !(0..a.gpu_links.len()).all(|i| rows_same(&a.gpu_links[i], &b.gpu_links[i]))
+    {
+        return false;
+    }
+    // With a whole link matrix, NVLink peers never decide a link (see `Node::link`): they
+    // need not be compared (each GPU's list is a heap read of its own).
+    let whole = a.gpu_links.len() == n && a.gpu_links.iter().all(|r| r.len() == n);
+    a.gpus.iter().zip(&b.gpus).all(|(x, y)| {
+        x.index == y.index && x.numa == y.numa && (whole || same(&x.nvlink_peers, &y.nvlink_peers))
+    })
 }
 
 /// A key describing a node's GPU wiring, so identical nodes share one [`GpuTree`].
@@ -852,6 +901,7 @@ impl<'a> Engine<'a> {
                 let nl = tree.leaves.len();
                 PartState {
                     tree,
+                    node_order: prep.node_order.get(pi).map_or(&[], Vec::as_slice),
                     levels,
                     leaf_version: vec![1; nl],
                     leaf_claims: vec![Vec::new(); nl],
@@ -886,6 +936,7 @@ impl<'a> Engine<'a> {
             gpu_trees: &prep.gpu_trees,
             parts,
             member_of: &prep.member_of,
+            placement: Placement::Topology,
             classes: Vec::new(),
             class_ids: HashMap::with_hasher(FnvBuild),
             filters: Vec::new(),
@@ -1589,6 +1640,25 @@ impl Caps {
     }
 }
 
+/// How a cycle chooses nodes for a gang. Muster places by [`Placement::Topology`]; the
+/// other two are the yardsticks of [`super::baseline`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Muster's: the lowest switch that can hold the gang whole, best fit among candidates;
+    /// a gang that must span switches takes the set of children that uses the fewest and
+    /// leaves the most room whole elsewhere; within a leaf the fullest nodes first.
+    #[default]
+    Topology,
+    /// Slurm 22.05's select/cons_tres under topology/tree (`_eval_nodes_topo`): the lowest
+    /// switch with enough available nodes, the one with the fewest among those; a gang that
+    /// spans switches takes, at each step, the child that holds the rest with the fewest
+    /// nodes, else the child with the most nodes (largest-first spill); within a leaf, nodes
+    /// in node order.
+    SlurmTree,
+    /// Topology-unaware first fit: the first nodes in node-list order that have room.
+    FirstFit,
+}
+
 /// Placement inputs for [`select`].
 pub struct SelectInput<'t> {
     /// The partition's tree.
@@ -1604,6 +1674,10 @@ pub struct SelectInput<'t> {
     /// Feature counts: `(eligible by position, nodes)`: that many distinct nodes of the
     /// placement must be eligible for each.
     pub counts: &'t [(Vec<bool>, u32)],
+    /// How to choose.
+    pub placement: Placement,
+    /// Tree positions in node-list order (read by [`Placement::FirstFit`] only).
+    pub order: &'t [u32],
 }
 
 /// Chooses nodes for a gang: under the lowest switch that can hold it whole, best fit among
@@ -1618,6 +1692,11 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     }
     if !inp.counts.is_empty() {
         return select_counts(inp, node);
+    }
+    match inp.placement {
+        Placement::Topology => {}
+        Placement::SlurmTree => return select_slurm(inp, node),
+        Placement::FirstFit => return select_first_fit(inp, node),
     }
     let view = inp.leaf_aggs;
     let nl = view.len();
@@ -1804,6 +1883,294 @@ fn select_counts(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opt
     Some(out)
 }
 
+/// A later gang of the cycle as a placement sees it (see [`select_weighed`]).
+#[derive(Clone, Debug)]
+pub struct Ahead {
+    /// Its class.
+    pub cid: u32,
+    /// Units it needs.
+    pub need: u32,
+    /// Fewest nodes.
+    pub min_nodes: u32,
+    /// End of its run if it started now.
+    pub end: i64,
+    /// Its aggregates per leaf now.
+    pub leaves: Vec<LeafAgg>,
+    /// Leaves that hold it whole now.
+    pub fitting: u32,
+}
+
+impl Engine<'_> {
+    /// What placing `sel` (a job with demand `d`, all on one leaf) costs the
+    /// later gangs `ahead`: each gang that fitted that leaf whole and no longer would counts
+    /// 1, or 2^20 if it was the only leaf that held it.
+    pub fn lookahead_penalty(
+        &self,
+        d: &Demand,
+        sel: &Selection,
+        ahead: &[Ahead],
+        ps: &PartState<'_>,
+    ) -> u64 {
+        let Some(&(p0, _)) = sel.first() else {
+            return 0;
+        };
+        let leaf = ps.tree.leaf_of[p0 as usize] as usize;
+        let mut pen = 0u64;
+        for g in ahead {
+            let a = g.leaves[leaf];
+            if a.units < g.need || a.nodes < g.min_nodes {
+                continue;
+            }
+            let cg = &self.classes[g.cid as usize];
+            let (mut units, mut nodes) = (i64::from(a.units), i64::from(a.nodes));
+            for &(p, u) in sel {
+                let ns = &self.nodes[ps.tree.nodes[p as usize] as usize];
+                if !ns.sched {
+                    continue;
+                }
+                let avail = ns.window_now(g.end);
+                let before = self.units_for_count(cg, p, avail, ns.free_mask, ns.total);
+                let after = if d.exclusive {
+                    0
+                } else {
+                    let left = avail.minus(d.take(u, ns.total));
+                    self.units_for_count(cg, p, left, ns.free_mask, ns.total)
+                };
+                units -= i64::from(before.saturating_sub(after));
+                if before > 0 && after == 0 {
+                    nodes -= 1;
+                }
+            }
+            if units < i64::from(g.need) || nodes < i64::from(g.min_nodes) {
+                pen += if g.fitting <= 1 { 1 << 20 } else { 1 };
+            }
+        }
+        pen
+    }
+}
+
+/// [`select`] for a gang that one leaf holds, weighing the best-fit candidates: the first
+/// `k` leaves by best fit, each placed, and the one whose placement costs `penalty` least
+/// (then best fit) wins. `None` if no single leaf holds the gang.
+pub fn select_weighed(
+    inp: &SelectInput<'_>,
+    node: &dyn Fn(u32) -> (u32, u32),
+    penalty: &dyn Fn(&Selection) -> u64,
+    k: usize,
+) -> Option<Selection> {
+    let d = inp.demand;
+    let need = d.need();
+    let view = inp.leaf_aggs;
+    let direct = |s: u32| -> (u64, u64) {
+        let r = &inp.tree.switches[s as usize].leaves;
+        (r.start..r.end).fold((0, 0), |(u, n), l| {
+            let a = view.get(l as usize);
+            (u + u64::from(a.units), n + u64::from(a.nodes))
+        })
+    };
+    let mut cands: Vec<(u64, u64, u32)> = (0..view.len())
+        .filter_map(|l| {
+            let a = view.get(l);
+            (a.units >= need && a.nodes >= d.min_nodes)
+                .then(|| (a.slack, u64::from(a.units - need), inp.tree.leaves[l]))
+        })
+        .collect();
+    cands.sort_unstable();
+    let mut best: Option<(u64, usize, Selection)> = None;
+    for (rank, &(_, _, sid)) in cands.iter().take(k).enumerate() {
+        let Some(sel) = take_switch(inp, sid, node, &direct) else {
+            continue;
+        };
+        let p = penalty(&sel);
+        if best.as_ref().is_none_or(|b| (p, rank) < (b.0, b.1)) {
+            best = Some((p, rank, sel));
+            if p == 0 {
+                break;
+            }
+        }
+    }
+    best.map(|b| b.2)
+}
+
+/// [`Placement::FirstFit`]: nodes in node-list order, each taking what it can. A node is
+/// passed over when the nodes still allowed (`--nodes` maximum) could not carry the rest
+/// after it, and a node leaves a unit for every further node `--nodes` requires, so a
+/// request the cluster can hold is never refused for the order it met the nodes in
+/// (`nodes: 1, ntasks: 8` takes the first node with room for all eight).
+fn select_first_fit(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option<Selection> {
+    let d = inp.demand;
+    let per = u64::from(d.per_node_cap().max(1));
+    let mut left = u64::from(d.need());
+    let mut out: Selection = Vec::new();
+    let bundles = matches!(d.mode, Mode::Bundles { .. });
+    for &p in inp.order {
+        let used = out.len() as u32;
+        if used >= d.max_nodes || (left == 0 && used >= d.min_nodes && !bundles) {
+            break;
+        }
+        let (u, _) = node(p);
+        if u == 0 {
+            continue;
+        }
+        if bundles {
+            // Bundles: one per node, as many nodes as a node range allows.
+            out.push((p, 1));
+            left = left.saturating_sub(1);
+            continue;
+        }
+        let u = u64::from(u).min(per);
+        let slots = u64::from(d.max_nodes - used);
+        if u < left.saturating_sub((slots - 1).saturating_mul(per)) {
+            continue;
+        }
+        let still = u64::from(d.min_nodes.saturating_sub(used + 1));
+        let take = u.min(left.saturating_sub(still)).max(1);
+        out.push((p, take as u32));
+        left = left.saturating_sub(take);
+    }
+    if left > 0 || (out.len() as u32) < d.min_nodes {
+        return None;
+    }
+    balance(d, node, out)
+}
+
+/// A node count and a task count: the tasks spread evenly over the nodes, as Slurm does (no
+/// node gets two more than another, room permitting). `None` if `out` is empty.
+fn balance(d: &Demand, node: &dyn Fn(u32) -> (u32, u32), mut out: Selection) -> Option<Selection> {
+    if matches!(d.mode, Mode::Units { .. }) && d.min_nodes > 1 {
+        loop {
+            let (imax, &(_, umax)) = out
+                .iter()
+                .enumerate()
+                .max_by_key(|(i, (_, u))| (*u, std::cmp::Reverse(*i)))?;
+            let (imin, &(pmin, umin)) =
+                out.iter().enumerate().min_by_key(|(i, (_, u))| (*u, *i))?;
+            if umax <= umin + 1 || umin + 1 > node(pmin).0 {
+                break;
+            }
+            out[imax].1 -= 1;
+            out[imin].1 += 1;
+        }
+    }
+    Some(out)
+}
+
+/// [`Placement::SlurmTree`]: the lowest level with a switch that has the units and nodes,
+/// the candidate with the fewest available nodes (then tree order), then
+/// [`slurm_take`] within it.
+fn select_slurm(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option<Selection> {
+    let d = inp.demand;
+    let view = inp.leaf_aggs;
+    let nl = view.len();
+    let mut pu = vec![0u64; nl + 1];
+    let mut pn = vec![0u64; nl + 1];
+    for i in 0..nl {
+        let a = view.get(i);
+        pu[i + 1] = pu[i] + u64::from(a.units);
+        pn[i + 1] = pn[i] + u64::from(a.nodes);
+    }
+    let agg = |s: u32| -> (u64, u64) {
+        let r = &inp.tree.switches[s as usize].leaves;
+        (
+            pu[r.end as usize] - pu[r.start as usize],
+            pn[r.end as usize] - pn[r.start as usize],
+        )
+    };
+    let need = u64::from(d.need());
+    let fits = |(u, n): (u64, u64)| u >= need && n >= u64::from(d.min_nodes);
+    for level in (0..inp.levels.len()).rev() {
+        let best = inp.levels[level]
+            .iter()
+            .filter(|&&s| fits(agg(s)))
+            .min_by_key(|&&s| (agg(s).1, s));
+        if let Some(&s) = best {
+            let mut out = Selection::new();
+            let mut left = need;
+            slurm_take(inp, s, &mut left, node, &agg, &mut out);
+            if left > 0 || (out.len() as u32) < d.min_nodes || out.len() as u32 > d.max_nodes {
+                return None;
+            }
+            if let Some(ml) = inp.max_leaves {
+                let mut ls: Vec<u32> = out
+                    .iter()
+                    .map(|&(p, _)| inp.tree.leaf_of[p as usize])
+                    .collect();
+                ls.sort_unstable();
+                ls.dedup();
+                if ls.len() as u32 > ml {
+                    return None;
+                }
+            }
+            return balance(d, node, out);
+        }
+    }
+    None
+}
+
+/// Takes `left` units under switch `s` the way Slurm's `_eval_nodes_topo` adds leaves: the
+/// child that can hold the rest with the fewest available nodes, else the one with the
+/// most (tree order on ties); a leaf's nodes in order.
+fn slurm_take(
+    inp: &SelectInput<'_>,
+    s: u32,
+    left: &mut u64,
+    node: &dyn Fn(u32) -> (u32, u32),
+    agg: &dyn Fn(u32) -> (u64, u64),
+    out: &mut Selection,
+) {
+    let d = inp.demand;
+    let sw = &inp.tree.switches[s as usize];
+    let bundles = matches!(d.mode, Mode::Bundles { .. });
+    if sw.children.is_empty() {
+        let per = u64::from(d.per_node_cap().max(1));
+        for p in sw.nodes.clone() {
+            let used = out.len() as u32;
+            let done = *left == 0 && used >= d.min_nodes;
+            if used >= d.max_nodes || (done && !bundles) {
+                return;
+            }
+            let (u, _) = node(p);
+            if u == 0 {
+                continue;
+            }
+            let still = u64::from(d.min_nodes.saturating_sub(used + 1));
+            let take = u64::from(u).min(per).min(left.saturating_sub(still)).max(1);
+            out.push((p, if bundles { 1 } else { take as u32 }));
+            *left = left.saturating_sub(if bundles { 1 } else { take });
+        }
+        return;
+    }
+    let mut used = vec![false; sw.children.len()];
+    while *left > 0 || (out.len() as u32) < d.min_nodes {
+        let rem_nodes = u64::from(d.min_nodes.saturating_sub(out.len() as u32));
+        let mut best: Option<(u64, usize)> = None;
+        let mut largest: Option<(u64, usize)> = None;
+        for (i, &c) in sw.children.iter().enumerate() {
+            if used[i] {
+                continue;
+            }
+            let (u, n) = agg(c);
+            if n == 0 {
+                continue;
+            }
+            if u >= *left && n >= rem_nodes && best.is_none_or(|(bn, _)| n < bn) {
+                best = Some((n, i));
+            }
+            if largest.is_none_or(|(ln, _)| n > ln) {
+                largest = Some((n, i));
+            }
+        }
+        let Some((_, i)) = best.or(largest) else {
+            return;
+        };
+        used[i] = true;
+        slurm_take(inp, sw.children[i], left, node, agg, out);
+        if best.is_some() {
+            return;
+        }
+    }
+}
+
 fn take_switch(
     inp: &SelectInput<'_>,
     s: u32,
@@ -1925,40 +2292,74 @@ fn take_rec(
         take_leaf(inp, sw.nodes.clone(), amount, node, out);
         return;
     }
+    let units: Vec<u64> = sw.children.iter().map(|&c| agg(c).0).collect();
+    if let Some(i) = best_fit(&units, amount, &[]) {
+        take_rec(inp, sw.children[i], amount, node, agg, out);
+        return;
+    }
+    // No child holds it: the set of children that uses the fewest and leaves the least room
+    // over in them (so the untouched ones keep theirs whole), found by trying each child as
+    // the first and completing largest-first with a best fit for the rest.
+    // Children with the same room are interchangeable: one trial per distinct figure.
+    let mut firsts: Vec<usize> = Vec::new();
+    for i in 0..units.len() {
+        if units[i] > 0 && !firsts.iter().any(|&f| units[f] == units[i]) {
+            firsts.push(i);
+        }
+    }
+    let mut plan: Option<((usize, u64, usize), Vec<usize>)> = None;
+    let mut used = vec![false; units.len()];
+    for first in firsts {
+        used.iter_mut().for_each(|u| *u = false);
+        used[first] = true;
+        let mut chosen = vec![first];
+        let mut left = amount - units[first];
+        loop {
+            if let Some(i) = best_fit(&units, left, &used) {
+                chosen.push(i);
+                left = 0;
+                break;
+            }
+            let largest = (0..units.len())
+                .filter(|&i| !used[i] && units[i] > 0)
+                .max_by_key(|&i| (units[i], std::cmp::Reverse(i)));
+            let Some(i) = largest else { break };
+            used[i] = true;
+            chosen.push(i);
+            left -= units[i];
+        }
+        if left > 0 {
+            continue;
+        }
+        let over: u64 = chosen.iter().map(|&i| units[i]).sum::<u64>() - amount;
+        let key = (chosen.len(), over, first);
+        if plan.as_ref().is_none_or(|(k, _)| key < *k) {
+            plan = Some((key, chosen));
+        }
+    }
+    let Some((_, chosen)) = plan else { return };
     let mut left = amount;
-    let mut used = vec![false; sw.children.len()];
-    while left > 0 {
-        let mut best: Option<(u64, usize)> = None;
-        let mut largest: Option<(u64, usize)> = None;
-        for (i, &c) in sw.children.iter().enumerate() {
-            if used[i] {
-                continue;
-            }
-            let (u, _) = agg(c);
-            if u == 0 {
-                continue;
-            }
-            if u >= left && best.is_none_or(|(bu, _)| u < bu) {
-                best = Some((u, i));
-            }
-            if largest.is_none_or(|(lu, _)| u > lu) {
-                largest = Some((u, i));
-            }
-        }
-        if let Some((_, i)) = best {
-            take_rec(inp, sw.children[i], left, node, agg, out);
-            return;
-        }
-        let Some((u, i)) = largest else { return };
-        used[i] = true;
+    for (k, &i) in chosen.iter().enumerate() {
+        let want = if k + 1 == chosen.len() {
+            left
+        } else {
+            units[i].min(left)
+        };
         let before: u64 = out.iter().map(|&(_, x)| u64::from(x)).sum();
-        take_rec(inp, sw.children[i], u, node, agg, out);
+        take_rec(inp, sw.children[i], want, node, agg, out);
         let after: u64 = out.iter().map(|&(_, x)| u64::from(x)).sum();
         left = left.saturating_sub(after - before);
-        if after == before {
+        if left == 0 {
             return;
         }
     }
+}
+
+/// The smallest of `units` (not `used`, if given) that holds `amount`, first on ties.
+fn best_fit(units: &[u64], amount: u64, used: &[bool]) -> Option<usize> {
+    (0..units.len())
+        .filter(|&i| units[i] >= amount && units[i] > 0 && !used.get(i).copied().unwrap_or(false))
+        .min_by_key(|&i| (units[i], i))
 }
 
 fn take_leaf(

@@ -465,6 +465,12 @@ pub struct Config {
     pub backfill: bool,
     /// How many waiting jobs get a reservation (and an estimated start) per cycle.
     pub max_reservations: usize,
+    /// A waiting job gets a reservation only once it has been eligible this long (Slurm's
+    /// `bf_min_age_reserve`); 0: at once.
+    pub reserve_after_secs: u64,
+    /// How long a multi-node gang without `--switches` waits for a placement on the fewest
+    /// leaves its size allows before taking any (0: never waits).
+    pub topology_wait_secs: u64,
     /// Whether higher tiers may preempt lower ones (still subject to each partition's
     /// preempt mode).
     pub preemption: bool,
@@ -477,13 +483,15 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             weight_age: 1_000.0,
-            weight_job_size: 10.0,
+            weight_job_size: 0.0,
             weight_fair_share: 10_000.0,
             max_age_secs: 7 * 24 * 3600,
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,
-            max_reservations: 4,
+            max_reservations: 16,
+            reserve_after_secs: 0,
+            topology_wait_secs: 8 * 3600,
             preemption: true,
             max_switch_wait_secs: 300,
         }

@@ -26,7 +26,7 @@ use smallvec::SmallVec;
 
 use super::enforce;
 use super::engine::{
-    BaseEvents, Carried, Event, NEVER, NodeUsers, Prepared, base_nodes, part_free_gpus,
+    BaseEvents, Carried, Event, NEVER, NodeUsers, Placement, Prepared, base_nodes, part_free_gpus,
 };
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
@@ -641,7 +641,28 @@ pub fn schedule_incremental(
         }
         *occ = Occupancy::new(prep, snap);
     }
-    super::schedule::run_cycle(snap, prep, occ, now, cfg)
+    super::schedule::run_cycle(snap, prep, occ, now, cfg, Placement::Topology)
+}
+
+/// [`schedule_incremental`] with another way of placing gangs (the yardsticks of
+/// [`super::baseline`]).
+pub(crate) fn schedule_incremental_with(
+    prep: &Prepared,
+    occ: &mut Occupancy,
+    snap: &Snapshot,
+    now: i64,
+    cfg: &Config,
+    placement: Placement,
+) -> Decisions {
+    if !prep.fits(snap) {
+        let prep = Prepared::new(&snap.nodes, &snap.partitions);
+        let mut occ = Occupancy::new(&prep, snap);
+        return super::schedule::run_cycle(snap, &prep, &mut occ, now, cfg, placement);
+    }
+    if !occ.matches(prep, snap.nodes.len()) {
+        *occ = Occupancy::new(prep, snap);
+    }
+    super::schedule::run_cycle(snap, prep, occ, now, cfg, placement)
 }
 
 #[cfg(test)]

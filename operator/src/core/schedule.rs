@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
 use super::engine::{
-    Claim, Engine, LeafAgg, LeafView, NEVER, Prepared, SelectInput, Selection, select,
+    Ahead, Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Placement, Prepared, SelectInput,
+    Selection, select, select_weighed,
 };
 use super::feasible;
 use super::model::{
@@ -26,7 +27,7 @@ use super::util::{NameKey, natural_cmp_keyed};
 pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     let prep = Prepared::new(&snap.nodes, &snap.partitions);
     let mut occ = Occupancy::new(&prep, snap);
-    run_cycle(snap, &prep, &mut occ, now, cfg)
+    run_cycle(snap, &prep, &mut occ, now, cfg, Placement::Topology)
 }
 
 /// [`schedule`] with the cluster's trees built beforehand (see [`Prepared`]), for callers
@@ -35,7 +36,7 @@ pub fn schedule(snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
 pub fn schedule_prepared(prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
     if prep.fits(snap) {
         let mut occ = Occupancy::new(prep, snap);
-        run_cycle(snap, prep, &mut occ, now, cfg)
+        run_cycle(snap, prep, &mut occ, now, cfg, Placement::Topology)
     } else {
         schedule(snap, now, cfg)
     }
@@ -63,6 +64,10 @@ struct JobCtx {
     alts: Vec<Alt>,
     max_leaves: Option<u32>,
     leaves_deadline: i64,
+    /// `max_leaves` is Muster's own preference for the fewest leaves (no `--switches`): it
+    /// holds while the spread placement would not start more than
+    /// [`Config::topology_wait_secs`] sooner.
+    implicit: bool,
     /// The job's user id (0: unknown) and whether it is `--exclusive=user`, when the cycle
     /// applies user rules.
     user: Option<(u32, bool)>,
@@ -92,10 +97,40 @@ struct Cycle<'a> {
     demands: Vec<Option<Result<Demand, String>>>,
     /// "waiting for …" messages by class and need (formatting is costly in long queues).
     messages: BTreeMap<(u32, u32), String>,
+    /// Timeline sweeps spent deciding whether gangs wait for their fewest leaves.
+    topology_checks: u32,
+    /// The cycle's gangs in queue order, for placements that look ahead (see
+    /// [`Cycle::lookahead`]).
+    gangs: Vec<Gang>,
+    /// Queue position of the job being considered.
+    at: usize,
+    /// Most GPUs on one node (a job asking more is a gang).
+    widest_node: u32,
     /// Each pending job's user id (by pending index), when some job is `--exclusive=user`
     /// (running or pending); empty otherwise, and no user rule applies.
     users: Vec<u32>,
 }
+
+/// A later gang of the cycle that a placement should leave room for: its queue position,
+/// partition, class and request.
+struct Gang {
+    pos: usize,
+    part: u32,
+    cid: Option<u32>,
+    demand: Demand,
+    end: i64,
+    /// Its user rule (see [`Engine::class`]).
+    gate: Gate,
+}
+
+/// Later gangs a placement looks at.
+const LOOKAHEAD: usize = 8;
+
+/// Candidate leaves a placement weighs against the later gangs.
+const LOOKAHEAD_LEAVES: usize = 8;
+
+/// Most [`Cycle::worth_waiting`] sweeps per cycle.
+const TOPOLOGY_CHECKS: u32 = 32;
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
     match limit {
@@ -118,6 +153,7 @@ pub(crate) fn run_cycle(
     occ: &mut Occupancy,
     now: i64,
     cfg: &Config,
+    placement: Placement,
 ) -> Decisions {
     let stops = occ.stops(snap, now);
     let mut stop_horizon = occ.stop_horizon(now);
@@ -146,6 +182,7 @@ pub(crate) fn run_cycle(
     let mut run = std::mem::take(&mut occ.run);
     let (carried, part_free) = occ.take_carried();
     let mut e = Engine::from_base(snap, prep, now, carried, part_free);
+    e.placement = placement;
     e.users = node_users;
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
@@ -175,6 +212,15 @@ pub(crate) fn run_cycle(
         buf: Vec::new(),
         demands: Vec::new(),
         messages: BTreeMap::new(),
+        topology_checks: 0,
+        gangs: Vec::new(),
+        at: 0,
+        widest_node: snap
+            .nodes
+            .iter()
+            .map(|n| n.gpus.len() as u32)
+            .max()
+            .unwrap_or(0),
         users,
         lowest_preemptable_tier,
         deps: snap
@@ -207,7 +253,11 @@ impl<'a> Cycle<'a> {
 
     fn plan(&mut self, sizes: &[(u64, u64)], fs: &BTreeMap<String, f64>) {
         let order = self.order(sizes, fs);
-        for (idx, prio) in order {
+        if self.e.placement == Placement::Topology {
+            self.gangs = self.collect_gangs(&order);
+        }
+        for (pos, (idx, prio)) in order.into_iter().enumerate() {
+            self.at = pos;
             let job = &self.snap.pending[idx];
             let mut info = PendingInfo {
                 job: job.id,
@@ -460,7 +510,16 @@ impl<'a> Cycle<'a> {
                 required,
             });
         }
+        let mut implicit = false;
         let (max_leaves, leaves_deadline) = match &job.request.switches {
+            None if self.cfg.topology_wait_secs > 0 && alts.iter().all(|a| a.counts.is_empty()) => {
+                if self.fits_one_leaf(pi, &demand) {
+                    implicit = true;
+                    (Some(1), NEVER)
+                } else {
+                    (None, NEVER)
+                }
+            }
             None => (None, NEVER),
             Some(sw) => {
                 let wait = match sw.max_wait {
@@ -478,8 +537,41 @@ impl<'a> Cycle<'a> {
             alts,
             max_leaves,
             leaves_deadline,
+            implicit,
             user,
         })
+    }
+
+    /// Whether a gang of `d` spans nodes but fits one leaf of the partition: its fewest
+    /// nodes (by the widest node for packed tasks) are at least two and at most the largest
+    /// leaf's. Such a gang prefers a single leaf (see [`Config::topology_wait_secs`]).
+    fn fits_one_leaf(&self, part: u32, d: &Demand) -> bool {
+        let k = match d.mode {
+            Mode::Bundles { .. } => u64::from(d.min_nodes),
+            Mode::Units { .. } => {
+                let per = self
+                    .widest_node
+                    .checked_div(d.unit.gpus)
+                    .map_or(d.per_node_cap(), |k| k.min(d.per_node_cap()));
+                u64::from(d.need())
+                    .div_ceil(u64::from(per.max(1)))
+                    .max(u64::from(d.min_nodes))
+            }
+        };
+        if k < 2 {
+            return false;
+        }
+        let tree = self.e.parts[part as usize].tree;
+        let widest = tree
+            .leaves
+            .iter()
+            .map(|&l| {
+                let r = &tree.switches[l as usize].nodes;
+                u64::from(r.end - r.start)
+            })
+            .max()
+            .unwrap_or(0);
+        k <= widest
     }
 
     /// Tries to start the job; otherwise preempts for it or reserves for it, and sets its
@@ -502,6 +594,17 @@ impl<'a> Cycle<'a> {
                 && let Some(start) = self.commit_start(job, jc, alt, &sel)
             {
                 return Some(start);
+            }
+        }
+        if jc.implicit {
+            // Spread now, unless the fewest leaves come soon enough to wait for them.
+            for alt in &jc.alts {
+                if let Some(sel) = self.try_now(jc, alt, end, None)
+                    && !self.worth_waiting(jc, alt, self.now)
+                    && let Some(start) = self.commit_start(job, jc, alt, &sel)
+                {
+                    return Some(start);
+                }
             }
         }
         // Could it ever start? (Checked only now: jobs that start need not be.)
@@ -583,21 +686,40 @@ impl<'a> Cycle<'a> {
             .clone();
         let tier = self.snap.partitions[part].priority_tier;
         let can_preempt = self.cfg.preemption && self.lowest_preemptable_tier < tier;
-        if !can_preempt && self.reservations >= self.cfg.max_reservations {
+        let waited = self.now - job.eligible_time.unwrap_or(job.submit_time);
+        let may_reserve = self.reservations < self.cfg.max_reservations
+            && waited >= i64::try_from(self.cfg.reserve_after_secs).unwrap_or(i64::MAX);
+        if !can_preempt && !may_reserve {
             return None;
         }
         // The earliest alternative (the first on a tie).
         let mut earliest: Option<(i64, Selection)> = None;
         for alt in usable.iter().map(|&i| &jc.alts[i]) {
             let counts = self.count_masks(alt);
-            if let Some((t, sel)) = self.e.earliest(
+            let mut found = self.e.earliest(
                 alt.cid,
                 &jc.demand,
                 jc.limit,
                 jc.max_leaves,
                 jc.leaves_deadline,
                 &counts,
-            ) && earliest.as_ref().is_none_or(|(b, _)| t < *b)
+            );
+            if jc.implicit {
+                // The fewest leaves only while they are not much later than any leaves.
+                let any = self
+                    .e
+                    .earliest(alt.cid, &jc.demand, jc.limit, None, NEVER, &counts);
+                let wait = i64::try_from(self.cfg.topology_wait_secs).unwrap_or(NEVER);
+                if let Some((ta, _)) = &any
+                    && found
+                        .as_ref()
+                        .is_none_or(|(t1, _)| t1.saturating_sub(*ta) > wait)
+                {
+                    found = any;
+                }
+            }
+            if let Some((t, sel)) = found
+                && earliest.as_ref().is_none_or(|(b, _)| t < *b)
             {
                 earliest = Some((t, sel));
             }
@@ -631,12 +753,115 @@ impl<'a> Cycle<'a> {
                 return None;
             }
         }
-        if self.reservations < self.cfg.max_reservations
-            && let Some((t, sel)) = earliest
-        {
+        if may_reserve && let Some((t, sel)) = earliest {
             self.reserve(job, jc, t, &sel, info);
         }
         None
+    }
+
+    /// Whether a gang that could start now spread over more leaves than it needs should
+    /// wait for its fewest leaves instead: they come (by the running jobs' time limits and
+    /// the reservations) within [`Config::topology_wait_secs`]. Each check is a sweep of
+    /// the timeline; past a budget per cycle the gang does not wait.
+    fn worth_waiting(&mut self, jc: &JobCtx, alt: &Alt, now: i64) -> bool {
+        if self.topology_checks >= TOPOLOGY_CHECKS {
+            return false;
+        }
+        self.topology_checks += 1;
+        let counts = self.count_masks(alt);
+        let wait = i64::try_from(self.cfg.topology_wait_secs).unwrap_or(NEVER);
+        self.e
+            .earliest(alt.cid, &jc.demand, jc.limit, jc.max_leaves, NEVER, &counts)
+            .is_some_and(|(t, _)| t.saturating_sub(now) <= wait)
+    }
+
+    /// Waiting multi-node gangs in queue order with plain requests (no constraint, GPU
+    /// type or binding): the jobs whose room a placement should not take by accident.
+    fn collect_gangs(&self, order: &[(usize, u32)]) -> Vec<Gang> {
+        let mut out = Vec::new();
+        for (pos, &(idx, _)) in order.iter().enumerate() {
+            let job = &self.snap.pending[idx];
+            let r = &job.request;
+            if job.hold
+                || r.constraint.is_some()
+                || r.gpu_type.is_some()
+                || r.gpu_bind.is_some()
+                || r.exclusive_user
+                || !r.nodelist.is_empty()
+                || !r.exclude.is_empty()
+            {
+                continue;
+            }
+            let (Some(part), Some(Some(Ok(d)))) = (job.partition, self.demands.get(idx)) else {
+                continue;
+            };
+            let Some(p) = self.snap.partitions.get(part as usize) else {
+                continue;
+            };
+            if d.min_nodes < 2 && d.min_gpus() <= u64::from(self.widest_node) {
+                continue;
+            }
+            out.push(Gang {
+                pos,
+                part,
+                cid: None,
+                demand: d.clone(),
+                end: end_of(self.now, p.effective_limit(r.time_limit)),
+                gate: self.users.get(idx).map(|&u| (u, false)),
+            });
+        }
+        out
+    }
+
+    /// What the next later gangs of the job's partition hold now: per gang its class, need,
+    /// fewest nodes, per-leaf aggregates and how many leaves hold it whole. Built only for a
+    /// job with a choice of leaves.
+    fn lookahead(&mut self, part: u32) -> Vec<Ahead> {
+        let mut out = Vec::new();
+        let start = self.gangs.partition_point(|g| g.pos <= self.at);
+        let mut k = start;
+        while k < self.gangs.len() && out.len() < LOOKAHEAD {
+            if self.gangs[k].part != part {
+                k += 1;
+                continue;
+            }
+            let cid = match self.gangs[k].cid {
+                Some(c) => c,
+                None => {
+                    let f = self.e.filter(part, None, "", &|_| true);
+                    let d = self.gangs[k].demand.clone();
+                    let c = self.e.class(part, f, &d, None, self.gangs[k].gate);
+                    self.gangs[k].cid = Some(c);
+                    c
+                }
+            };
+            let end = self.gangs[k].end;
+            let mut buf = Vec::new();
+            self.e.leaf_aggs_now(cid, end, &mut buf);
+            let c = &self.e.classes[cid as usize];
+            let view = LeafView {
+                base: &c.base,
+                patch: &buf,
+            };
+            let d = &self.gangs[k].demand;
+            let leaves: Vec<LeafAgg> = (0..view.len()).map(|l| view.get(l)).collect();
+            let fitting = leaves
+                .iter()
+                .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
+                .count() as u32;
+            if fitting > 0 {
+                out.push(Ahead {
+                    cid,
+                    need: d.need(),
+                    min_nodes: d.min_nodes,
+                    end,
+                    leaves,
+                    fitting,
+                });
+            }
+            k += 1;
+        }
+        out
     }
 
     /// Whether the one node filter `f` admits can take a unit of class `cid` with nothing
@@ -724,10 +949,60 @@ impl<'a> Cycle<'a> {
             demand: d,
             max_leaves,
             counts: &counts,
+            placement: e.placement,
+            order: ps.node_order,
         };
         let node_fn = |p: u32| e.units_now(c, p, end);
         let sel = select(&inp, &node_fn);
-        if sel.is_some() {
+        if let Some(first) = sel {
+            // A choice of leaves, and later gangs of the cycle that a leaf may hold: weigh
+            // the candidates against them.
+            let one_leaf = first
+                .iter()
+                .all(|&(p, _)| ps.tree.leaf_of[p as usize] == ps.tree.leaf_of[first[0].0 as usize]);
+            let view = inp.leaf_aggs;
+            let choices = (0..view.len())
+                .filter(|&l| {
+                    let a = view.get(l);
+                    a.units >= d.need() && a.nodes >= d.min_nodes
+                })
+                .count();
+            if e.placement != Placement::Topology
+                || !one_leaf
+                || choices < 2
+                || !counts.is_empty()
+                || self.gangs.partition_point(|g| g.pos <= self.at) >= self.gangs.len()
+            {
+                self.buf = buf;
+                return Some(first);
+            }
+            let ahead = self.lookahead(jc.part);
+            if ahead.is_empty() {
+                self.buf = buf;
+                return Some(first);
+            }
+            // The lookahead may have refreshed this class's base (other classes share no
+            // state with it, but its leaves could be patched again): read it afresh.
+            self.e.leaf_aggs_now(cid, end, &mut buf);
+            let e = &self.e;
+            let c = &e.classes[cid as usize];
+            let ps = &e.parts[part];
+            let penalty = |s: &Selection| -> u64 { e.lookahead_penalty(d, s, &ahead, ps) };
+            let inp = SelectInput {
+                tree: ps.tree,
+                levels: ps.levels,
+                leaf_aggs: LeafView {
+                    base: &c.base,
+                    patch: &buf,
+                },
+                demand: d,
+                max_leaves,
+                counts: &counts,
+                placement: e.placement,
+                order: ps.node_order,
+            };
+            let node_fn = |p: u32| e.units_now(c, p, end);
+            let sel = select_weighed(&inp, &node_fn, &penalty, LOOKAHEAD_LEAVES).or(Some(first));
             self.buf = buf;
             return sel;
         }
@@ -1016,6 +1291,8 @@ impl<'a> Cycle<'a> {
                 demand: d,
                 max_leaves: ml,
                 counts: &counts,
+                placement: self.e.placement,
+                order: ps.node_order,
             };
             select(&inp, &|p| (masked[p as usize], masked[p as usize]))
         };

@@ -145,6 +145,8 @@ impl Engine<'_> {
                     demand,
                     max_leaves: ml,
                     counts,
+                    placement: self.placement,
+                    order: ps.node_order,
                 };
                 let node_fn = |p: u32| -> (u32, u32) {
                     (

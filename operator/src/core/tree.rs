@@ -9,12 +9,12 @@
 //! labelled ones. Within a leaf, nodes are in natural name order; leaves and switches are in
 //! natural order of their label values, so every switch's nodes (and leaves) are contiguous.
 
-use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::ops::Range;
 
 use super::model::Partition;
 use super::node::{Node, NodeId, TaintEffect};
-use super::util::{NameKey, natural_cmp, natural_cmp_keyed};
+use super::util::{FnvBuild, NameKey, natural_cmp, natural_cmp_keyed};
 
 /// Name of the synthetic switch that holds nodes missing a level's label.
 pub const UNLABELLED: &str = "(unlabelled)";
@@ -62,15 +62,6 @@ pub fn in_partition(node: &Node, part: &Partition) -> bool {
         })
 }
 
-fn cmp_value(a: Option<&str>, b: Option<&str>) -> Ordering {
-    match (a, b) {
-        (Some(x), Some(y)) => natural_cmp(x, y),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => Ordering::Equal,
-    }
-}
-
 impl Tree {
     /// Builds the tree of `part` over `nodes`.
     pub fn build(nodes: &[Node], part: &Partition) -> Tree {
@@ -89,7 +80,7 @@ impl Tree {
         let value = |n: NodeId, j: usize| nodes[n as usize].labels.get(keys[j]).map(String::as_str);
         // Sort keys read once per node, not once per comparison.
         type Keyed<'n> = ([Option<&'n str>; MAX_LEVELS], &'n str, NameKey, NodeId);
-        let mut keyed: Vec<Keyed<'_>> = members
+        let keyed: Vec<Keyed<'_>> = members
             .iter()
             .map(|&n| {
                 let mut path = [None; MAX_LEVELS];
@@ -100,15 +91,51 @@ impl Tree {
                 (path, name, NameKey::new(name), n)
             })
             .collect();
-        keyed.sort_by(|a, b| {
-            for j in 0..depth {
-                let o = cmp_value(a.0[j], b.0[j]);
-                if o != Ordering::Equal {
-                    return o;
-                }
+        // Label values ranked once per level (a few hundred distinct ones), so the sort
+        // compares integers instead of strings in natural order.
+        let mut ranks: Vec<HashMap<&str, u32, FnvBuild>> = Vec::with_capacity(depth);
+        for j in 0..depth {
+            let mut m: HashMap<&str, u32, FnvBuild> = HashMap::with_hasher(FnvBuild);
+            for v in keyed.iter().filter_map(|k| k.0[j]) {
+                m.entry(v).or_insert(0);
             }
-            natural_cmp_keyed(a.1, a.2, b.1, b.2).then(a.3.cmp(&b.3))
-        });
+            let mut vals: Vec<&str> = m.keys().copied().collect();
+            vals.sort_by(|a, b| natural_cmp(a, b).then(a.cmp(b)));
+            for (i, v) in vals.iter().enumerate() {
+                m.insert(v, i as u32);
+            }
+            ranks.push(m);
+        }
+        let mut order: Vec<([u32; MAX_LEVELS], usize)> = Vec::with_capacity(keyed.len());
+        let mut prev: Option<(&[Option<&str>; MAX_LEVELS], [u32; MAX_LEVELS])> = None;
+        for (i, k) in keyed.iter().enumerate() {
+            // Neighbours usually share their switches: reuse the last node's ranks.
+            let r = match prev {
+                Some((p, r)) if *p == k.0 => r,
+                _ => {
+                    let mut r = [u32::MAX; MAX_LEVELS];
+                    for j in 0..depth {
+                        if let Some(v) = k.0[j] {
+                            r[j] = ranks[j][v];
+                        }
+                    }
+                    r
+                }
+            };
+            prev = Some((&k.0, r));
+            order.push((r, i));
+        }
+        let cmp = |(ra, ia): &([u32; MAX_LEVELS], usize), (rb, ib): &([u32; MAX_LEVELS], usize)| {
+            let (a, b) = (&keyed[*ia], &keyed[*ib]);
+            ra.cmp(rb)
+                .then_with(|| natural_cmp_keyed(a.1, a.2, b.1, b.2))
+                .then(a.3.cmp(&b.3))
+        };
+        // Clusters usually list their nodes in order already: check before sorting.
+        if !order.windows(2).all(|w| cmp(&w[0], &w[1]).is_le()) {
+            order.sort_by(cmp);
+        }
+        let keyed: Vec<Keyed<'_>> = order.into_iter().map(|(_, i)| keyed[i]).collect();
         let members: Vec<NodeId> = keyed.iter().map(|k| k.3).collect();
         let paths: Vec<[Option<&str>; MAX_LEVELS]> = keyed.into_iter().map(|k| k.0).collect();
         let value = |pos: usize, j: usize| paths[pos][j];
