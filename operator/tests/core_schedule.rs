@@ -3,54 +3,8 @@
 
 use muster_operator::core::*;
 
-const NOW: i64 = 1_000_000;
-
-fn sandbox() -> Snapshot {
-    let spec = ClusterSpec::sandbox();
-    Snapshot::with_nodes(spec.nodes().unwrap(), spec.topology())
-}
-
-fn names(s: &Snapshot, nodes: &[NodeId]) -> Vec<String> {
-    nodes
-        .iter()
-        .map(|&n| s.nodes[n as usize].name.clone())
-        .collect()
-}
-
-fn node(s: &Snapshot, name: &str) -> NodeId {
-    s.nodes.iter().position(|n| n.name == name).unwrap() as NodeId
-}
-
-/// A running job holding `gpus` GPUs on each named node (all GPUs when `gpus == 8`,
-/// exclusive), ending at `end`.
-fn busy(s: &mut Snapshot, id: JobId, nodes: &[&str], gpus: u32, end: Option<i64>) {
-    let tasks = nodes
-        .iter()
-        .map(|n| TaskAlloc {
-            node: node(s, n),
-            gpus: (0..gpus).collect(),
-            cpu_millis: 1000,
-            memory_mib: 1024,
-        })
-        .collect();
-    s.running.push(RunningJob {
-        id,
-        name: format!("running-{id}"),
-        namespace: "default".into(),
-        partition: Some(0),
-        start_time: NOW - 100,
-        time_limit: end.map(|e| (e - (NOW - 100)) as u64),
-        tasks,
-        ..Default::default()
-    });
-}
-
-fn started(d: &Decisions, job: JobId) -> &Start {
-    d.starts
-        .iter()
-        .find(|s| s.job == job)
-        .unwrap_or_else(|| panic!("job {job} did not start: {:?}", d.pending))
-}
+mod support;
+use support::*;
 
 fn pending(d: &Decisions, job: JobId) -> &PendingInfo {
     d.pending

@@ -1,4 +1,7 @@
-//! The sandbox cluster and small helpers shared by the placement and yardstick tests.
+//! The sandbox cluster and small helpers shared by the known-answer, placement and yardstick
+//! tests.
+// Each test crate that includes this module uses a different subset of it.
+#![allow(dead_code)]
 
 use muster_operator::core::*;
 
