@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::Secret;
@@ -358,59 +358,70 @@ pub async fn inject_ca(client: &Client, s: &WebhookSettings, ca: &str) -> Result
             .collect();
             (!ops.is_empty()).then_some(serde_json::Value::Array(ops))
         };
-    let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(m) = mapi
-        .get_opt(&s.configuration)
-        .await
-        .map_err(kube_err("reading the MutatingWebhookConfiguration"))?
-    {
-        let b = m
-            .webhooks
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let bundles = |hooks: Option<Vec<(String, WebhookClientConfig)>>| {
+        hooks
             .unwrap_or_default()
             .into_iter()
-            .map(|w| {
-                let mine = ours(w.client_config.service.as_ref());
-                (w.name, w.client_config.ca_bundle, mine)
+            .map(|(name, c)| {
+                let mine = ours(c.service.as_ref());
+                (name, c.ca_bundle, mine)
             })
-            .collect();
-        if let Some(p) = patch_for(b) {
-            let p: json_patch::Patch =
-                serde_json::from_value(p).map_err(|e| WebhookError::Certificate(e.to_string()))?;
-            mapi.patch(
-                &s.configuration,
-                &PatchParams::default(),
-                &Patch::<()>::Json(p),
+            .collect()
+    };
+    patch_ca_bundles(
+        &mutating,
+        &s.configuration,
+        "MutatingWebhookConfiguration",
+        |m| {
+            bundles(
+                m.webhooks
+                    .map(|w| w.into_iter().map(|w| (w.name, w.client_config)).collect()),
             )
+        },
+        &patch_for,
+    )
+    .await?;
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    patch_ca_bundles(
+        &validating,
+        &s.configuration,
+        "ValidatingWebhookConfiguration",
+        |v| {
+            bundles(
+                v.webhooks
+                    .map(|w| w.into_iter().map(|w| (w.name, w.client_config)).collect()),
+            )
+        },
+        &patch_for,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Reads one webhook configuration (skipped when missing), lists its webhooks as (name,
+/// caBundle, points at us) with `webhooks`, and applies what `patch_for` makes of them. The
+/// mutating and validating kinds share everything but their types.
+async fn patch_ca_bundles<K>(
+    api: &Api<K>,
+    name: &str,
+    kind: &str,
+    webhooks: impl FnOnce(K) -> Vec<(String, Option<ByteString>, bool)>,
+    patch_for: &impl Fn(Vec<(String, Option<ByteString>, bool)>) -> Option<serde_json::Value>,
+) -> Result<(), WebhookError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let reading = format!("reading the {kind}");
+    let Some(config) = api.get_opt(name).await.map_err(kube_err(&reading))? else {
+        return Ok(());
+    };
+    if let Some(p) = patch_for(webhooks(config)) {
+        let p: json_patch::Patch =
+            serde_json::from_value(p).map_err(|e| WebhookError::Certificate(e.to_string()))?;
+        api.patch(name, &PatchParams::default(), &Patch::<()>::Json(p))
             .await
             .map_err(kube_err("writing the caBundle"))?;
-        }
-    }
-    let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    if let Some(v) = vapi
-        .get_opt(&s.configuration)
-        .await
-        .map_err(kube_err("reading the ValidatingWebhookConfiguration"))?
-    {
-        let b = v
-            .webhooks
-            .unwrap_or_default()
-            .into_iter()
-            .map(|w| {
-                let mine = ours(w.client_config.service.as_ref());
-                (w.name, w.client_config.ca_bundle, mine)
-            })
-            .collect();
-        if let Some(p) = patch_for(b) {
-            let p: json_patch::Patch =
-                serde_json::from_value(p).map_err(|e| WebhookError::Certificate(e.to_string()))?;
-            vapi.patch(
-                &s.configuration,
-                &PatchParams::default(),
-                &Patch::<()>::Json(p),
-            )
-            .await
-            .map_err(kube_err("writing the caBundle"))?;
-        }
     }
     Ok(())
 }
