@@ -380,16 +380,25 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+    // Watch from the list's resourceVersion *before* deleting: a watch opened afterwards
+    // can miss the polite pod's whole termination (it may be gone by then).
+    let rv = pods
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .expect("a list carries its resourceVersion");
+    let mut w = pods
+        .watch(&kube::api::WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
     let t0 = std::time::Instant::now();
     for n in ["polite", "stubborn"] {
         pods.delete(n, &DeleteParams::default()).await.unwrap();
     }
     let mut seen = std::collections::BTreeMap::new();
-    let mut w = pods
-        .watch(&kube::api::WatchParams::default(), "0")
-        .await
-        .unwrap()
-        .boxed();
     use futures::StreamExt;
     while seen.len() < 2 && t0.elapsed() < Duration::from_secs(20) {
         let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_secs(20), w.next()).await else {
@@ -402,8 +411,8 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
                 .or_insert((t.exit_code, t0.elapsed()));
         }
     }
-    let (polite, t_polite) = seen["polite"];
-    let (stubborn, t_stubborn) = seen["stubborn"];
+    let (polite, t_polite) = *seen.get("polite").unwrap_or_else(|| panic!("{seen:?}"));
+    let (stubborn, t_stubborn) = *seen.get("stubborn").unwrap_or_else(|| panic!("{seen:?}"));
     assert_eq!(polite, 143, "{seen:?}");
     assert!(t_polite < Duration::from_secs(3), "{seen:?}");
     assert_eq!(stubborn, 137, "killed at the grace period: {seen:?}");
