@@ -264,6 +264,23 @@ impl LeafView<'_> {
         self.base.is_empty()
     }
 
+    /// Every leaf's aggregate in leaf order: the base merged with the patch in one pass
+    /// (whole-view scans run for every gang a cycle places; a binary search of the patch per
+    /// leaf cost more than the scan).
+    pub fn iter(&self) -> impl Iterator<Item = LeafAgg> + '_ {
+        let mut patch = self.patch.iter().peekable();
+        self.base.iter().enumerate().map(move |(l, &b)| {
+            // Patch entries are sorted by leaf and name leaves of the base.
+            match patch.peek() {
+                Some(&&(pl, a)) if pl as usize == l => {
+                    patch.next();
+                    a
+                }
+                _ => b,
+            }
+        })
+    }
+
     /// The aggregate of leaf `l`.
     pub fn get(&self, l: usize) -> LeafAgg {
         if self.patch.is_empty() {
@@ -777,28 +794,12 @@ fn same_gpu_layout(a: &Node, b: &Node) -> bool {
     fn same<T: PartialEq>(x: &[T], y: &[T]) -> bool {
         x.len() == y.len() && (0..x.len()).all(|i| x[i] == y[i])
     }
-    // A link as one number, so a row compares without matching enum variants pairwise.
-    fn code(l: Link) -> u16 {
-        match l {
-            Link::Itself => 0,
-            Link::NvLink(n) => 0x100 | u16::from(n),
-            Link::Pix => 2,
-            Link::Pxb => 3,
-            Link::Phb => 4,
-            Link::Node => 5,
-            Link::Sys => 6,
-        }
-    }
-    let rows_same = |x: &[Link], y: &[Link]| {
-        x.len() == y.len()
-            && x.iter()
-                .zip(y)
-                .fold(true, |ok, (p, q)| ok & (code(*p) == code(*q)))
-    };
     let n = a.gpus.len();
+    // Rows by the derived comparison: a tag compare per link (mapping each link to a
+    // number first compiled to two indirect jumps per link).
     if n != b.gpus.len()
         || a.gpu_links.len() != b.gpu_links.len()
-        || !(0..a.gpu_links.len()).all(|i| rows_same(&a.gpu_links[i], &b.gpu_links[i]))
+        || !(0..a.gpu_links.len()).all(|i| a.gpu_links[i] == b.gpu_links[i])
     {
         return false;
     }
@@ -1701,8 +1702,7 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let view = inp.leaf_aggs;
     let nl = view.len();
     let (mut tu, mut tn) = (0u64, 0u64);
-    for l in 0..nl {
-        let a = view.get(l);
+    for a in view.iter() {
         tu += u64::from(a.units);
         tn += u64::from(a.nodes);
     }
@@ -1723,8 +1723,7 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let mut tried: Vec<u32> = Vec::new();
     loop {
         let mut best: Option<(u64, u64, u32)> = None;
-        for l in 0..nl {
-            let a = view.get(l);
+        for (l, a) in view.iter().enumerate() {
             if !fits(&a) {
                 continue;
             }
@@ -1747,8 +1746,7 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let mut pu = vec![0u64; nl + 1];
     let mut pn = vec![0u64; nl + 1];
     let mut psl = vec![0u64; nl + 1];
-    for i in 0..nl {
-        let a = view.get(i);
+    for (i, a) in view.iter().enumerate() {
         pu[i + 1] = pu[i] + u64::from(a.units);
         pn[i + 1] = pn[i] + u64::from(a.nodes);
         psl[i + 1] = psl[i] + a.slack;
@@ -1968,9 +1966,10 @@ pub fn select_weighed(
             (u + u64::from(a.units), n + u64::from(a.nodes))
         })
     };
-    let mut cands: Vec<(u64, u64, u32)> = (0..view.len())
-        .filter_map(|l| {
-            let a = view.get(l);
+    let mut cands: Vec<(u64, u64, u32)> = view
+        .iter()
+        .enumerate()
+        .filter_map(|(l, a)| {
             (a.units >= need && a.nodes >= d.min_nodes)
                 .then(|| (a.slack, u64::from(a.units - need), inp.tree.leaves[l]))
         })
@@ -2064,8 +2063,7 @@ fn select_slurm(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opti
     let nl = view.len();
     let mut pu = vec![0u64; nl + 1];
     let mut pn = vec![0u64; nl + 1];
-    for i in 0..nl {
-        let a = view.get(i);
+    for (i, a) in view.iter().enumerate() {
         pu[i + 1] = pu[i] + u64::from(a.units);
         pn[i + 1] = pn[i] + u64::from(a.nodes);
     }

@@ -818,6 +818,7 @@ impl<'a> Cycle<'a> {
     /// job with a choice of leaves.
     fn lookahead(&mut self, part: u32) -> Vec<Ahead> {
         let mut out = Vec::new();
+        let mut buf = Vec::new();
         let start = self.gangs.partition_point(|g| g.pos <= self.at);
         let mut k = start;
         while k < self.gangs.len() && out.len() < LOOKAHEAD {
@@ -836,15 +837,14 @@ impl<'a> Cycle<'a> {
                 }
             };
             let end = self.gangs[k].end;
-            let mut buf = Vec::new();
             self.e.leaf_aggs_now(cid, end, &mut buf);
-            let c = &self.e.classes[cid as usize];
-            let view = LeafView {
-                base: &c.base,
-                patch: &buf,
-            };
             let d = &self.gangs[k].demand;
-            let leaves: Vec<LeafAgg> = (0..view.len()).map(|l| view.get(l)).collect();
+            // The base copied whole and the few patched leaves written over it (this runs
+            // for up to LOOKAHEAD gangs whenever a gang has a choice of leaves).
+            let mut leaves: Vec<LeafAgg> = self.e.classes[cid as usize].base.clone();
+            for &(l, a) in &buf {
+                leaves[l as usize] = a;
+            }
             let fitting = leaves
                 .iter()
                 .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
@@ -961,11 +961,9 @@ impl<'a> Cycle<'a> {
                 .iter()
                 .all(|&(p, _)| ps.tree.leaf_of[p as usize] == ps.tree.leaf_of[first[0].0 as usize]);
             let view = inp.leaf_aggs;
-            let choices = (0..view.len())
-                .filter(|&l| {
-                    let a = view.get(l);
-                    a.units >= d.need() && a.nodes >= d.min_nodes
-                })
+            let choices = view
+                .iter()
+                .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
                 .count();
             if e.placement != Placement::Topology
                 || !one_leaf
@@ -1010,8 +1008,7 @@ impl<'a> Cycle<'a> {
             base: &c.base,
             patch: &buf,
         };
-        let (units, nodes) = (0..view.len()).fold((0u64, 0u64), |(u, n), l| {
-            let a = view.get(l);
+        let (units, nodes) = view.iter().fold((0u64, 0u64), |(u, n), a| {
             (u + u64::from(a.units), n + u64::from(a.nodes))
         });
         self.buf = buf;
