@@ -106,6 +106,8 @@ struct Cycle<'a> {
     at: usize,
     /// Most GPUs on one node (a job asking more is a gang).
     widest_node: u32,
+    /// Most nodes under one leaf, per partition (read for every eligible job).
+    widest_leaf: Vec<u64>,
     /// Each pending job's user id (by pending index), when some job is `--exclusive=user`
     /// (running or pending); empty otherwise, and no user rule applies.
     users: Vec<u32>,
@@ -221,6 +223,20 @@ pub(crate) fn run_cycle(
             .map(|n| n.gpus.len() as u32)
             .max()
             .unwrap_or(0),
+        widest_leaf: prep
+            .trees
+            .iter()
+            .map(|(tree, _)| {
+                tree.leaves
+                    .iter()
+                    .map(|&l| {
+                        let r = &tree.switches[l as usize].nodes;
+                        u64::from(r.end - r.start)
+                    })
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect(),
         users,
         lowest_preemptable_tier,
         deps: snap
@@ -561,17 +577,7 @@ impl<'a> Cycle<'a> {
         if k < 2 {
             return false;
         }
-        let tree = self.e.parts[part as usize].tree;
-        let widest = tree
-            .leaves
-            .iter()
-            .map(|&l| {
-                let r = &tree.switches[l as usize].nodes;
-                u64::from(r.end - r.start)
-            })
-            .max()
-            .unwrap_or(0);
-        k <= widest
+        k <= self.widest_leaf.get(part as usize).copied().unwrap_or(0)
     }
 
     /// Tries to start the job; otherwise preempts for it or reserves for it, and sets its
