@@ -264,21 +264,16 @@ impl LeafView<'_> {
         self.base.is_empty()
     }
 
-    /// Every leaf's aggregate in leaf order: the base merged with the patch in one pass
+    /// Every leaf's aggregate in leaf order: the base with the patch merged in one pass
     /// (whole-view scans run for every gang a cycle places; a binary search of the patch per
     /// leaf cost more than the scan).
-    pub fn iter(&self) -> impl Iterator<Item = LeafAgg> + '_ {
-        let mut patch = self.patch.iter().peekable();
-        self.base.iter().enumerate().map(move |(l, &b)| {
-            // Patch entries are sorted by leaf and name leaves of the base.
-            match patch.peek() {
-                Some(&&(pl, a)) if pl as usize == l => {
-                    patch.next();
-                    a
-                }
-                _ => b,
-            }
-        })
+    pub fn iter(&self) -> LeafIter<'_> {
+        LeafIter {
+            base: self.base,
+            patch: self.patch,
+            at: 0,
+            next_patched: self.patch.first().map_or(usize::MAX, |p| p.0 as usize),
+        }
     }
 
     /// The aggregate of leaf `l`.
@@ -292,6 +287,39 @@ impl LeafView<'_> {
         }
     }
 }
+
+/// [`LeafView::iter`].
+pub struct LeafIter<'a> {
+    base: &'a [LeafAgg],
+    patch: &'a [(u32, LeafAgg)],
+    at: usize,
+    /// The leaf of `patch[0]` (`usize::MAX`: none), so an unpatched leaf costs one compare.
+    next_patched: usize,
+}
+
+impl Iterator for LeafIter<'_> {
+    type Item = LeafAgg;
+
+    fn next(&mut self) -> Option<LeafAgg> {
+        let l = self.at;
+        let b = *self.base.get(l)?;
+        self.at += 1;
+        if l != self.next_patched {
+            return Some(b);
+        }
+        let a = self.patch[0].1;
+        self.patch = &self.patch[1..];
+        self.next_patched = self.patch.first().map_or(usize::MAX, |p| p.0 as usize);
+        Some(a)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.base.len() - self.at;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for LeafIter<'_> {}
 
 /// A cached leaf aggregate: valid at leaf version `ver` for window ends in `(lo, hi]`
 /// (between two consecutive hold starts of the leaf).
@@ -1702,7 +1730,8 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let view = inp.leaf_aggs;
     let nl = view.len();
     let (mut tu, mut tn) = (0u64, 0u64);
-    for a in view.iter() {
+    for l in 0..nl {
+        let a = view.get(l);
         tu += u64::from(a.units);
         tn += u64::from(a.nodes);
     }
@@ -1723,7 +1752,8 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let mut tried: Vec<u32> = Vec::new();
     loop {
         let mut best: Option<(u64, u64, u32)> = None;
-        for (l, a) in view.iter().enumerate() {
+        for l in 0..nl {
+            let a = view.get(l);
             if !fits(&a) {
                 continue;
             }
@@ -1746,7 +1776,8 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     let mut pu = vec![0u64; nl + 1];
     let mut pn = vec![0u64; nl + 1];
     let mut psl = vec![0u64; nl + 1];
-    for (i, a) in view.iter().enumerate() {
+    for i in 0..nl {
+        let a = view.get(i);
         pu[i + 1] = pu[i] + u64::from(a.units);
         pn[i + 1] = pn[i] + u64::from(a.nodes);
         psl[i + 1] = psl[i] + a.slack;
@@ -2063,7 +2094,8 @@ fn select_slurm(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Opti
     let nl = view.len();
     let mut pu = vec![0u64; nl + 1];
     let mut pn = vec![0u64; nl + 1];
-    for (i, a) in view.iter().enumerate() {
+    for i in 0..nl {
+        let a = view.get(i);
         pu[i + 1] = pu[i] + u64::from(a.units);
         pn[i + 1] = pn[i] + u64::from(a.nodes);
     }
