@@ -2000,10 +2000,8 @@ pub fn select_weighed(
     let mut cands: Vec<(u64, u64, u32)> = view
         .iter()
         .enumerate()
-        .filter_map(|(l, a)| {
-            (a.units >= need && a.nodes >= d.min_nodes)
-                .then(|| (a.slack, u64::from(a.units - need), inp.tree.leaves[l]))
-        })
+        .filter(|(_, a)| a.units >= need && a.nodes >= d.min_nodes)
+        .map(|(l, a)| (a.slack, u64::from(a.units - need), inp.tree.leaves[l]))
         .collect();
     cands.sort_unstable();
     let mut best: Option<(u64, usize, Selection)> = None;
