@@ -57,7 +57,22 @@ pub struct Key {
     pub allowed: &'static str,
     /// The Slurm setting it corresponds to (empty: none).
     pub slurm: &'static str,
+    /// Its JSON Schema type, for the Helm chart's values schema ([`json_schema`]).
+    pub kind: Kind,
     check: fn(&Config) -> bool,
+}
+
+/// A key's type, as the chart's values schema states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A number >= 0.
+    Weight,
+    /// A whole number >= the minimum.
+    Whole(u64),
+    /// true or false.
+    Bool,
+    /// A mapping of namespace to a whole number >= 1.
+    Shares,
 }
 
 fn weight(w: f64) -> bool {
@@ -70,72 +85,84 @@ pub const KEYS: &[Key] = &[
         name: "weightAge",
         allowed: "a number >= 0",
         slurm: "PriorityWeightAge",
+        kind: Kind::Weight,
         check: |c| weight(c.weight_age),
     },
     Key {
         name: "weightJobSize",
         allowed: "a number >= 0",
         slurm: "PriorityWeightJobSize",
+        kind: Kind::Weight,
         check: |c| weight(c.weight_job_size),
     },
     Key {
         name: "weightFairShare",
         allowed: "a number >= 0",
         slurm: "PriorityWeightFairshare",
+        kind: Kind::Weight,
         check: |c| weight(c.weight_fair_share),
     },
     Key {
         name: "maxAgeSecs",
         allowed: "a whole number of seconds >= 1",
         slurm: "PriorityMaxAge",
+        kind: Kind::Whole(1),
         check: |c| c.max_age_secs >= 1,
     },
     Key {
         name: "fairShareHalfLifeSecs",
         allowed: "a whole number of seconds >= 1",
         slurm: "PriorityDecayHalfLife",
+        kind: Kind::Whole(1),
         check: |c| c.fair_share_half_life_secs >= 1,
     },
     Key {
         name: "shares",
         allowed: "a mapping of namespace to a whole number of shares >= 1",
         slurm: "the associations' Fairshare",
+        kind: Kind::Shares,
         check: |c| c.shares.values().all(|&s| s >= 1),
     },
     Key {
         name: "backfill",
         allowed: "true or false",
         slurm: "SchedulerType=sched/backfill (false: sched/builtin)",
+        kind: Kind::Bool,
         check: |_| true,
     },
     Key {
         name: "maxReservations",
         allowed: "a whole number >= 0",
         slurm: "SchedulerParameters=bf_max_job_test",
+        kind: Kind::Whole(0),
         check: |_| true,
     },
     Key {
         name: "reserveAfterSecs",
         allowed: "a whole number of seconds >= 0",
         slurm: "SchedulerParameters=bf_min_age_reserve",
+        kind: Kind::Whole(0),
         check: |_| true,
     },
     Key {
         name: "topologyWaitSecs",
         allowed: "a whole number of seconds >= 0",
         slurm: "",
+        kind: Kind::Whole(0),
         check: |_| true,
     },
     Key {
         name: "preemption",
         allowed: "true or false",
         slurm: "PreemptType=preempt/partition_prio (false: preempt/none)",
+        kind: Kind::Bool,
         check: |_| true,
     },
     Key {
         name: "maxSwitchWaitSecs",
         allowed: "a whole number of seconds >= 0",
         slurm: "SchedulerParameters=max_switch_wait",
+        kind: Kind::Whole(0),
         check: |_| true,
     },
 ];
@@ -148,6 +175,34 @@ fn show(v: &Value) -> String {
     serde_yaml::to_string(v)
         .map(|s| s.trim_end().to_string())
         .unwrap_or_else(|_| format!("{v:?}"))
+}
+
+/// The JSON Schema of the file (the Helm chart's `scheduler:` values, in
+/// `values.schema.json`), built from [`KEYS`] so the chart refuses what the operator refuses.
+pub fn json_schema() -> serde_json::Value {
+    use serde_json::json;
+    let mut props = serde_json::Map::new();
+    for k in KEYS {
+        let mut d = k.allowed.to_string();
+        if !k.slurm.is_empty() {
+            d = format!("{d}; Slurm: {}", k.slurm);
+        }
+        let mut p = match k.kind {
+            Kind::Weight => json!({"type": "number", "minimum": 0}),
+            Kind::Whole(min) => json!({"type": "integer", "minimum": min}),
+            Kind::Bool => json!({"type": "boolean"}),
+            Kind::Shares => json!({"type": "object",
+                "additionalProperties": {"type": "integer", "minimum": 1}}),
+        };
+        p["description"] = json!(d);
+        props.insert(k.name.to_string(), p);
+    }
+    json!({
+        "type": "object",
+        "description": "The scheduler's configuration (--scheduler-config); omitted keys keep their defaults",
+        "additionalProperties": false,
+        "properties": props,
+    })
 }
 
 /// Parses a scheduler configuration (YAML text; empty: every default).
@@ -206,6 +261,16 @@ mod tests {
         assert_eq!(keys, fields);
         // Every default passes its own check.
         assert!(KEYS.iter().all(|k| (k.check)(&Config::default())));
+    }
+
+    #[test]
+    fn the_json_schema_lists_every_key() {
+        let s = json_schema();
+        let props = s["properties"].as_object().unwrap();
+        assert_eq!(props.len(), KEYS.len());
+        assert_eq!(props["maxReservations"]["type"], "integer");
+        assert_eq!(props["maxAgeSecs"]["minimum"], 1);
+        assert_eq!(s["additionalProperties"], false);
     }
 
     #[test]
