@@ -263,7 +263,10 @@ fn bad_options_and_files_are_explained() {
     let dir = tempfile::tempdir().unwrap();
     for (text, want) in [
         ("maxReservation: 4\n", "unknown key \"maxReservation\""),
-        ("backfill: sometimes\n", "backfill: sometimes is not allowed (true or false)"),
+        (
+            "backfill: sometimes\n",
+            "backfill: sometimes is not allowed (true or false)",
+        ),
     ] {
         let f = dir.path().join("sched.yaml");
         std::fs::write(&f, text).unwrap();

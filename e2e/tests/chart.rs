@@ -497,7 +497,11 @@ fn scheduler_values_reach_the_operators_config_file() {
             .clone()
     };
     assert!(sum(&tuned).is_string());
-    assert_ne!(sum(&tuned), sum(&default), "a new configuration rolls the pods");
+    assert_ne!(
+        sum(&tuned),
+        sum(&default),
+        "a new configuration rolls the pods"
+    );
 }
 
 #[test]
@@ -978,7 +982,10 @@ fn values_schema_refuses_bad_values_naming_the_key() {
             json!({"admissionPolicies": {"gpuBinding": {"exemptNamespaces": ["Kube System"]}}}),
             "/admissionPolicies/gpuBinding/exemptNamespaces",
         ),
-        (json!({"scheduler": {"maxReservation": 4}}), "maxReservation"),
+        (
+            json!({"scheduler": {"maxReservation": 4}}),
+            "maxReservation",
+        ),
         (
             json!({"scheduler": {"backfill": "no"}}),
             "/scheduler/backfill",

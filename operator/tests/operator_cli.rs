@@ -52,8 +52,14 @@ fn unknown_scheduler_keys_stop_the_operator_at_startup() {
         err.contains("unknown key \"bf_max_job_test\""),
         "the key is named: {err}"
     );
-    assert!(err.contains("maxReservations, "), "the keys are listed: {err}");
-    assert!(!err.contains("Kubernetes API"), "refused before connecting: {err}");
+    assert!(
+        err.contains("maxReservations, "),
+        "the keys are listed: {err}"
+    );
+    assert!(
+        !err.contains("Kubernetes API"),
+        "refused before connecting: {err}"
+    );
 }
 
 #[test]
@@ -74,6 +80,9 @@ fn bad_scheduler_values_stop_the_operator_at_startup() {
 fn a_good_scheduler_config_gets_past_startup() {
     let (ok, err) = run_with_config("maxReservations: 0\nbackfill: false\n");
     assert!(!ok, "no cluster here");
-    assert!(err.contains("Kubernetes API"), "it went on to connect: {err}");
+    assert!(
+        err.contains("Kubernetes API"),
+        "it went on to connect: {err}"
+    );
     assert!(!err.contains("--scheduler-config"), "{err}");
 }

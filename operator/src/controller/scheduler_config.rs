@@ -309,8 +309,16 @@ mod tests {
     #[test]
     fn bad_values_name_the_key_and_what_it_allows() {
         for (text, key, allowed) in [
-            ("maxReservations: -1", "maxReservations", "a whole number >= 0"),
-            ("maxReservations: lots", "maxReservations", "a whole number >= 0"),
+            (
+                "maxReservations: -1",
+                "maxReservations",
+                "a whole number >= 0",
+            ),
+            (
+                "maxReservations: lots",
+                "maxReservations",
+                "a whole number >= 0",
+            ),
             ("backfill: maybe", "backfill", "true or false"),
             ("weightAge: -3", "weightAge", "a number >= 0"),
             ("weightAge: .nan", "weightAge", "a number >= 0"),
