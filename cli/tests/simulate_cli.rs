@@ -258,6 +258,22 @@ fn bad_options_and_files_are_explained() {
         "{}",
         stderr(&o)
     );
+    // The scheduler configuration goes through the operator's parser: a misspelt or
+    // Slurm-spelt key, or a bad value, is named (not ignored).
+    let dir = tempfile::tempdir().unwrap();
+    for (text, want) in [
+        ("maxReservation: 4\n", "unknown key \"maxReservation\""),
+        (
+            "backfill: sometimes\n",
+            "backfill: sometimes is not allowed (true or false)",
+        ),
+    ] {
+        let f = dir.path().join("sched.yaml");
+        std::fs::write(&f, text).unwrap();
+        let o = muster(&["--scheduler-config", f.to_str().unwrap()]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(want), "{text}: {}", stderr(&o));
+    }
 }
 
 /// A trace where the policies must differ, on the sandbox (4 leaves x 4 nodes x 8 GPUs),

@@ -70,6 +70,12 @@ fn scenarios() -> Vec<(&'static str, Value)> {
                 }
             }),
         ),
+        (
+            "scheduler: strict priority order, no reservations, fair-share shares",
+            json!({"scheduler": {"backfill": false, "maxReservations": 0,
+                                 "reserveAfterSecs": 600, "weightJobSize": 500.5,
+                                 "shares": {"team-a": 3, "team-b": 1}}}),
+        ),
     ]
 }
 
@@ -171,6 +177,7 @@ fn default_install_has_every_component() {
         "ClusterRole/muster-node-agent",
         "ClusterRoleBinding/muster-node-agent",
         "Deployment/muster-operator",
+        "ConfigMap/muster-operator-scheduler",
         "Service/muster-operator-metrics",
         "PodDisruptionBudget/muster-operator",
         "DaemonSet/muster-node-agent",
@@ -249,10 +256,29 @@ fn operator_deployment_is_hardened_and_wired_to_its_flags() {
         "--gang-start-timeout=5m",
         "--log-format=text",
         "--lease-name=muster-operator",
+        "--scheduler-config=/etc/muster/scheduler/scheduler.yaml",
     ] {
         assert!(a.contains(&want.to_string()), "missing {want} in {a:?}");
     }
     assert!(!a.iter().any(|x| x == "--no-leader-election"));
+    // The scheduler configuration: the ConfigMap mounted where the flag points, and by
+    // default a file the operator reads as every default.
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "scheduler-config", "mountPath": "/etc/muster/scheduler", "readOnly": true}])
+    );
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "scheduler-config", "configMap": {"name": "muster-operator-scheduler"}}])
+    );
+    let file = r.get("ConfigMap", "muster-operator-scheduler")["data"]["scheduler.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        muster_operator::controller::scheduler_config::parse(&file).unwrap(),
+        muster_operator::core::Config::default()
+    );
     assert_eq!(
         env(c, "MUSTER_NAMESPACE").unwrap()["valueFrom"]["fieldRef"]["fieldPath"],
         "metadata.namespace"
@@ -431,6 +457,51 @@ fn operator_values_reach_its_command_line() {
     assert!(a.contains(&"--no-leader-election".to_string()), "{a:?}");
     assert!(!a.iter().any(|x| x.starts_with("--lease-name")));
     assert!(!r.has("PodDisruptionBudget", "muster-operator"));
+}
+
+/// `scheduler:` values reach the operator as the file its `--scheduler-config` reads, parsed
+/// by the operator's own parser, and a change rolls the operator's pods.
+#[test]
+fn scheduler_values_reach_the_operators_config_file() {
+    use muster_operator::controller::scheduler_config;
+    let values = scenarios()
+        .into_iter()
+        .find(|(what, _)| what.starts_with("scheduler:"))
+        .unwrap()
+        .1;
+    let Some(many) = helm_many(vec![
+        render_request(values, "muster", NAMESPACE),
+        render_request(json!({}), "muster", NAMESPACE),
+    ]) else {
+        return;
+    };
+    let (tuned, default) = (rendered(&many[0]).unwrap(), rendered(&many[1]).unwrap());
+    let file = tuned.get("ConfigMap", "muster-operator-scheduler")["data"]["scheduler.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cfg = scheduler_config::parse(&file).unwrap();
+    assert!(!cfg.backfill);
+    assert_eq!(cfg.max_reservations, 0);
+    assert_eq!(cfg.reserve_after_secs, 600);
+    assert_eq!(cfg.weight_job_size, 500.5);
+    assert_eq!(cfg.shares.get("team-a"), Some(&3));
+    assert_eq!(
+        cfg.weight_age,
+        muster_operator::core::Config::default().weight_age,
+        "omitted keys keep their defaults"
+    );
+    let sum = |r: &Rendered| {
+        r.get("Deployment", "muster-operator")["spec"]["template"]["metadata"]["annotations"]
+            ["checksum/scheduler"]
+            .clone()
+    };
+    assert!(sum(&tuned).is_string());
+    assert_ne!(
+        sum(&tuned),
+        sum(&default),
+        "a new configuration rolls the pods"
+    );
 }
 
 #[test]
@@ -911,6 +982,22 @@ fn values_schema_refuses_bad_values_naming_the_key() {
             json!({"admissionPolicies": {"gpuBinding": {"exemptNamespaces": ["Kube System"]}}}),
             "/admissionPolicies/gpuBinding/exemptNamespaces",
         ),
+        (
+            json!({"scheduler": {"maxReservation": 4}}),
+            "maxReservation",
+        ),
+        (
+            json!({"scheduler": {"backfill": "no"}}),
+            "/scheduler/backfill",
+        ),
+        (
+            json!({"scheduler": {"maxReservations": -1}}),
+            "/scheduler/maxReservations",
+        ),
+        (
+            json!({"scheduler": {"shares": {"team-a": 0}}}),
+            "/scheduler/shares/team-a",
+        ),
     ];
     // One Helm process for all of it: validate, and render (helm install/template refuse
     // bad values too).
@@ -1031,12 +1118,31 @@ fn values_schema_checks_partitions_with_the_crd_schema() {
     );
 }
 
-/// Rewrites values.schema.json's copy of the Partition spec schema from the CRD.
+/// The chart refuses the scheduler keys and values the operator refuses: its schema is the
+/// operator's own (`scheduler_config::json_schema`).
 #[test]
-#[ignore = "writes charts/muster/values.schema.json; run by hand after a CRD change"]
+fn values_schema_checks_scheduler_with_the_operators_keys() {
+    use muster_operator::controller::scheduler_config;
+    assert!(
+        values_schema()["definitions"]["schedulerConfig"] == scheduler_config::json_schema(),
+        "values.schema.json definitions.schedulerConfig differs from the operator's scheduler \
+         keys: run `cargo test -p muster-e2e --test chart -- --ignored bless_values_schema`"
+    );
+    assert_eq!(
+        values_schema()["properties"]["scheduler"]["$ref"],
+        "#/definitions/schedulerConfig"
+    );
+}
+
+/// Rewrites values.schema.json's copies of the Partition spec schema (from the CRD) and of
+/// the scheduler configuration's (from the operator).
+#[test]
+#[ignore = "writes charts/muster/values.schema.json; run by hand after a CRD or scheduler-key change"]
 fn bless_values_schema() {
     let mut schema = values_schema();
     schema["definitions"]["partitionSpec"] = partition_spec_schema();
+    schema["definitions"]["schedulerConfig"] =
+        muster_operator::controller::scheduler_config::json_schema();
     std::fs::write(
         chart_dir().join("values.schema.json"),
         serde_json::to_string_pretty(&schema).unwrap() + "\n",

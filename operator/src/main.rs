@@ -1,11 +1,12 @@
 //! `muster-operator`: the Muster operator binary. Flags are a contract with the Helm chart.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use muster_operator::controller::{self, Settings, http, metrics::Metrics};
+use muster_operator::controller::{self, Settings, http, metrics::Metrics, scheduler_config};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum LogFormat {
@@ -59,6 +60,11 @@ struct Args {
     /// The Mutating- and ValidatingWebhookConfiguration whose caBundle the operator sets.
     #[arg(long, default_value = "muster")]
     webhook_configuration: String,
+    /// The scheduler's configuration: YAML with the keys backfill, maxReservations,
+    /// reserveAfterSecs, preemption, weightAge, ... (see the chart's README); omitted keys
+    /// keep their defaults; an unknown key or bad value stops the operator at startup.
+    #[arg(long, value_name = "FILE")]
+    scheduler_config: Option<PathBuf>,
 }
 
 /// `5s`, `500ms`, `2m`, `1h` (a bare number is seconds).
@@ -125,6 +131,11 @@ async fn shutdown_signal() {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
+    // Before anything else: a bad knob stops the operator before it schedules with defaults.
+    let scheduler = match &args.scheduler_config {
+        Some(p) => scheduler_config::load(p).context("--scheduler-config")?,
+        None => Default::default(),
+    };
     let client = kube::Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
@@ -141,7 +152,8 @@ async fn main() -> anyhow::Result<()> {
         ..Settings::default()
     };
     settings.plan.gang_start_timeout_secs = args.gang_start_timeout.as_secs().max(1) as i64;
-    tracing::info!(?args, "starting");
+    tracing::info!(?args, ?scheduler, "starting");
+    settings.plan.scheduler = scheduler;
     let metrics = Metrics::new();
     let handle = controller::start(client.clone(), settings, metrics.clone());
     let (hook_tx, hook_rx) = tokio::sync::oneshot::channel::<()>();
@@ -232,6 +244,8 @@ mod tests {
             "muster-webhook-tls",
             "--webhook-configuration",
             "muster",
+            "--scheduler-config",
+            "/etc/muster/scheduler.yaml",
         ])
         .unwrap();
         assert_eq!(a.namespace, "muster");
@@ -239,6 +253,10 @@ mod tests {
         assert_eq!(a.gang_start_timeout, Duration::from_secs(600));
         assert!(matches!(a.log_format, LogFormat::Json));
         assert_eq!(a.identity.as_deref(), Some("pod-1"));
+        assert_eq!(
+            a.scheduler_config.as_deref(),
+            Some(std::path::Path::new("/etc/muster/scheduler.yaml"))
+        );
         assert!(Args::try_parse_from(["muster-operator", "--log-format", "xml"]).is_err());
     }
 }

@@ -881,3 +881,51 @@ fn cpu_and_memory_limit_what_a_node_takes() {
     assert_eq!(names(&s, &b.nodes), ["gpu003"]);
     assert_eq!(b.tasks[0].memory_mib, 2 << 20);
 }
+
+#[test]
+fn reservations_chain_for_every_waiting_job_up_to_the_limit() {
+    // All 16 nodes busy until NOW+3600; 20 jobs of 4 whole nodes for 600 s each. With 20
+    // reservations allowed every job gets one: four at a time (one per leaf), every 600 s.
+    let mut s = sandbox();
+    fill(&mut s, 100, &range(1, 16), NOW + 3600);
+    for id in 1..=20 {
+        s.pending.push(PendingJob::new(
+            id,
+            NOW - 100 + id as i64,
+            JobRequest::nodes(4, 8).time(600),
+        ));
+    }
+    let cfg = Config {
+        max_reservations: 20,
+        ..Config::default()
+    };
+    let d = schedule(&s, NOW, &cfg);
+    assert!(d.starts.is_empty());
+    assert_eq!(d.reservations.len(), 20, "{:?}", d.pending);
+    for id in 1..=20u64 {
+        let wave = (id as i64 - 1) / 4;
+        assert_eq!(
+            pending(&d, id).start_estimate,
+            Some(NOW + 3600 + 600 * wave),
+            "job {id}"
+        );
+    }
+    // Each wave takes the four leaves whole.
+    for r in &d.reservations {
+        let n = names(&s, &r.nodes);
+        let leaf = |name: &String| (name[3..].parse::<u32>().unwrap() - 1) / 4;
+        assert!(n.iter().all(|x| leaf(x) == leaf(&n[0])), "{n:?}");
+    }
+    // The cap holds: with 6 allowed, the first 6 jobs get one, the rest none.
+    let d = schedule(
+        &s,
+        NOW,
+        &Config {
+            max_reservations: 6,
+            ..Config::default()
+        },
+    );
+    assert_eq!(d.reservations.len(), 6);
+    assert_eq!(pending(&d, 6).start_estimate, Some(NOW + 3600 + 600));
+    assert_eq!(pending(&d, 7).start_estimate, None);
+}

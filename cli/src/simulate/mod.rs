@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use muster_operator::controller::scheduler_config;
 use muster_operator::core::{ClusterSpec, Config};
 
 use engine::{Cluster, Policy, SimOptions, SimRun, Workload, simulate};
@@ -115,9 +116,10 @@ pub struct SimulateArgs {
     #[arg(long, short = 'c', value_name = "FILE", default_value = "superpod")]
     pub cluster: String,
 
-    /// The scheduling core's configuration for the Muster policy, as YAML (camelCase
-    /// fields of the core's Config: weightAge, weightJobSize, weightFairShare, maxAgeSecs,
-    /// backfill, maxReservations, preemption, ...; omitted fields keep their defaults).
+    /// The scheduling core's configuration for the Muster policy, as YAML: the same file as
+    /// the operator's --scheduler-config (keys weightAge, weightJobSize, weightFairShare,
+    /// maxAgeSecs, backfill, maxReservations, preemption, ...; omitted keys keep their
+    /// defaults; unknown keys and bad values are refused).
     #[arg(long, value_name = "FILE")]
     pub scheduler_config: Option<PathBuf>,
 
@@ -355,26 +357,6 @@ pub fn speedup(args: &SimulateArgs) -> f64 {
     }
 }
 
-/// Parses a core configuration, refusing unknown fields (the core's `Config` accepts them
-/// silently, and a misspelt weight would go unnoticed).
-pub fn parse_config(text: &str) -> anyhow::Result<Config> {
-    let v: serde_yaml::Value = serde_yaml::from_str(text)?;
-    let known = serde_yaml::to_value(Config::default())?;
-    if let (Some(m), Some(k)) = (v.as_mapping(), known.as_mapping()) {
-        for key in m.keys() {
-            if !k.contains_key(key) {
-                let names: Vec<&str> = k.keys().filter_map(|x| x.as_str()).collect();
-                anyhow::bail!(
-                    "unknown field {:?}; the fields are {}",
-                    key.as_str().unwrap_or("?"),
-                    names.join(", ")
-                );
-            }
-        }
-    }
-    Ok(serde_yaml::from_value(v)?)
-}
-
 /// Runs the replay(s) the arguments ask for; relative paths are from `cwd`.
 pub fn replay(args: &SimulateArgs, cwd: &Path) -> anyhow::Result<Replay> {
     let spec = load_cluster(&args.cluster, cwd)?;
@@ -390,9 +372,8 @@ pub fn replay(args: &SimulateArgs, cwd: &Path) -> anyhow::Result<Replay> {
     let config = match &args.scheduler_config {
         None => Config::default(),
         Some(p) => {
-            let text = std::fs::read_to_string(resolve(cwd, p))
-                .with_context(|| format!("cannot read {}", p.display()))?;
-            parse_config(&text).with_context(|| format!("{}", p.display()))?
+            // The operator's parser (its --scheduler-config): one rule for both.
+            scheduler_config::load(&resolve(cwd, p)).with_context(|| format!("{}", p.display()))?
         }
     };
     let options = SimOptions {

@@ -19,6 +19,7 @@
 //! | [`leader`] | Lease-based leader election |
 //! | [`jobids`] | the job id counter (ConfigMap, blocks) |
 //! | [`usage`] | fair-share usage persistence |
+//! | [`scheduler_config`] | the scheduler's configuration file (`--scheduler-config`), shared with the simulator |
 //! | [`validate`] | what submission refuses: shared by sbatch, `--test-only` and admission (pure) |
 //! | [`metrics`], [`http`] | Prometheus metrics, `/metrics` `/healthz` `/readyz` |
 //! | [`webhook`] | the admission webhooks over HTTPS, their certificate and `caBundle` |
@@ -38,6 +39,7 @@ pub mod plan;
 pub mod pods;
 pub mod quantity;
 pub mod runner;
+pub mod scheduler_config;
 pub mod status;
 pub mod taskpod;
 pub mod translate;

@@ -1,0 +1,144 @@
+//! The operator's scheduler configuration (`--scheduler-config`, the chart's `scheduler:`
+//! values) end to end: the file is read by the operator's own loader and the change shows in
+//! what a user sees in BatchJob status. The scenario, on two 8-GPU nodes:
+//!
+//! - `long` holds one node for an hour;
+//! - `big` (2 nodes) waits for it: reason Resources, and with reservations an estimated start;
+//! - `small` (1 node, 10 minutes) is submitted last.
+//!
+//! With the defaults `small` backfills onto the free node (it ends long before `big` could
+//! start); with `backfill: false` it waits behind `big` (reason Priority, as Slurm's
+//! sched/builtin); with `maxReservations: 0` `big` has no estimated start. Negative outcomes
+//! are checked after the operator has run further cycles (its cycle counter), not after a
+//! wall-clock delay. (The refusal of bad keys at startup is the binary's:
+//! `operator/tests/operator_cli.rs`.)
+
+mod operator_support;
+
+use muster_crds::v1alpha1::JobState;
+use muster_operator::controller::Handle;
+use muster_operator::controller::scheduler_config;
+use muster_operator::core::Config;
+use operator_support::{Env, NodeDef, batchjob};
+use serde_json::json;
+
+/// The scheduler configuration as the operator loads it: a file, read by the loader
+/// `muster-operator --scheduler-config` uses.
+fn load(text: &str) -> Config {
+    let dir = std::env::temp_dir().join(format!(
+        "muster-e2e-scheduler-{}-{}",
+        std::process::id(),
+        text.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("scheduler.yaml");
+    std::fs::write(&path, text).unwrap();
+    let cfg = scheduler_config::load(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    cfg
+}
+
+/// Scheduling cycles the operator has completed.
+fn cycles(op: &Handle) -> u64 {
+    op.metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix("muster_scheduling_cycle_duration_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the operator has run `n` more cycles.
+async fn more_cycles(env: &Env, op: &Handle, n: u64) {
+    let from = cycles(op);
+    env.until(60, "more scheduling cycles", || async {
+        cycles(op) >= from + n
+    })
+    .await;
+}
+
+async fn reason(env: &Env, name: &str) -> Option<String> {
+    env.job(name).await.status.and_then(|s| s.reason)
+}
+
+/// Starts the operator with `config` and runs the scenario up to `small`'s submission.
+async fn scenario(config: &str) -> (Env, Handle) {
+    let env = Env::start().await;
+    env.add_nodes(&[
+        NodeDef::new("gpu001", 8, "leaf1"),
+        NodeDef::new("gpu002", 8, "leaf1"),
+    ])
+    .await;
+    env.default_partition().await;
+    let mut settings = env.settings();
+    settings.plan.scheduler = load(config);
+    let op = env.start_operator(settings);
+    env.submit(batchjob(
+        "long",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
+        3600,
+    ))
+    .await;
+    env.until_state("long", JobState::Running, 30).await;
+    env.submit(batchjob(
+        "big",
+        json!({"nodes": 2, "gres": "gpu:8", "time": 60}),
+        3600,
+    ))
+    .await;
+    env.until(30, "big waits for resources", || async {
+        reason(&env, "big").await.as_deref() == Some("Resources")
+    })
+    .await;
+    env.submit(batchjob(
+        "small",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 10}),
+        3600,
+    ))
+    .await;
+    (env, op)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_config_backfills_and_estimates_starts() {
+    let (env, op) = scenario("# defaults\n").await;
+    env.until_state("small", JobState::Running, 30).await;
+    let big = env.job("big").await.status.unwrap();
+    assert_eq!(big.state, Some(JobState::Pending));
+    let long = env.job("long").await.status.unwrap();
+    let (est, long_start) = (big.start_time.unwrap().0, long.start_time.unwrap().0);
+    // The estimate is long's end by its time limit (60 minutes after it started).
+    let gap = est.duration_since(long_start).as_secs();
+    assert!((3590..=3610).contains(&gap), "estimate {gap}s after long");
+    op.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_off_keeps_later_jobs_behind_the_blocked_one() {
+    let (env, op) = scenario("backfill: false\n").await;
+    env.until(30, "small waits behind big", || async {
+        reason(&env, "small").await.as_deref() == Some("Priority")
+    })
+    .await;
+    more_cycles(&env, &op, 3).await;
+    let small = env.job("small").await.status.unwrap();
+    assert_eq!(small.state, Some(JobState::Pending));
+    assert_eq!(small.reason.as_deref(), Some("Priority"));
+    assert!(env.pods_of("small").await.is_empty());
+    // The head of the queue still gets its estimate.
+    assert!(env.job("big").await.status.unwrap().start_time.is_some());
+    op.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reservations_means_no_estimated_starts() {
+    let (env, op) = scenario("maxReservations: 0\n").await;
+    // Nothing is held for big, so small starts (as with the defaults).
+    env.until_state("small", JobState::Running, 30).await;
+    more_cycles(&env, &op, 3).await;
+    let big = env.job("big").await.status.unwrap();
+    assert_eq!(big.state, Some(JobState::Pending));
+    assert_eq!(big.reason.as_deref(), Some("Resources"));
+    assert_eq!(big.start_time, None, "no reservation, no estimated start");
+    op.shutdown().await.unwrap();
+}
