@@ -75,7 +75,7 @@ async fn failing_task_fails_the_gang_with_its_exit_code() {
     env.until_state("f", JobState::Failed, 30).await;
     let st = env.job("f").await.status.unwrap();
     assert_eq!(st.exit_code, Some(3));
-    assert!(st.message.unwrap().contains("rank 1"));
+    assert!(st.message.unwrap().contains("node 1"));
     op.shutdown().await.unwrap();
 }
 

@@ -492,7 +492,11 @@ impl Env {
                     if now - started < runtime {
                         continue;
                     }
-                    let rank = p.labels().get(labels::RANK).cloned().unwrap_or_default();
+                    let rank = p
+                        .labels()
+                        .get(labels::NODE_RANK)
+                        .cloned()
+                        .unwrap_or_default();
                     let code: i32 =
                         if ann.get("sim/fail-rank").map(String::as_str).unwrap_or("0") == rank {
                             ann.get("sim/exit")
