@@ -126,8 +126,8 @@ fn single_gpu_job_runs_to_completion_within_the_write_budget() {
     assert_eq!(st.exit_code, Some(0));
     assert!(st.end_time.is_some());
     assert_eq!(st.tasks.len(), 1, "the record is kept");
-    // pods + 3 writes for a job that started without waiting.
-    assert_eq!(writes_excluding_events(&h), 1 + 3);
+    // pods + 4 writes (with the step credential) for a job that started without waiting.
+    assert_eq!(writes_excluding_events(&h), 1 + 4);
     // Quiet afterwards: nothing more to write.
     let before = writes_excluding_events(&h);
     h.step(10);
