@@ -227,3 +227,38 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
     op.shutdown().await.unwrap();
     env.cluster.shutdown().await;
 }
+
+/// examples/sbatch/mpirun-2x2.sh's plain form: `mpirun -np 4` under the operator starts its
+/// daemons through srun on both node pods (Open MPI from Debian; the program is `hostname`
+/// here, the example's own needs CUDA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
+    let (env, op) = setup().await;
+    let ns = env.namespace("mpi").await;
+    submit(
+        &env,
+        &ns,
+        "mpirun",
+        json!({"jobName": "mpirun_test", "nodes": 2, "ntasksPerNode": 2, "gpusPerTask": 1,
+               "script": "#!/bin/bash\nmpirun -np 4 hostname\n",
+               "template": {"spec": {"containers": [{"name": "task", "env": [
+                   {"name": "OMPI_ALLOW_RUN_AS_ROOT", "value": "1"},
+                   {"name": "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "value": "1"}]}]}}}),
+    )
+    .await;
+    let j = ended(&env, &ns, "mpirun", 180).await;
+    let out = log(&env, &ns, "mpirun-0", "task").await;
+    let st = j.status.unwrap();
+    assert_eq!(
+        st.state,
+        Some(JobState::Completed),
+        "{st:?}\n{}",
+        logs(&env, &ns, "mpirun").await
+    );
+    assert_eq!(pods(&env, &ns, "mpirun").await.len(), 2);
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["mpirun-0", "mpirun-0", "mpirun-1", "mpirun-1"], "{out}");
+    op.shutdown().await.unwrap();
+    env.cluster.shutdown().await;
+}
