@@ -183,24 +183,42 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
     );
     assert_eq!(st.exit_code, Some(0));
     // Pods = nodes; the status keeps every task (rank -> node, GPUs).
-    assert_eq!(pods(&env, &ns, "pertask").await.len(), 2, "one pod per node");
+    assert_eq!(
+        pods(&env, &ns, "pertask").await.len(),
+        2,
+        "one pod per node"
+    );
     assert_eq!(st.tasks.len(), 4);
     for t in &st.tasks {
         assert_eq!(t.gpus.len(), 1);
-        assert_eq!(t.pod.as_deref(), Some(format!("pertask-{}", t.node_rank).as_str()));
+        assert_eq!(
+            t.pod.as_deref(),
+            Some(format!("pertask-{}", t.node_rank).as_str())
+        );
     }
     let vis = visibility(&out);
-    assert_eq!(vis.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3], "{out}");
+    assert_eq!(
+        vis.keys().copied().collect::<Vec<_>>(),
+        [0, 1, 2, 3],
+        "{out}"
+    );
     for node in [[0, 1], [2, 3]] {
         // Each task of a node one GPU of its own, numbered inside the node pod.
         let mine: BTreeSet<&str> = node.iter().map(|t| vis[t].as_str()).collect();
         assert_eq!(mine, BTreeSet::from(["0", "1"]), "{out}");
     }
     assert!(out.contains("master=pertask-0\n"), "{out}");
-    assert!(out.contains("nodes=pertask-[0-1] ntasks=4 host=pertask-0\n"), "{out}");
+    assert!(
+        out.contains("nodes=pertask-[0-1] ntasks=4 host=pertask-0\n"),
+        "{out}"
+    );
     // The script ran once: one batch output, on node 0 only.
     assert_eq!(out.matches("master=").count(), 1, "{out}");
-    assert!(!log(&env, &ns, "pertask-1", "task").await.contains("master="));
+    assert!(
+        !log(&env, &ns, "pertask-1", "task")
+            .await
+            .contains("master=")
+    );
     // Its credential: owned by the job, only its pods mount it.
     let sec = Api::<Secret>::namespaced(env.cluster.client(), &ns)
         .get("pertask-step")
@@ -213,7 +231,11 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
 
     let g = ended(&env, &ns, "gres", 120).await;
     let out = log(&env, &ns, "gres-0", "task").await;
-    assert_eq!(g.status.as_ref().unwrap().state, Some(JobState::Completed), "{out}");
+    assert_eq!(
+        g.status.as_ref().unwrap().state,
+        Some(JobState::Completed),
+        "{out}"
+    );
     assert_eq!(pods(&env, &ns, "gres").await.len(), 2);
     let vis = visibility(&out);
     assert_eq!(vis.len(), 4, "{out}");
@@ -258,7 +280,11 @@ async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
     assert_eq!(pods(&env, &ns, "mpirun").await.len(), 2);
     let mut lines: Vec<&str> = out.lines().collect();
     lines.sort();
-    assert_eq!(lines, ["mpirun-0", "mpirun-0", "mpirun-1", "mpirun-1"], "{out}");
+    assert_eq!(
+        lines,
+        ["mpirun-0", "mpirun-0", "mpirun-1", "mpirun-1"],
+        "{out}"
+    );
     op.shutdown().await.unwrap();
     env.cluster.shutdown().await;
 }

@@ -64,7 +64,8 @@ async fn two_nodes_two_tasks_one_gpu_each() {
         assert_eq!(e["SLURM_GPUS_PER_TASK"], "1");
         assert_eq!(e["WORLD_SIZE"], "4");
         assert_eq!(e["LOCAL_WORLD_SIZE"], "2");
-        *per_node.entry(Env::node_of(p)).or_default() += e["LOCAL_WORLD_SIZE"].parse::<u32>().unwrap();
+        *per_node.entry(Env::node_of(p)).or_default() +=
+            e["LOCAL_WORLD_SIZE"].parse::<u32>().unwrap();
         let res = p.spec.as_ref().unwrap().containers[0]
             .resources
             .clone()
@@ -203,7 +204,8 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
         assert_eq!(e["SLURM_GPUS_ON_NODE"], "8");
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1,2,3,4,5,6,7");
         assert_eq!(e["SLURM_JOB_NODELIST"], "train-[0-7]");
-        let first = muster_crds::slurm::hostlist::expand(&e["SLURM_JOB_NODELIST"]).unwrap()[0].clone();
+        let first =
+            muster_crds::slurm::hostlist::expand(&e["SLURM_JOB_NODELIST"]).unwrap()[0].clone();
         assert_eq!(first, "train-0", "the rendezvous idiom names node 0");
         assert_eq!(e["SLURM_JOB_PARTITION"], "blackwell");
         node_ranks.insert(e["NODE_RANK"].clone());

@@ -183,7 +183,10 @@ impl Node {
                 hostlist::compress(&job.nodes)
             )
         })?;
-        let gpus = match env.get(muster_crds::step::ENV_NODE_GPUS).filter(|v| !v.trim().is_empty()) {
+        let gpus = match env
+            .get(muster_crds::step::ENV_NODE_GPUS)
+            .filter(|v| !v.trim().is_empty())
+        {
             Some(j) => NodeGpus::parse(&j)?,
             None => NodeGpus::default(),
         };

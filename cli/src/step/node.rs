@@ -161,7 +161,10 @@ async fn run(args: NodeArgs) -> i32 {
     };
     let listen = args
         .listen
-        .or_else(|| env.get(muster_crds::step::ENV_POD_IP).and_then(|v| v.parse().ok()))
+        .or_else(|| {
+            env.get(muster_crds::step::ENV_POD_IP)
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = match TcpListener::bind(SocketAddr::new(listen, job.port)).await {
         Ok(l) => l,

@@ -447,7 +447,9 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
                 }
             }
             Err(e) => {
-                ctx.fail(&ApiError::Transport(format!("no random source for the step key: {e}")));
+                ctx.fail(&ApiError::Transport(format!(
+                    "no random source for the step key: {e}"
+                )));
                 return;
             }
         }

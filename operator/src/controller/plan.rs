@@ -461,8 +461,7 @@ impl PodsToCreate {
         for n in &nodes {
             let t = pods::node_share(ctx.tasks, *n).ok_or(pods::BuildError::NoSuchNode(*n))?;
             if ctx.gpu_binding == GpuBinding::Dra && !t.gpus.is_empty() {
-                if t.gpu_uuids.len() != t.gpus.len() || t.gpu_uuids.iter().any(|u| u.is_empty())
-                {
+                if t.gpu_uuids.len() != t.gpus.len() || t.gpu_uuids.iter().any(|u| u.is_empty()) {
                     let i = (0..t.gpus.len())
                         .find(|&i| t.gpu_uuids.get(i).is_none_or(|u| u.is_empty()))
                         .unwrap_or(0);
@@ -1446,7 +1445,13 @@ fn step_job(
             let rj = translate::running_job(job, w.id.unwrap_or(0), w.part, nodes_table, None);
             let start = w.st.start_time.as_ref().map(secs).unwrap_or(now);
             if batch.is_some_and(|p| p.phase == Phase::Succeeded) {
-                end(w, JobState::Completed, None, "the batch script exited 0", now);
+                end(
+                    w,
+                    JobState::Completed,
+                    None,
+                    "the batch script exited 0",
+                    now,
+                );
                 w.st.exit_code = Some(0);
                 w.st.exit_signal = None;
                 delete_cur(w);

@@ -733,9 +733,11 @@ fn daemon_command(
         ]),
         None => {
             // A job without a script: its command is one step over every task.
-            let user = user.filter(|u| !u.is_empty()).ok_or(BuildError::NoCommand {
-                container: TASK_CONTAINER.into(),
-            })?;
+            let user = user
+                .filter(|u| !u.is_empty())
+                .ok_or(BuildError::NoCommand {
+                    container: TASK_CONTAINER.into(),
+                })?;
             cmd.push(step::POD_SRUN.into());
             cmd.extend(user);
         }
@@ -1165,7 +1167,13 @@ mod tests {
             .find(|v| v.name == step::ENV_POD_IP)
             .unwrap();
         assert_eq!(
-            ip.value_from.as_ref().unwrap().field_ref.as_ref().unwrap().field_path,
+            ip.value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
             "status.podIP"
         );
         // Names resolve under the Service.
@@ -1198,7 +1206,10 @@ mod tests {
         );
         let mounts = s.containers[0].volume_mounts.as_ref().unwrap();
         assert!(mounts.iter().any(|m| m.mount_path == step::BIN_DIR));
-        let key = mounts.iter().find(|m| m.mount_path == step::KEY_DIR).unwrap();
+        let key = mounts
+            .iter()
+            .find(|m| m.mount_path == step::KEY_DIR)
+            .unwrap();
         assert_eq!(key.read_only, Some(true));
         let vol = s
             .volumes
@@ -1294,8 +1305,16 @@ mod tests {
         assert_eq!(c1.args, None);
         // An image's entrypoint cannot become a step: refused before any allocation.
         let mut no_cmd = j.clone();
-        no_cmd.spec.template.as_mut().unwrap().spec.as_mut().unwrap().containers[0].command =
-            None;
+        no_cmd
+            .spec
+            .template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .command = None;
         let e = check_buildable(&no_cmd, None, "gpu").unwrap_err();
         assert!(matches!(e, BuildError::NoCommand { .. }), "{e}");
         assert!(e.to_string().contains("containers[0]"), "{e}");
@@ -1665,7 +1684,10 @@ mod tests {
         assert_eq!(s.metadata.owner_references.unwrap()[0].name, "train");
         let sec = build_secret(&j);
         assert_eq!(sec.metadata.name.as_deref(), Some("train-step"));
-        assert_eq!(sec.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        assert_eq!(
+            sec.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "uid-1"
+        );
         assert!(sec.data.is_none() && sec.string_data.is_none());
         let keyed = with_key(sec, "abcd");
         assert_eq!(keyed.string_data.unwrap()[step::SECRET_KEY], "abcd");
