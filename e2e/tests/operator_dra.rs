@@ -175,6 +175,14 @@ async fn a_hand_made_claim_never_shares_a_gpu_with_a_job() {
     env.submit(batchjob("first", json!({"gpus": 1}), 6)).await;
     env.until_state("first", JobState::Running, 20).await;
     let taken = env.job("first").await.status.unwrap().tasks[0].gpu_uuids[0].clone();
+    // The job's pod holds its claim's device before anyone else asks for it (RUNNING is
+    // written before the Secret, the claim and the pod are).
+    env.until(20, "the job's pod running", || async {
+        env.pods_of("first").await.iter().any(|p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+    })
+    .await;
 
     // Someone claims the GPU the job holds, and makes a pod that uses the claim.
     let claims: Api<ResourceClaim> = Api::namespaced(env.client.clone(), "default");
