@@ -1239,8 +1239,14 @@ impl BindCtx {
 }
 
 /// Synthetic running jobs for GPUs allocated to ResourceClaims that no allocation Muster keeps
-/// (`held`) and nothing in `running` already counts: another attempt's claim whose pod is gone
-/// but which is not yet deallocated, or a claim someone made by hand.
+/// (`held`) and nothing in `running` already counts: a claim someone made by hand, or one of
+/// Muster's of an ended attempt whose pods are still live.
+///
+/// A claim of Muster's whose attempt has no live pod left does not hold its GPUs: its
+/// processes are gone, Muster deletes it this cycle, and kube-scheduler (whose resourceclaim
+/// controller deallocates it once no pod uses it) gives a new claim pinned to the same devices
+/// nothing until then — the new pod just waits in the scheduling queue for a moment. Counting
+/// it would place the next job elsewhere than the simulator and `--test-only` predict.
 fn claim_holds(
     inp: &Inputs<'_>,
     held: &HashSet<(String, u32)>,
@@ -1254,6 +1260,12 @@ fn claim_holds(
             taken.extend(t.gpus.iter().map(|g| (t.node, *g)));
         }
     }
+    let live: HashSet<(&str, u32)> = inp
+        .pods
+        .iter()
+        .filter(|p| p.live())
+        .filter_map(|p| Some((p.owner_uid.as_deref()?, p.attempt?)))
+        .collect();
     let mut out = Vec::new();
     for c in inp.claims.iter() {
         if c.devices.is_empty() {
@@ -1261,7 +1273,7 @@ fn claim_holds(
         }
         if let (Some(u), Some(a)) = (&c.owner_uid, c.attempt)
             && c.is_musters()
-            && held.contains(&(u.clone(), a))
+            && (held.contains(&(u.clone(), a)) || !live.contains(&(u.as_str(), a)))
         {
             continue;
         }

@@ -165,6 +165,72 @@ fn gpus_allocated_to_a_hand_made_claim_are_taken() {
     assert_eq!(h.cluster.state("four"), JobState::Running);
 }
 
+/// A claim of an ended attempt of Muster's, still allocated after its pods are gone (the
+/// resourceclaim controller has not released it yet), does not push the next job elsewhere:
+/// the job gets those GPUs, as the simulator and `--test-only` predict, and its pod starts
+/// once the claim is gone — never while it holds them.
+#[test]
+fn a_released_attempts_claim_does_not_move_the_next_job() {
+    let mut h = dra_harness(2, 4);
+    h.cluster.submit(job("old", gpus(4), 10, None));
+    h.cycle();
+    run_for(&mut h, 20);
+    assert_eq!(h.cluster.state("old"), JobState::Completed);
+    let old = h.cluster.job("old");
+    let node = old.status.as_ref().unwrap().tasks[0].node.clone();
+    // Its claim as kube-scheduler may still show it: allocated, reserved for no pod.
+    {
+        let mut s = h.cluster.lock();
+        let mut labels = BTreeMap::new();
+        labels.insert(muster_crds::labels::BATCHJOB.to_string(), "old".to_string());
+        labels.insert(muster_crds::labels::ATTEMPT.to_string(), "1".to_string());
+        let claim = ResourceClaim {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("old-0-gpus".into()),
+                namespace: Some("default".into()),
+                labels: Some(labels),
+                owner_references: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "muster.dev/v1alpha1".into(),
+                        kind: "BatchJob".into(),
+                        name: "old".into(),
+                        uid: old.metadata.uid.clone().unwrap(),
+                        controller: Some(true),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        s.claims.insert(
+            ("default".into(), "old-0-gpus".into()),
+            FakeClaim {
+                claim,
+                allocated: (0..4).map(|g| (node.clone(), g)).collect(),
+                reserved_for: None,
+                deleting: false,
+            },
+        );
+    }
+    h.cluster.submit(job("next", gpus(4), 10, None));
+    h.cycle();
+    let st = h.cluster.job("next").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Running));
+    assert_eq!(st.tasks[0].node, node, "the GPUs the ended attempt left");
+    h.cluster.check_claims().unwrap();
+    run_for(&mut h, 5);
+    assert!(
+        !h.cluster
+            .lock()
+            .claims
+            .contains_key(&("default".into(), "old-0-gpus".into())),
+        "the ended attempt's claim is deleted"
+    );
+    run_for(&mut h, 20);
+    assert_eq!(h.cluster.state("next"), JobState::Completed);
+}
+
 #[test]
 fn explicit_dra_without_the_driver_stalls_with_a_reason() {
     let mut h = harness(2, 4);
