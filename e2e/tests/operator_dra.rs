@@ -178,9 +178,10 @@ async fn a_hand_made_claim_never_shares_a_gpu_with_a_job() {
     // The job's pod holds its claim's device before anyone else asks for it (RUNNING is
     // written before the Secret, the claim and the pod are).
     env.until(20, "the job's pod running", || async {
-        env.pods_of("first").await.iter().any(|p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
+        env.pods_of("first")
+            .await
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
     })
     .await;
 
