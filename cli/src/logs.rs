@@ -1,5 +1,6 @@
-//! `muster logs JOBID`: a task's output — what a Slurm user would read in `slurm-JOBID.out`
-//! — from the task pod's log.
+//! `muster logs JOBID`: the job's output — what a Slurm user would read in
+//! `slurm-JOBID.out` — from the log of its first node pod, where the batch script runs and
+//! every `srun` step's output is forwarded (as to Slurm's batch host).
 
 use clap::Args;
 use futures::{AsyncBufReadExt, TryStreamExt};
@@ -21,11 +22,12 @@ pub struct LogsArgs {
     #[arg(value_name = "JOBID")]
     pub job_id: String,
 
-    /// The task (rank) whose output to print.
+    /// The output of the node pod running this task (rank); the batch script's, with every
+    /// step's output, is rank 0's node's.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub rank: u32,
 
-    /// Every rank's output, each line prefixed with `RANK: ` (as `srun --label`).
+    /// Every node pod's output, each line prefixed with the node's first rank (`RANK: `).
     #[arg(long = "all-ranks", conflicts_with_all = ["rank", "follow"])]
     pub all_ranks: bool,
 
@@ -47,7 +49,7 @@ pub fn label_lines(rank: u32, text: &str) -> String {
     text.lines().map(|l| format!("{rank}: {l}\n")).collect()
 }
 
-/// The pod of `rank` for a job: from the allocation in its status, else by labels.
+/// The node pod running `rank` of a job: from the allocation in its status, else by labels.
 async fn pod_of(client: &kube::Client, bj: &BatchJob, rank: u32) -> anyhow::Result<String> {
     let ns = bj.metadata.namespace.clone().unwrap_or_default();
     let st = bj.status.clone().unwrap_or_default();
@@ -62,7 +64,14 @@ async fn pod_of(client: &kube::Client, bj: &BatchJob, rank: u32) -> anyhow::Resu
     let id = st
         .job_id
         .ok_or_else(|| anyhow::anyhow!("the job has no id yet"))?;
-    let mut selector = format!("{}={id},{}={rank}", labels::JOB_ID, labels::RANK);
+    // One pod per node: the rank's node index picks it (node 0, the batch host, by default).
+    let node = st
+        .tasks
+        .iter()
+        .find(|t| t.rank == rank)
+        .map(|t| t.node_rank)
+        .unwrap_or(0);
+    let mut selector = format!("{}={id},{}={node}", labels::JOB_ID, labels::NODE_RANK);
     if let Some(a) = st.attempt {
         selector.push_str(&format!(",{}={a}", labels::ATTEMPT));
     }
@@ -135,8 +144,12 @@ pub async fn run(args: &LogsArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyho
         ..LogParams::default()
     };
     if args.all_ranks {
+        let mut seen = std::collections::BTreeSet::new();
         for rank in 0..row.num_tasks.max(1) {
             let pod = pod_of(&cluster.client, bj, rank).await?;
+            if !seen.insert(pod.clone()) {
+                continue;
+            }
             let text = fetch_log(&pods, &pod, &lp).await?;
             write!(io.out, "{}", label_lines(rank, &text))?;
         }

@@ -1,13 +1,14 @@
 //! Well-known label, annotation and finalizer keys shared by the operator, the node agent,
 //! the command line and the chart, so each is spelled once.
 
-/// Label on every task pod and Service: the owning BatchJob's name.
+/// Label on every node pod, Service and credential Secret: the owning BatchJob's name.
 pub const BATCHJOB: &str = "muster.dev/batchjob";
-/// Label on every task pod: the Slurm job id (decimal).
+/// Label on every node pod: the Slurm job id (decimal).
 pub const JOB_ID: &str = "muster.dev/job-id";
-/// Label on every task pod: the task's global rank (`SLURM_PROCID`).
-pub const RANK: &str = "muster.dev/rank";
-/// Label on every task pod: the admission attempt it belongs to; pods of an older attempt
+/// Label on every node pod: the index of its node in the job (`SLURM_NODEID`; node 0 runs the
+/// batch script).
+pub const NODE_RANK: &str = "muster.dev/node-rank";
+/// Label on every node pod: the admission attempt it belongs to; pods of an older attempt
 /// (after a requeue) are never mistaken for the current gang.
 pub const ATTEMPT: &str = "muster.dev/attempt";
 /// Label on the BatchJobs that run the indices of an array: the parent BatchJob's name.

@@ -10,6 +10,7 @@
 
 pub mod labels;
 pub mod slurm;
+pub mod step;
 pub mod v1alpha1;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

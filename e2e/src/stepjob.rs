@@ -14,15 +14,15 @@ use muster_crds::slurm::hostlist;
 use serde_json::{Value, json};
 
 /// Where the init container installs the step binary (and the main container finds it).
-pub const BIN_DIR: &str = "/muster/bin";
-/// Where the credential is mounted.
-pub const KEY_DIR: &str = "/var/run/muster/step";
+pub use muster_crds::step::BIN_DIR;
 /// The step binary's path in the operator image.
-pub const IMAGE_BINARY: &str = "/usr/local/bin/muster-step";
+pub use muster_crds::step::IMAGE_BINARY;
+/// Where the credential is mounted.
+pub use muster_crds::step::KEY_DIR;
 /// The daemons' port.
-pub const PORT: u16 = 6829;
+pub const PORT: u16 = muster_crds::step::DEFAULT_PORT;
 /// Label selecting a job's node pods.
-pub const JOB_LABEL: &str = "muster.dev/batchjob";
+pub const JOB_LABEL: &str = muster_crds::labels::BATCHJOB;
 
 /// One allocated node of the job.
 #[derive(Clone, Debug, PartialEq)]
@@ -240,7 +240,7 @@ impl StepJob {
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": self.pod_name(i), "namespace": self.namespace,
-                         "labels": {JOB_LABEL: self.name, "muster.dev/node-rank": i.to_string()}},
+                         "labels": {JOB_LABEL: self.name, muster_crds::labels::NODE_RANK: i.to_string()}},
             "spec": {
                 "hostname": self.host(i),
                 "subdomain": self.name,

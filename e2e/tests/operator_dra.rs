@@ -112,17 +112,22 @@ async fn dra_mode_pins_each_pod_to_its_recorded_gpus_through_its_claim() {
     let job = env.job("ddp").await;
     let st = job.status.clone().unwrap();
     assert_eq!(st.gpu_binding, Some(GpuBinding::Dra));
-    env.until(20, "the gang's pods", || async {
-        env.pods_of("ddp").await.len() == 4
+    // One pod per node, one claim each with the node's two tasks' GPUs.
+    env.until(20, "the gang's node pods", || async {
+        env.pods_of("ddp").await.len() == 2
     })
     .await;
     let mut all = BTreeSet::new();
     for p in env.pods_of("ddp").await {
-        let rank: usize = Env::env(&p)["RANK"].parse().unwrap();
-        let task = &st.tasks[rank];
+        let node: u32 = Env::env(&p)["NODE_RANK"].parse().unwrap();
+        let task = muster_operator::controller::pods::node_share(&st.tasks, node).unwrap();
+        assert_eq!(task.gpus.len(), 2);
         // What the container gets: the claim's allocation, nothing set by hand.
-        let got = env.visible_gpus(&p).await;
-        assert_eq!(got, task.gpu_uuids, "pod {}", p.name_any());
+        let mut got = env.visible_gpus(&p).await;
+        got.sort();
+        let mut want = task.gpu_uuids.clone();
+        want.sort();
+        assert_eq!(got, want, "pod {}", p.name_any());
         for g in got {
             assert!(all.insert(g), "a GPU given twice");
         }
@@ -132,7 +137,9 @@ async fn dra_mode_pins_each_pod_to_its_recorded_gpus_through_its_claim() {
             .get(&cname)
             .await
             .unwrap();
-        assert_eq!(dra::pinned_uuids(&c), task.gpu_uuids);
+        let mut pinned = dra::pinned_uuids(&c);
+        pinned.sort();
+        assert_eq!(pinned, want);
         let o = &c.owner_references()[0];
         assert_eq!(
             (o.kind.as_str(), o.uid.as_str()),
@@ -168,6 +175,15 @@ async fn a_hand_made_claim_never_shares_a_gpu_with_a_job() {
     env.submit(batchjob("first", json!({"gpus": 1}), 6)).await;
     env.until_state("first", JobState::Running, 20).await;
     let taken = env.job("first").await.status.unwrap().tasks[0].gpu_uuids[0].clone();
+    // The job's pod holds its claim's device before anyone else asks for it (RUNNING is
+    // written before the Secret, the claim and the pod are).
+    env.until(20, "the job's pod running", || async {
+        env.pods_of("first")
+            .await
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
 
     // Someone claims the GPU the job holds, and makes a pod that uses the claim.
     let claims: Api<ResourceClaim> = Api::namespaced(env.client.clone(), "default");

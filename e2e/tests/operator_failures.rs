@@ -69,13 +69,14 @@ async fn failing_task_fails_the_gang_with_its_exit_code() {
         json!({"nodes": 2, "ntasksPerNode": 1, "gpusPerNode": 1}),
         1,
     );
-    j["spec"]["template"]["metadata"]["annotations"]["sim/fail-rank"] = json!("1");
+    // Node 0's pod runs the batch script: its exit code is the job's (as in Slurm).
+    j["spec"]["template"]["metadata"]["annotations"]["sim/fail-rank"] = json!("0");
     j["spec"]["template"]["metadata"]["annotations"]["sim/exit"] = json!("3");
     env.submit(j).await;
     env.until_state("f", JobState::Failed, 30).await;
     let st = env.job("f").await.status.unwrap();
     assert_eq!(st.exit_code, Some(3));
-    assert!(st.message.unwrap().contains("rank 1"));
+    assert!(st.message.unwrap().contains("the batch script"));
     op.shutdown().await.unwrap();
 }
 

@@ -39,21 +39,24 @@ async fn two_nodes_two_tasks_one_gpu_each() {
     assert_eq!(st.num_nodes, Some(2));
     assert_eq!(st.num_tasks, Some(4));
     assert_eq!(st.time_limit.as_deref(), Some("10:00"));
-    // The allocation is recorded before the pods are created: wait for the gang's pods.
-    env.until(20, "the gang's 4 pods", || async {
-        env.pods_of("gpus-per-task").await.len() == 4
+    // The allocation is recorded before the pods are created: wait for the gang's pods, one
+    // per node, each holding its node's two tasks' GPUs (srun gives each task one).
+    env.until(20, "the gang's 2 node pods", || async {
+        env.pods_of("gpus-per-task").await.len() == 2
     })
     .await;
     let pods = env.pods_of("gpus-per-task").await;
-    assert_eq!(pods.len(), 4);
+    assert_eq!(pods.len(), 2);
     let mut gpus = BTreeSet::new();
     let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
     for p in &pods {
         let e = Env::env(p);
         let visible = env.visible_gpus(p).await;
-        assert_eq!(visible.len(), 1, "{visible:?}");
-        assert!(gpus.insert(visible[0].clone()), "GPU shared: {e:?}");
-        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0");
+        assert_eq!(visible.len(), 2, "{visible:?}");
+        for v in &visible {
+            assert!(gpus.insert(v.clone()), "GPU shared: {e:?}");
+        }
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
         assert_eq!(e["SLURM_JOB_NAME"], "gpus_per_task_test");
         assert_eq!(e["SLURM_NTASKS"], "4");
         assert_eq!(e["SLURM_NNODES"], "2");
@@ -61,7 +64,8 @@ async fn two_nodes_two_tasks_one_gpu_each() {
         assert_eq!(e["SLURM_GPUS_PER_TASK"], "1");
         assert_eq!(e["WORLD_SIZE"], "4");
         assert_eq!(e["LOCAL_WORLD_SIZE"], "2");
-        *per_node.entry(Env::node_of(p)).or_default() += 1;
+        *per_node.entry(Env::node_of(p)).or_default() +=
+            e["LOCAL_WORLD_SIZE"].parse::<u32>().unwrap();
         let res = p.spec.as_ref().unwrap().containers[0]
             .resources
             .clone()
@@ -98,12 +102,13 @@ async fn gres_per_node_split_between_tasks() {
     .await;
     env.until_state("mpirun", JobState::Running, 20).await;
     let pods = env.pods_of("mpirun").await;
+    assert_eq!(pods.len(), 2, "one pod per node");
     let mut seen = BTreeSet::new();
     for p in &pods {
         let e = Env::env(p);
         let devs = env.visible_gpus(p).await;
-        assert_eq!(devs.len(), 2);
-        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
+        assert_eq!(devs.len(), 4);
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1,2,3");
         assert_eq!(e["SLURM_GPUS_ON_NODE"], "4");
         assert_eq!(e["SLURM_GPUS_PER_NODE"], "4");
         for d in devs {
@@ -193,27 +198,22 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
     let mut node_ranks = BTreeSet::new();
     for p in &pods {
         let e = Env::env(p);
-        assert_eq!(e["MASTER_ADDR"], "train-0.train");
+        assert_eq!(e["MASTER_ADDR"], "train-0");
         assert_eq!(e["SLURM_NNODES"], "8");
         assert_eq!(e["WORLD_SIZE"], "8");
         assert_eq!(e["SLURM_GPUS_ON_NODE"], "8");
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1,2,3,4,5,6,7");
-        let first = e["SLURM_JOB_NODELIST"]
-            .split(',')
-            .next()
-            .unwrap()
-            .to_string();
-        assert_eq!(
-            first, "train-0.train",
-            "the rendezvous idiom resolves rank 0"
-        );
+        assert_eq!(e["SLURM_JOB_NODELIST"], "train-[0-7]");
+        let first =
+            muster_crds::slurm::hostlist::expand(&e["SLURM_JOB_NODELIST"]).unwrap()[0].clone();
+        assert_eq!(first, "train-0", "the rendezvous idiom names node 0");
         assert_eq!(e["SLURM_JOB_PARTITION"], "blackwell");
         node_ranks.insert(e["NODE_RANK"].clone());
         let s = p.spec.as_ref().unwrap();
         assert_eq!(s.subdomain.as_deref(), Some("train"));
         assert_eq!(
             s.hostname.as_deref(),
-            Some(format!("train-{}", e["RANK"]).as_str())
+            Some(format!("train-{}", e["NODE_RANK"]).as_str())
         );
         assert_eq!(
             s.containers[0]

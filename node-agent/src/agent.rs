@@ -417,7 +417,7 @@ impl Agent {
             };
             let fresh = self.bj_cache.get(&key).is_some_and(|(bj, at)| {
                 now.duration_since(*at) < BATCHJOB_CACHE_TTL
-                    && binding::task_of(pod, bj, &self.cfg.node_name).is_some()
+                    && !binding::tasks_of(pod, bj, &self.cfg.node_name).is_empty()
             });
             if !fresh && !fetched_now.contains(&key) {
                 self.fetch_batchjob(&key, now).await?;

@@ -2,7 +2,8 @@
 //!
 //! # Where a pod's GPUs come from
 //! For a Muster task pod (label `muster.dev/batchjob`) the authority is the owning BatchJob's
-//! `status.tasks` entry for the pod's rank (`muster.dev/rank`) on this node: the operator
+//! `status.tasks` entries of the pod's node (`muster.dev/node-rank`; a node pod holds the
+//! GPUs of every task of the job on its node) on this node: the operator
 //! writes it before it creates any pod and the scheduler counts exactly those GPUs as taken,
 //! so a process anywhere else is on a GPU the scheduler may hand to another job. The pod's
 //! `NVIDIA_VISIBLE_DEVICES` is only derived from it (and is what the container runtime
@@ -46,8 +47,8 @@ pub enum Source {
     BatchJob {
         /// BatchJob name.
         name: String,
-        /// Task rank.
-        rank: u32,
+        /// The node pod's index in the job (`muster.dev/node-rank`).
+        node: u32,
     },
     /// The container's `NVIDIA_VISIBLE_DEVICES`.
     PodEnv,
@@ -58,7 +59,7 @@ pub enum Source {
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Source::BatchJob { name, rank } => write!(f, "BatchJob {name} rank {rank}"),
+            Source::BatchJob { name, node } => write!(f, "BatchJob {name} node {node}"),
             Source::PodEnv => write!(f, "the pod's {VISIBLE_DEVICES}"),
             Source::Nothing => write!(
                 f,
@@ -94,7 +95,7 @@ impl Assignment {
         }
     }
 
-    /// Human description (`GPUs 0,1 from BatchJob train rank 2`).
+    /// Human description (`GPUs 0,1 from BatchJob train node 2`).
     pub fn describe(&self) -> String {
         match self {
             Assignment::Gpus { gpus, source } if gpus.is_empty() => format!("no GPUs ({source})"),
@@ -163,12 +164,21 @@ pub fn assignment(
     }
 }
 
-/// The BatchJob task entry that describes `pod` on `node`: same rank (label
-/// `muster.dev/rank`), this node, the same pod name if the entry records one, and the same
-/// admission attempt (a pod of an older attempt after a requeue holds nothing any more).
-pub fn task_of<'a>(pod: &Pod, bj: &'a BatchJob, node: &str) -> Option<&'a TaskAllocation> {
-    let rank: u32 = pod.labels().get(labels::RANK)?.parse().ok()?;
-    let status = bj.status.as_ref()?;
+/// The BatchJob task entries that `pod` holds on `node`: those of the pod's node index (label
+/// `muster.dev/node-rank`) on this node, recording the same pod name if they record one, of
+/// the same admission attempt (a pod of an older attempt after a requeue holds nothing any
+/// more). Empty when none describes the pod.
+pub fn tasks_of<'a>(pod: &Pod, bj: &'a BatchJob, node: &str) -> Vec<&'a TaskAllocation> {
+    let Some(index) = pod
+        .labels()
+        .get(labels::NODE_RANK)
+        .and_then(|v| v.parse::<u32>().ok())
+    else {
+        return Vec::new();
+    };
+    let Some(status) = bj.status.as_ref() else {
+        return Vec::new();
+    };
     let pod_attempt = pod
         .labels()
         .get(labels::ATTEMPT)
@@ -176,11 +186,16 @@ pub fn task_of<'a>(pod: &Pod, bj: &'a BatchJob, node: &str) -> Option<&'a TaskAl
     if let (Some(p), Some(s)) = (pod_attempt, status.attempt)
         && p != s
     {
-        return None;
+        return Vec::new();
     }
-    status.tasks.iter().find(|t| {
-        t.rank == rank && t.node == node && t.pod.as_deref().is_none_or(|p| p == pod.name_any())
-    })
+    let name = pod.name_any();
+    status
+        .tasks
+        .iter()
+        .filter(|t| {
+            t.node_rank == index && t.node == node && t.pod.as_deref().is_none_or(|p| p == name)
+        })
+        .collect()
 }
 
 fn from_batchjob(
@@ -189,24 +204,30 @@ fn from_batchjob(
     node: &str,
     inventory: &NodeInventory,
 ) -> Option<Assignment> {
-    let task = task_of(pod, bj, node)?;
-    let gpus: BTreeSet<u32> = if task.gpu_uuids.is_empty() {
-        task.gpus
-            .iter()
-            .copied()
-            .filter(|i| inventory.gpu(*i).is_some())
-            .collect()
-    } else {
-        task.gpu_uuids
-            .iter()
-            .filter_map(|u| inventory.resolve_device(u))
-            .collect()
-    };
+    let tasks = tasks_of(pod, bj, node);
+    let first = tasks.first()?;
+    let mut gpus: BTreeSet<u32> = BTreeSet::new();
+    for task in &tasks {
+        if task.gpu_uuids.is_empty() {
+            gpus.extend(
+                task.gpus
+                    .iter()
+                    .copied()
+                    .filter(|i| inventory.gpu(*i).is_some()),
+            );
+        } else {
+            gpus.extend(
+                task.gpu_uuids
+                    .iter()
+                    .filter_map(|u| inventory.resolve_device(u)),
+            );
+        }
+    }
     Some(Assignment::Gpus {
         gpus,
         source: Source::BatchJob {
             name: bj.name_any(),
-            rank: task.rank,
+            node: first.node_rank,
         },
     })
 }
@@ -502,6 +523,7 @@ mod tests {
         TaskAllocation {
             rank,
             node: node.into(),
+            node_rank: rank,
             gpus: gpus.to_vec(),
             gpu_uuids: if uuids {
                 gpus.iter().map(|g| uuid(*g)).collect()
@@ -521,7 +543,7 @@ mod tests {
         let p = pod(
             "train-1",
             "u1",
-            &[(labels::BATCHJOB, "train"), (labels::RANK, "1")],
+            &[(labels::BATCHJOB, "train"), (labels::NODE_RANK, "1")],
             Some(&uuid(3)),
         );
         let bj = job(
@@ -536,11 +558,11 @@ mod tests {
                 gpus: set(&[1, 2]),
                 source: Source::BatchJob {
                     name: "train".into(),
-                    rank: 1
+                    node: 1
                 }
             }
         );
-        assert_eq!(a.describe(), "GPUs 1,2 from BatchJob train rank 1");
+        assert_eq!(a.describe(), "GPUs 1,2 from BatchJob train node 1");
         // Indices only (no UUIDs recorded) work too.
         let bj = job("train", vec![task(1, NODE, &[2], false)], None);
         assert_eq!(
@@ -554,7 +576,7 @@ mod tests {
         let p = pod(
             "train-1",
             "u1",
-            &[(labels::BATCHJOB, "train"), (labels::RANK, "1")],
+            &[(labels::BATCHJOB, "train"), (labels::NODE_RANK, "1")],
             Some(&uuid(3)),
         );
         // No BatchJob, a task for another node, another attempt, another pod name.
@@ -567,7 +589,7 @@ mod tests {
             "u1",
             &[
                 (labels::BATCHJOB, "train"),
-                (labels::RANK, "1"),
+                (labels::NODE_RANK, "1"),
                 (labels::ATTEMPT, "1"),
             ],
             Some(&uuid(3)),
@@ -665,13 +687,13 @@ mod tests {
             pod(
                 "train-0",
                 "uid-0",
-                &[(labels::BATCHJOB, "train"), (labels::RANK, "0")],
+                &[(labels::BATCHJOB, "train"), (labels::NODE_RANK, "0")],
                 Some(&uuid(0)),
             ),
             pod(
                 "train-1",
                 "uid-1",
-                &[(labels::BATCHJOB, "train"), (labels::RANK, "1")],
+                &[(labels::BATCHJOB, "train"), (labels::NODE_RANK, "1")],
                 Some(&uuid(1)),
             ),
         ];
@@ -744,7 +766,7 @@ mod tests {
         assert_eq!(
             v.message(Some("python")),
             format!(
-                "process 21 (python) in container task uses GPU 0 ({}), 300 MiB; the pod was given GPUs 1 from BatchJob train rank 1",
+                "process 21 (python) in container task uses GPU 0 ({}), 300 MiB; the pod was given GPUs 1 from BatchJob train node 1",
                 uuid(0)
             )
         );

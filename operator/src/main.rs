@@ -65,6 +65,14 @@ struct Args {
     /// keep their defaults; an unknown key or bad value stops the operator at startup.
     #[arg(long, value_name = "FILE")]
     scheduler_config: Option<PathBuf>,
+    /// The image node pods copy `muster-step` (srun, the node daemon) from: the operator's own
+    /// (the chart sets it).
+    #[arg(long, env = "MUSTER_STEP_IMAGE", default_value = muster_operator::controller::pods::DEFAULT_STEP_IMAGE)]
+    step_image: String,
+    /// The cluster's DNS domain: node pods resolve each other's short names under
+    /// `<job>.<namespace>.svc.<domain>`.
+    #[arg(long, env = "MUSTER_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    cluster_domain: String,
 }
 
 /// `5s`, `500ms`, `2m`, `1h` (a bare number is seconds).
@@ -154,6 +162,10 @@ async fn main() -> anyhow::Result<()> {
     settings.plan.gang_start_timeout_secs = args.gang_start_timeout.as_secs().max(1) as i64;
     tracing::info!(?args, ?scheduler, "starting");
     settings.plan.scheduler = scheduler;
+    settings.plan.step = muster_operator::controller::pods::StepSettings {
+        image: args.step_image.clone(),
+        cluster_domain: args.cluster_domain.clone(),
+    };
     let metrics = Metrics::new();
     let handle = controller::start(client.clone(), settings, metrics.clone());
     let (hook_tx, hook_rx) = tokio::sync::oneshot::channel::<()>();

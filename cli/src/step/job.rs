@@ -9,10 +9,11 @@ use muster_crds::slurm::hostlist;
 use super::binding::NodeGpus;
 use super::layout::{Allocation, expand_counts};
 
-/// Where the credential is read when `MUSTER_STEP_KEY_FILE` is unset.
-pub const DEFAULT_KEY_FILE: &str = "/var/run/muster/step/key";
+/// Where the credential is read when `MUSTER_STEP_KEY_FILE` is unset (the contract's, shared
+/// with the operator in `muster_crds::step`).
+pub const DEFAULT_KEY_FILE: &str = muster_crds::step::KEY_FILE;
 /// The daemons' TCP port when `MUSTER_STEP_PORT` is unset.
-pub const DEFAULT_PORT: u16 = 6829;
+pub const DEFAULT_PORT: u16 = muster_crds::step::DEFAULT_PORT;
 /// Variables whose value on each node is that node's own (from its pod's environment), not
 /// the launching srun's: the daemon sets them on every task it starts.
 pub const NODE_VARS: &[&str] = &[
@@ -118,7 +119,7 @@ impl Job {
             }
         };
         let tasks = tasks.unwrap_or_else(|| vec![1; n]);
-        let port = match env.get("MUSTER_STEP_PORT") {
+        let port = match env.get(muster_crds::step::ENV_PORT) {
             Some(p) => p
                 .parse::<u16>()
                 .ok()
@@ -127,7 +128,7 @@ impl Job {
             None => DEFAULT_PORT,
         };
         let key_file = env
-            .get("MUSTER_STEP_KEY_FILE")
+            .get(muster_crds::step::ENV_KEY_FILE)
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| DEFAULT_KEY_FILE.into())
             .into();
@@ -182,7 +183,10 @@ impl Node {
                 hostlist::compress(&job.nodes)
             )
         })?;
-        let gpus = match env.get("MUSTER_NODE_GPUS").filter(|v| !v.trim().is_empty()) {
+        let gpus = match env
+            .get(muster_crds::step::ENV_NODE_GPUS)
+            .filter(|v| !v.trim().is_empty())
+        {
             Some(j) => NodeGpus::parse(&j)?,
             None => NodeGpus::default(),
         };

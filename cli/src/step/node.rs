@@ -161,7 +161,10 @@ async fn run(args: NodeArgs) -> i32 {
     };
     let listen = args
         .listen
-        .or_else(|| env.get("MUSTER_POD_IP").and_then(|v| v.parse().ok()))
+        .or_else(|| {
+            env.get(muster_crds::step::ENV_POD_IP)
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = match TcpListener::bind(SocketAddr::new(listen, job.port)).await {
         Ok(l) => l,
@@ -180,7 +183,7 @@ async fn run(args: NodeArgs) -> i32 {
             next_step: 0,
             terminating: false,
         }),
-        kill_wait: secs_env("MUSTER_STEP_KILL_WAIT", DEFAULT_KILL_WAIT),
+        kill_wait: secs_env(muster_crds::step::ENV_KILL_WAIT, DEFAULT_KILL_WAIT),
         bin_dir,
         shutdown,
         conn_seq: Default::default(),
@@ -323,7 +326,7 @@ impl Daemon {
 
     /// Waits for every node's daemon, then runs the batch step; returns its exit code.
     async fn run_batch(self: Arc<Self>, cmd: Vec<String>) -> i32 {
-        let wait = secs_env("MUSTER_STEP_NODE_WAIT", DEFAULT_NODE_WAIT);
+        let wait = secs_env(muster_crds::step::ENV_NODE_WAIT, DEFAULT_NODE_WAIT);
         if let Err(e) = self.wait_for_nodes(wait).await {
             eprintln!("muster-step: {e}");
             return 1;

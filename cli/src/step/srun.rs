@@ -283,7 +283,7 @@ async fn run(o: Opts) -> i32 {
         gpu_bind: o.gpu_bind.as_ref().map(|(s, _)| s.clone()),
         mpi: o.mpi.clone(),
         label: o.label,
-        launch_addr: std::env::var("MUSTER_POD_IP").unwrap_or_default(),
+        launch_addr: std::env::var(muster_crds::step::ENV_POD_IP).unwrap_or_default(),
     };
     if o.verbose > 0 {
         eprintln!(
@@ -391,7 +391,7 @@ async fn run(o: Opts) -> i32 {
     let mut stdin_open = o.input != Input::None;
     let mut last_intr: Option<tokio::time::Instant> = None;
     let kill_wait = Duration::from_secs_f64(
-        std::env::var("MUSTER_STEP_KILL_WAIT")
+        std::env::var(muster_crds::step::ENV_KILL_WAIT)
             .ok()
             .and_then(|v| v.parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)

@@ -339,7 +339,8 @@ impl World {
         })
     }
 
-    /// The environment of each rank's task container (from the pods), by rank.
+    /// The environment of each node pod's main container (what the batch step sees), by node
+    /// index.
     pub async fn env(&self, name: &str) -> BTreeMap<u32, BTreeMap<String, String>> {
         let pods = Api::<Pod>::namespaced(self.cluster.client(), NS)
             .list(&ListParams::default().labels(&format!("{}={name}", labels::BATCHJOB)))
@@ -347,7 +348,11 @@ impl World {
             .unwrap();
         let mut out = BTreeMap::new();
         for p in pods.items {
-            let Some(rank) = p.labels().get(labels::RANK).and_then(|r| r.parse().ok()) else {
+            let Some(rank) = p
+                .labels()
+                .get(labels::NODE_RANK)
+                .and_then(|r| r.parse().ok())
+            else {
                 continue;
             };
             let c = &p.spec.as_ref().unwrap().containers[0];
@@ -887,7 +892,7 @@ async fn operator_and_test_only(
                         })
                         .map(|(rank, k, v)| {
                             format!(
-                                "rank {rank} {k}={v} (has {:?})",
+                                "node {rank} {k}={v} (has {:?})",
                                 e.get(rank).and_then(|m| m.get(*k))
                             )
                         })

@@ -242,8 +242,8 @@ pub fn rows() -> Vec<Row> {
                     ("gpu001", vec![0, 1]),
                 ]),
                 env: vec![
-                    (3, "SLURM_GPUS_ON_NODE", "2"),
-                    (3, "CUDA_VISIBLE_DEVICES", "0,1"),
+                    (0, "SLURM_GPUS_ON_NODE", "2"),
+                    (0, "CUDA_VISIBLE_DEVICES", "0,1"),
                     (0, "SLURM_TASKS_PER_NODE", "4"),
                 ],
             },
@@ -273,8 +273,8 @@ pub fn rows() -> Vec<Row> {
                 ]),
                 env: vec![
                     (0, "SLURM_TASKS_PER_NODE", "2,1"),
-                    (2, "SLURM_NODEID", "1"),
-                    (2, "SLURM_LOCALID", "0"),
+                    (1, "SLURM_NODEID", "1"),
+                    (1, "LOCAL_WORLD_SIZE", "1"),
                 ],
             },
         ),
@@ -330,7 +330,10 @@ pub fn rows() -> Vec<Row> {
                     ("gpu002", vec![0]),
                     ("gpu002", vec![1]),
                 ]),
-                env: vec![(0, "SLURM_TASKS_PER_NODE", "2(x2)"), (1, "LOCAL_RANK", "1")],
+                env: vec![
+                    (0, "SLURM_TASKS_PER_NODE", "2(x2)"),
+                    (1, "LOCAL_WORLD_SIZE", "2"),
+                ],
             },
         ),
         row(
@@ -500,7 +503,8 @@ pub fn rows() -> Vec<Row> {
                 ranks: Some(vec![("gpu001", vec![7]), ("gpu001", vec![6])]),
                 env: vec![
                     (0, "SLURM_JOB_GPUS", "6,7"),
-                    (1, "CUDA_VISIBLE_DEVICES", "0"),
+                    (0, "CUDA_VISIBLE_DEVICES", "0,1"),
+                    (0, "SLURM_GPU_BIND", "map_gpu:7,6"),
                 ],
             },
         ),
@@ -877,14 +881,19 @@ pub fn rows() -> Vec<Row> {
             Expect::Runs {
                 nodes: "gpu001",
                 ranks: None,
-                env: vec![(0, "(command)", "/bin/bash -c echo from-the-script bash")],
+                env: vec![(
+                    0,
+                    "(command)",
+                    "/muster/bin/muster-step node --batch -- /bin/bash -c echo from-the-script bash",
+                )],
             },
         ),
         row(
             "template",
             &["template"],
             spec_only(json!({"ntasks": 1, "template": {"spec": {"containers": [
-                {"name": "task", "env": [{"name": "FROM_TEMPLATE", "value": "yes"}]}]}}})),
+                {"name": "task", "command": ["true"],
+                 "env": [{"name": "FROM_TEMPLATE", "value": "yes"}]}]}}})),
             Expect::Runs {
                 nodes: "gpu001",
                 ranks: None,

@@ -466,7 +466,7 @@ pub struct TaskAllocation {
     /// GPU UUIDs, in the same order as `gpus`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_uuids: Vec<String>,
-    /// The task's pod, once created.
+    /// The node pod running the task (one pod per allocated node), once created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
 }

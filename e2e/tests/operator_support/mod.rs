@@ -3,7 +3,7 @@
 //! (binds and runs task pods by annotation) until the simulated nodes land.
 //!
 //! Task pods are driven by their template annotations: `sim/runtime` (seconds, default 5),
-//! `sim/exit` and `sim/fail-rank` (a rank that exits with that code).
+//! `sim/exit` and `sim/fail-rank` (a node pod, by node index, that exits with that code).
 //!
 //! GPU binding mode: with `MUSTER_E2E_BINDING=dra` the double serves `resource.k8s.io/v1`,
 //! every node publishes the NVIDIA DRA driver's ResourceSlice (and the DeviceClass exists), so
@@ -492,7 +492,11 @@ impl Env {
                     if now - started < runtime {
                         continue;
                     }
-                    let rank = p.labels().get(labels::RANK).cloned().unwrap_or_default();
+                    let rank = p
+                        .labels()
+                        .get(labels::NODE_RANK)
+                        .cloned()
+                        .unwrap_or_default();
                     let code: i32 =
                         if ann.get("sim/fail-rank").map(String::as_str).unwrap_or("0") == rank {
                             ann.get("sim/exit")
@@ -713,11 +717,15 @@ impl Env {
             if attempt < recorded || obs.deleting {
                 continue; // an ended attempt's, on its way out
             }
-            let task = st.tasks.iter().find(|t| {
+            // A node pod's claim pins the GPUs of every task of the job on its node.
+            let node = st.tasks.iter().find(|t| {
                 let pod = t.pod.clone().unwrap_or_else(|| {
-                    muster_operator::controller::pods::pod_name(job, attempt, t.rank)
+                    muster_operator::controller::pods::pod_name(job, attempt, t.node_rank)
                 });
                 dra::claim_name(&pod) == obs.name
+            });
+            let task = node.and_then(|t| {
+                muster_operator::controller::pods::node_share(&st.tasks, t.node_rank)
             });
             let Some(task) = task else {
                 return Err(format!(
@@ -727,10 +735,10 @@ impl Env {
             };
             if dra::pinned_uuids(c) != task.gpu_uuids {
                 return Err(format!(
-                    "claim {} pins {:?}, rank {} of job {job} is recorded with {:?}",
+                    "claim {} pins {:?}, node {} of job {job} is recorded with {:?}",
                     obs.name,
                     dra::pinned_uuids(c),
-                    task.rank,
+                    task.node_rank,
                     task.gpu_uuids
                 ));
             }
@@ -813,7 +821,7 @@ impl Env {
             .collect()
     }
 
-    /// Every RUNNING job's live pods of its attempt cover every rank, and no live pod
+    /// Every RUNNING job's live pods of its attempt cover every node, and no live pod
     /// belongs to an attempt its job does not record.
     pub async fn check_settled_gangs(&self) -> Result<(), String> {
         use muster_operator::controller::plan::PodObs;
@@ -840,16 +848,9 @@ impl Env {
                     ));
                 }
             }
-            if st.state == Some(JobState::Running)
-                && !mine.is_empty()
-                && mine.len() != st.tasks.len()
-            {
-                return Err(format!(
-                    "{}: {} of {} pods",
-                    j.name_any(),
-                    mine.len(),
-                    st.tasks.len()
-                ));
+            let nodes = muster_operator::controller::pods::node_ranks(&st.tasks).len();
+            if st.state == Some(JobState::Running) && !mine.is_empty() && mine.len() != nodes {
+                return Err(format!("{}: {} of {nodes} pods", j.name_any(), mine.len(),));
             }
         }
         Ok(())

@@ -38,7 +38,7 @@ async fn task_pod(client: &Client, job: &str, rank: u32, gpus: &[usize], cid: &s
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NS, "labels": {
-            labels::BATCHJOB: job, labels::RANK: rank.to_string(), labels::ATTEMPT: "1"}},
+            labels::BATCHJOB: job, labels::NODE_RANK: rank.to_string(), labels::ATTEMPT: "1"}},
         "spec": {"nodeName": NODE, "containers": [{"name": "task", "image": "busybox:1.36",
             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": visible.join(",")}]}]},
     }))
@@ -91,7 +91,7 @@ async fn batchjob(client: &Client, job: &str, tasks: &[(u32, &[usize])]) {
         .map(|(rank, gpus)| TaskAllocation {
             rank: *rank,
             node: NODE.into(),
-            local_rank: *rank,
+            node_rank: *rank,
             gpus: gpus.iter().map(|g| *g as u32).collect(),
             gpu_uuids: gpus.iter().map(|g| uuid(*g)).collect(),
             pod: Some(format!("{job}-{rank}")),
@@ -259,7 +259,7 @@ async fn policy_report_gives_an_event_and_a_counter_and_kills_nothing() {
         note,
         format!(
             "process 2000 (torchrun) in container task uses GPU 3 ({}), 512 MiB; the pod was \
-             given GPUs 2 from BatchJob train rank 1; policy report: not killed",
+             given GPUs 2 from BatchJob train node 1; policy report: not killed",
             uuid(3)
         )
     );
@@ -370,7 +370,7 @@ async fn a_second_violation_is_counted_and_reported_on_its_own_pod() {
     let note = evs[0].note.as_deref().unwrap();
     assert!(
         note.starts_with("process 1002 (python) in container task uses GPU 7")
-            && note.contains("the pod was given GPUs 0,1 from BatchJob train rank 0"),
+            && note.contains("the pod was given GPUs 0,1 from BatchJob train node 0"),
         "{note}"
     );
     assert_eq!(events_about(&s.client, NS, "train-1").await.len(), 1);

@@ -3,13 +3,14 @@
 //! [`super::kube_api`], and in memory by the unit tests' fake cluster).
 //!
 //! Per job, strictly in order: add finalizer → write status (server-side apply, with the
-//! resourceVersion precondition) → create the Service → create the gang group (Workload or
+//! resourceVersion precondition) → create the step credential Secret (a fresh random key;
+//! kept if it exists) → create the Service → create the gang group (Workload or
 //! PodGroup, where served) → create the ResourceClaims (`dra` mode) → create pods → delete
 //! pods → delete claims and groups → create array elements → patch elements → remove
 //! finalizer → events. A failed finalizer or status write skips the job's remaining steps
 //! (claims and pods exist only for a recorded allocation; they are deleted only once the
-//! reason is recorded); a failed claim creation skips the pods (a pod never exists before
-//! its claim). Jobs run concurrently (bounded).
+//! reason is recorded); a failed Secret or claim creation skips the pods (a pod never exists
+//! before its credential and claim). Jobs run concurrently (bounded).
 //!
 //! # Crash injection
 //! [`Faults`] is consulted before every write: returning [`Fault::Crash`] stops the whole
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use muster_crds::v1alpha1::{BatchJob, PartitionStatus};
 
 use super::dra::ResourceClaim;
@@ -126,6 +127,8 @@ pub trait ClusterApi: Send + Sync {
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Deletes a pod (its own grace period).
     fn delete_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Creates a Secret (one that exists is kept as it is: its key is the job's).
+    fn create_secret<'a>(&'a self, secret: &'a Secret) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Creates a Service.
     fn create_service<'a>(&'a self, svc: &'a Service) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Creates a BatchJob (an array element).
@@ -166,6 +169,8 @@ pub enum WriteKind {
     PodDelete,
     /// Service created.
     Service,
+    /// Step credential Secret created.
+    Secret,
     /// ResourceClaim created.
     ClaimCreate,
     /// ResourceClaim deleted.
@@ -195,6 +200,7 @@ impl WriteKind {
             WriteKind::PodCreate => "pod_create",
             WriteKind::PodDelete => "pod_delete",
             WriteKind::Service => "service",
+            WriteKind::Secret => "secret",
             WriteKind::ClaimCreate => "claim_create",
             WriteKind::ClaimDelete => "claim_delete",
             WriteKind::Group => "gang_group",
@@ -427,6 +433,27 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             }
         }
     }
+    if let Some(sec) = &jp.secret {
+        if ctx.gate(WriteKind::Secret, name).is_err() {
+            return;
+        }
+        match fresh_key() {
+            Ok(key) => {
+                let sec = super::pods::with_key(sec.clone(), &key);
+                if let Err(e) = ctx.api.create_secret(&sec).await {
+                    // No pod may start without its credential: the next cycle tries again.
+                    ctx.fail(&e);
+                    return;
+                }
+            }
+            Err(e) => {
+                ctx.fail(&ApiError::Transport(format!(
+                    "no random source for the step key: {e}"
+                )));
+                return;
+            }
+        }
+    }
     if let Some(svc) = &jp.service {
         if ctx.gate(WriteKind::Service, name).is_err() {
             return;
@@ -454,8 +481,8 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
     // A pod's claim exists before the pod: every claim of the admission first (concurrently),
     // and no pod unless all were created.
     let create = &jp.create;
-    let claims = create.claim_ranks().iter().map(|&rank| async move {
-        let c = match create.build_claim(rank) {
+    let claims = create.claim_nodes().iter().map(|&node| async move {
+        let c = match create.build_claim(node) {
             Ok(Some(c)) => c,
             Ok(None) => return true,
             Err(e) => {
@@ -483,10 +510,10 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
     }
     // Pods of one gang are created concurrently: a gang of 32 is one round trip deep.
     // Each pod is built just before it is written (see `PodsToCreate`).
-    let creates = create.ranks().iter().map(|&rank| async move {
+    let creates = create.nodes().iter().map(|&node| async move {
         // Never closed, so acquiring only waits.
         let _slot = ctx.pod_slots.acquire().await.ok();
-        let p = match create.build(rank) {
+        let p = match create.build(node) {
             Ok(p) => p,
             Err(e) => {
                 // The planner checked the job builds; nothing is written for it this cycle.
@@ -599,6 +626,14 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             )
         });
     }
+}
+
+/// A fresh step credential: 32 random bytes, hex (what `muster-step` reads).
+fn fresh_key() -> Result<String, ring::error::Unspecified> {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 32];
+    ring::rand::SystemRandom::new().fill(&mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// Publishes events (best effort), `concurrency` at a time; returns how many were attempted

@@ -4,7 +4,8 @@
 //! annotation, and invariant checks (no GPU held twice, no partial gang).
 //!
 //! Template annotations drive the kubelet: `sim/runtime` (seconds a task runs, default 60),
-//! `sim/exit` (exit code of the rank in `sim/fail-rank`, default rank 0).
+//! `sim/exit` (exit code of the node pod in `sim/fail-rank`, a node index, default node 0: the
+//! batch script).
 //!
 //! With [`Harness::dra`] the cluster serves ResourceClaims as Kubernetes does for Muster's
 //! claims: a pod with a claim starts only once the claim exists and can be allocated (the
@@ -17,7 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateTerminated, ContainerStatus, Node, Pod, PodStatus, Service,
+    ContainerState, ContainerStateTerminated, ContainerStatus, Node, Pod, PodStatus, Secret,
+    Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -69,6 +71,8 @@ pub struct State {
     pub jobs: BTreeMap<(String, String), BatchJob>,
     pub pods: BTreeMap<(String, String), Pod>,
     pub services: BTreeSet<(String, String)>,
+    /// Step credential Secrets: (namespace, name) → key.
+    pub secrets: BTreeMap<(String, String), String>,
     pub partitions: BTreeMap<String, Partition>,
     pub nodes: BTreeMap<String, Node>,
     pub gpunodes: BTreeMap<String, GpuNode>,
@@ -383,7 +387,11 @@ impl FakeCluster {
                         .unwrap_or(60);
                     let started = s.started.get(&k).copied().unwrap_or(now);
                     if now - started >= runtime && ready.contains(&node) {
-                        let rank = p.labels().get(labels::RANK).cloned().unwrap_or_default();
+                        let rank = p
+                            .labels()
+                            .get(labels::NODE_RANK)
+                            .cloned()
+                            .unwrap_or_default();
                         let fail_rank = ann.get("sim/fail-rank").cloned().unwrap_or("0".into());
                         let code: i32 = if rank == fail_rank {
                             ann.get("sim/exit")
@@ -507,7 +515,7 @@ impl FakeCluster {
         Ok(())
     }
 
-    /// No job has live pods of its current attempt unless it is RUNNING with every rank's
+    /// No job has live pods of its current attempt unless it is RUNNING with every node's
     /// pod present; no pod exists for an attempt the job does not record.
     pub fn check_gangs(&self) -> Result<(), String> {
         let s = self.lock();
@@ -521,13 +529,13 @@ impl FakeCluster {
                 .filter(|p| p.owner_uid == j.uid() && p.attempt == Some(a) && p.live())
                 .collect();
             if st.state == Some(JobState::Running) && !mine.is_empty() {
-                let ranks: BTreeSet<u32> = mine.iter().filter_map(|p| p.rank).collect();
-                if ranks.len() != st.tasks.len() {
+                let nodes: BTreeSet<u32> = mine.iter().filter_map(|p| p.node).collect();
+                let want = crate::controller::pods::node_ranks(&st.tasks).len();
+                if nodes.len() != want {
                     return Err(format!(
-                        "{}: RUNNING with {} of {} pods",
+                        "{}: RUNNING with {} of {want} pods",
                         j.name_any(),
-                        ranks.len(),
-                        st.tasks.len()
+                        nodes.len(),
                     ));
                 }
             }
@@ -658,6 +666,14 @@ impl ClusterApi for FakeCluster {
             // The contract the planner keeps: never a pod before its claim.
             panic!("pod {} created before its claim {c}", key.1);
         }
+        for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+            if let Some(sec) = v.secret.as_ref().and_then(|x| x.secret_name.clone())
+                && !s.secrets.contains_key(&(key.0.clone(), sec.clone()))
+            {
+                // The contract the planner keeps: never a pod before its credential.
+                panic!("pod {} created before its Secret {sec}", key.1);
+            }
+        }
         if !s.pods.contains_key(&key) {
             let mut p = pod.clone();
             p.metadata.uid = Some(s.new_uid());
@@ -732,6 +748,22 @@ impl ClusterApi for FakeCluster {
         self.lock()
             .groups
             .remove(&(ns.to_string(), name.to_string()));
+        done(Ok(()))
+    }
+
+    fn create_secret<'a>(&'a self, secret: &'a Secret) -> BoxFuture<'a, Result<(), ApiError>> {
+        let key = secret
+            .string_data
+            .as_ref()
+            .and_then(|d| d.get(muster_crds::step::SECRET_KEY))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(key.len(), 64, "a step key is 32 random bytes in hex");
+        // An existing Secret keeps its key (the job's pods may already hold it).
+        self.lock()
+            .secrets
+            .entry((secret.namespace().unwrap(), secret.name_any()))
+            .or_insert(key);
         done(Ok(()))
     }
 

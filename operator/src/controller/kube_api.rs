@@ -10,7 +10,7 @@
 //!   `lastTimestamp` and series aggregation).
 
 use futures::future::{BoxFuture, FutureExt};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -279,6 +279,19 @@ impl ClusterApi for KubeApi {
                     ApiError::NotFound(_) => Ok(()),
                     e => Err(e),
                 },
+            }
+        }
+        .boxed()
+    }
+
+    fn create_secret<'a>(&'a self, secret: &'a Secret) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let ns = secret.metadata.namespace.as_deref().unwrap_or("default");
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
+            match api.create(&PostParams::default(), secret).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(api_error(e)),
             }
         }
         .boxed()

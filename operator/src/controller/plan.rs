@@ -40,7 +40,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::ResourceExt;
 use muster_crds::labels;
@@ -55,7 +55,7 @@ use crate::core::{
 
 use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::gang::{self, GangApi, GangRef};
-use super::pods::{self, JobContext};
+use super::pods::{self, JobContext, StepSettings};
 use super::status::{
     self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE, PARTITION_CONFIG, Why,
 };
@@ -102,8 +102,9 @@ pub struct PodObs {
     pub owner_uid: Option<String>,
     /// Admission attempt (label `muster.dev/attempt`).
     pub attempt: Option<u32>,
-    /// Rank (label `muster.dev/rank`).
-    pub rank: Option<u32>,
+    /// The node's index in the job (label `muster.dev/node-rank`; node 0 runs the batch
+    /// script).
+    pub node: Option<u32>,
     /// Phase.
     pub phase: Phase,
     /// Deletion requested.
@@ -190,7 +191,7 @@ impl PodObs {
                 .find(|o| o.controller == Some(true))
                 .map(|o| o.uid.clone()),
             attempt: num(labels::ATTEMPT),
-            rank: num(labels::RANK),
+            node: num(labels::NODE_RANK),
             phase,
             deleting: p.metadata.deletion_timestamp.is_some(),
             exit,
@@ -222,6 +223,8 @@ pub struct PlanSettings {
     pub max_children_per_cycle: usize,
     /// The scheduler's configuration.
     pub scheduler: core::Config,
+    /// The step image and cluster domain of node pods.
+    pub step: StepSettings,
 }
 
 impl Default for PlanSettings {
@@ -232,6 +235,7 @@ impl Default for PlanSettings {
             estimate_tolerance_secs: 60,
             max_children_per_cycle: 256,
             scheduler: core::Config::default(),
+            step: StepSettings::default(),
         }
     }
 }
@@ -370,6 +374,9 @@ pub struct JobPlan {
     pub add_finalizer: bool,
     /// The status to write.
     pub status: Option<StatusWrite>,
+    /// The job's step credential Secret to create (without its key: the writer adds it;
+    /// one that exists is kept), before any pod.
+    pub secret: Option<Secret>,
     /// The headless Service to create.
     pub service: Option<Service>,
     /// Kubernetes' gang object (Workload or PodGroup) of this admission, created before its
@@ -396,15 +403,15 @@ pub struct JobPlan {
     pub effects: Vec<Effect>,
 }
 
-/// Task pods to create, built only when they are written: a cycle that admits 1,400 gangs
-/// would otherwise hold 45,000 complete pod objects (each with its environment) until its
-/// last write; built one job at a time, at most the writer's concurrency exist at once.
+/// Node pods to create, built only when they are written: a cycle that admits 1,400 gangs
+/// would otherwise hold thousands of complete pod objects (each with its environment) until
+/// its last write; built one job at a time, at most the writer's concurrency exist at once.
 #[derive(Clone, Debug, Default)]
 pub struct PodsToCreate {
     src: Option<Arc<PodSource>>,
-    ranks: Vec<u32>,
-    /// Ranks whose pod needs a claim created first (`dra` mode, the task holds GPUs).
-    claim_ranks: Vec<u32>,
+    nodes: Vec<u32>,
+    /// Nodes whose pod needs a claim created first (`dra` mode, the node holds GPUs).
+    claim_nodes: Vec<u32>,
 }
 
 /// What a job's pods are built from (an owned [`JobContext`]).
@@ -422,41 +429,55 @@ struct PodSource {
     gpu_binding: GpuBinding,
     device_class: String,
     gang: Option<GangRef>,
+    step: StepSettings,
+    node_gpus: Vec<String>,
 }
 
 impl PodsToCreate {
-    /// The pods of `ranks` (with their claims in `dra` mode, and `gang` naming their group),
-    /// checked to be buildable: every rank allocated, every claim buildable (GPUs with
-    /// UUIDs), and the first pod built (everything else that can fail is the same for every
-    /// rank).
+    /// The pods of `nodes` (node indices; with their claims in `dra` mode, and `gang` naming
+    /// their group), checked to be buildable: every node allocated, every claim buildable
+    /// (GPUs with UUIDs), and the first pod built (everything else that can fail is the same
+    /// for every node). `table` gives `MUSTER_NODE_GPUS` the GPUs' topology.
     fn new(
         ctx: &JobContext<'_>,
-        ranks: Vec<u32>,
+        nodes: Vec<u32>,
         device_class: &str,
         gang: Option<GangRef>,
+        table: &NodeTable,
     ) -> Result<PodsToCreate, pods::BuildError> {
-        let mut claim_ranks = Vec::new();
-        for r in &ranks {
-            let t = ctx
-                .tasks
-                .iter()
-                .find(|t| t.rank == *r)
-                .ok_or(pods::BuildError::NoSuchRank(*r))?;
+        let mut claim_nodes = Vec::new();
+        let mut node_gpus = Vec::new();
+        for n in pods::node_ranks(ctx.tasks) {
+            let share = pods::node_share(ctx.tasks, n).ok_or(pods::BuildError::NoSuchNode(n))?;
+            if node_gpus.len() < n as usize {
+                node_gpus.resize(n as usize, String::new());
+            }
+            node_gpus.push(if share.gpus.is_empty() {
+                String::new()
+            } else {
+                pods::node_gpus_json(&share, table.get(&share.node))
+            });
+        }
+        for n in &nodes {
+            let t = pods::node_share(ctx.tasks, *n).ok_or(pods::BuildError::NoSuchNode(*n))?;
             if ctx.gpu_binding == GpuBinding::Dra && !t.gpus.is_empty() {
-                if let Some(i) =
-                    (0..t.gpus.len()).find(|&i| t.gpu_uuids.get(i).is_none_or(|u| u.is_empty()))
-                {
+                if t.gpu_uuids.len() != t.gpus.len() || t.gpu_uuids.iter().any(|u| u.is_empty()) {
+                    let i = (0..t.gpus.len())
+                        .find(|&i| t.gpu_uuids.get(i).is_none_or(|u| u.is_empty()))
+                        .unwrap_or(0);
                     return Err(dra::DraError::NoUuid {
                         node: t.node.clone(),
                         index: t.gpus[i],
                     }
                     .into());
                 }
-                claim_ranks.push(*r);
+                claim_nodes.push(*n);
             }
         }
-        if let Some(r) = ranks.first() {
-            pods::build_pod(ctx, *r)?;
+        if let Some(n) = nodes.first() {
+            let mut c = *ctx;
+            c.node_gpus = &node_gpus;
+            pods::build_pod(&c, *n)?;
         }
         Ok(PodsToCreate {
             src: Some(Arc::new(PodSource {
@@ -472,32 +493,31 @@ impl PodsToCreate {
                 gpu_binding: ctx.gpu_binding,
                 device_class: device_class.to_string(),
                 gang,
+                step: ctx.step.clone(),
+                node_gpus,
             })),
-            ranks,
-            claim_ranks,
+            nodes,
+            claim_nodes,
         })
     }
 
-    /// Ranks whose claim must exist before their pod is created.
-    pub fn claim_ranks(&self) -> &[u32] {
-        &self.claim_ranks
+    /// Nodes whose pod's claim must exist before the pod is created.
+    pub fn claim_nodes(&self) -> &[u32] {
+        &self.claim_nodes
     }
 
-    /// The ResourceClaim of rank `rank`'s pod (`None` in `env` mode or without GPUs).
-    pub fn build_claim(&self, rank: u32) -> Result<Option<ResourceClaim>, pods::BuildError> {
+    /// The ResourceClaim of node `node`'s pod, with that node's GPUs of the job (`None` in
+    /// `env` mode or without GPUs).
+    pub fn build_claim(&self, node: u32) -> Result<Option<ResourceClaim>, pods::BuildError> {
         let s = self
             .src
             .as_ref()
-            .ok_or(pods::BuildError::NoSuchRank(rank))?;
+            .ok_or(pods::BuildError::NoSuchNode(node))?;
         if s.gpu_binding != GpuBinding::Dra {
             return Ok(None);
         }
-        let t = s
-            .tasks
-            .iter()
-            .find(|t| t.rank == rank)
-            .ok_or(pods::BuildError::NoSuchRank(rank))?;
-        let pod = pods::pod_name(&s.job.name_any(), s.attempt, rank);
+        let t = pods::node_share(&s.tasks, node).ok_or(pods::BuildError::NoSuchNode(node))?;
+        let pod = pods::pod_name(&s.job.name_any(), s.attempt, node);
         let gpus: Vec<dra::HeldGpu<'_>> = t
             .gpus
             .iter()
@@ -527,25 +547,25 @@ impl PodsToCreate {
 
     /// No pods.
     pub fn is_empty(&self) -> bool {
-        self.ranks.is_empty()
+        self.nodes.is_empty()
     }
 
     /// How many pods.
     pub fn len(&self) -> usize {
-        self.ranks.len()
+        self.nodes.len()
     }
 
-    /// The ranks, in order.
-    pub fn ranks(&self) -> &[u32] {
-        &self.ranks
+    /// The node indices, in order.
+    pub fn nodes(&self) -> &[u32] {
+        &self.nodes
     }
 
-    /// Builds the pod of `rank`.
-    pub fn build(&self, rank: u32) -> Result<Pod, pods::BuildError> {
+    /// Builds the pod of node `node`.
+    pub fn build(&self, node: u32) -> Result<Pod, pods::BuildError> {
         let s = self
             .src
             .as_ref()
-            .ok_or(pods::BuildError::NoSuchRank(rank))?;
+            .ok_or(pods::BuildError::NoSuchNode(node))?;
         let ctx = JobContext {
             job: &s.job,
             job_id: s.job_id,
@@ -557,13 +577,15 @@ impl PodsToCreate {
             gpus_per_node: s.gpus_per_node.as_deref(),
             gpus_per_task: s.gpus_per_task.as_deref(),
             gpu_binding: s.gpu_binding,
+            step: &s.step,
+            node_gpus: &s.node_gpus,
         };
-        pods::build_pod(&ctx, rank)
+        pods::build_pod(&ctx, node)
     }
 
     /// Builds every pod.
     pub fn build_all(&self) -> Result<Vec<Pod>, pods::BuildError> {
-        self.ranks.iter().map(|r| self.build(*r)).collect()
+        self.nodes.iter().map(|n| self.build(*n)).collect()
     }
 }
 
@@ -571,6 +593,7 @@ impl JobPlan {
     fn is_empty(&self) -> bool {
         !self.add_finalizer
             && self.status.is_none()
+            && self.secret.is_none()
             && self.service.is_none()
             && self.group.is_none()
             && self.create.is_empty()
@@ -1007,7 +1030,7 @@ pub fn plan(
         let Some(&wi) = id_to_work.get(&s.job) else {
             continue;
         };
-        admit(&mut works[wi], s, inp.nodes, &crd_parts, &bind, now);
+        admit(&mut works[wi], s, inp.nodes, &crd_parts, &bind, cfg, now);
         starts += 1;
     }
     // Preemptions.
@@ -1361,7 +1384,7 @@ fn step_job(
     by_uid: &HashMap<String, &BatchJob>,
     max_running: &HashMap<String, Option<u32>>,
     dep_index: &DepIndex,
-    nodes: &NodeTable,
+    nodes_table: &NodeTable,
     cfg: &PlanSettings,
     now: i64,
 ) {
@@ -1421,23 +1444,29 @@ fn step_job(
 
     match state {
         JobState::Running if !w.st.tasks.is_empty() => {
-            let ntasks = w.st.tasks.len();
-            let mut by_rank: BTreeMap<u32, &PodObs> = BTreeMap::new();
+            let nodes = pods::node_ranks(&w.st.tasks);
+            let npods = nodes.len();
+            let mut by_node: BTreeMap<u32, &PodObs> = BTreeMap::new();
             for p in &cur {
-                if let Some(r) = p.rank {
-                    by_rank.entry(r).or_insert(p);
+                if let Some(n) = p.node {
+                    by_node.entry(n).or_insert(p);
                 }
             }
-            let ranks: Vec<u32> = w.st.tasks.iter().map(|t| t.rank).collect();
-            let all_ok = ranks
-                .iter()
-                .all(|r| by_rank.get(r).is_some_and(|p| p.phase == Phase::Succeeded));
-            let rj = translate::running_job(job, w.id.unwrap_or(0), w.part, nodes, None);
+            // The batch host's pod: its batch step's end is the job's (as in Slurm).
+            let batch = nodes.first().and_then(|n| by_node.get(n)).copied();
+            let rj = translate::running_job(job, w.id.unwrap_or(0), w.part, nodes_table, None);
             let start = w.st.start_time.as_ref().map(secs).unwrap_or(now);
-            if all_ok {
-                end(w, JobState::Completed, None, "every task exited 0", now);
+            if batch.is_some_and(|p| p.phase == Phase::Succeeded) {
+                end(
+                    w,
+                    JobState::Completed,
+                    None,
+                    "the batch script exited 0",
+                    now,
+                );
                 w.st.exit_code = Some(0);
                 w.st.exit_signal = None;
+                delete_cur(w);
                 return;
             }
             if job.spec.cancel == Some(true) {
@@ -1461,26 +1490,32 @@ fn step_job(
                 }
                 return;
             }
-            if let Some(p) = ranks
-                .iter()
-                .filter_map(|r| by_rank.get(r))
-                .find(|p| p.phase == Phase::Failed)
-            {
+            // The batch pod failing decides; another node's daemon failing ends the job too
+            // (its steps cannot run there any more).
+            let failed = batch.filter(|p| p.phase == Phase::Failed).or_else(|| {
+                nodes
+                    .iter()
+                    .filter_map(|n| by_node.get(n))
+                    .find(|p| p.phase == Phase::Failed)
+                    .copied()
+            });
+            if let Some(p) = failed {
+                let what = if Some(p.name.as_str()) == batch.map(|b| b.name.as_str()) {
+                    format!("the batch script (pod {})", p.name)
+                } else {
+                    format!(
+                        "the node daemon of node {} (pod {})",
+                        p.node.unwrap_or(0),
+                        p.name
+                    )
+                };
                 match &p.exit {
                     Some(x) => {
                         let msg = match x.signal {
-                            Some(sig) => format!(
-                                "task rank {} (pod {}) exited with code {} (signal {sig})",
-                                p.rank.unwrap_or(0),
-                                p.name,
-                                x.code
-                            ),
-                            None => format!(
-                                "task rank {} (pod {}) exited with code {}",
-                                p.rank.unwrap_or(0),
-                                p.name,
-                                x.code
-                            ),
+                            Some(sig) => {
+                                format!("{what} exited with code {} (signal {sig})", x.code)
+                            }
+                            None => format!("{what} exited with code {}", x.code),
                         };
                         end(w, JobState::Failed, Some("NonZeroExitCode"), &msg, now);
                         w.st.exit_code = Some(x.code);
@@ -1489,7 +1524,7 @@ fn step_job(
                     }
                     None => {
                         let msg = format!(
-                            "pod {} failed without a task exit ({})",
+                            "pod {} failed without an exit ({})",
                             p.name,
                             p.failure.clone().unwrap_or_default()
                         );
@@ -1499,10 +1534,10 @@ fn step_job(
                 }
                 return;
             }
-            let missing: Vec<u32> = ranks
+            let missing: Vec<u32> = nodes
                 .iter()
                 .copied()
-                .filter(|r| !by_rank.contains_key(r))
+                .filter(|n| !by_node.contains_key(n))
                 .collect();
             let late = now.saturating_sub(start) >= cfg.gang_start_timeout_secs;
             if !missing.is_empty() {
@@ -1510,7 +1545,7 @@ fn step_job(
                     launch_failure(
                         w,
                         &format!(
-                            "{} of {ntasks} task pods missing {}s after admission",
+                            "{} of {npods} node pods missing {}s after admission",
                             missing.len(),
                             cfg.gang_start_timeout_secs
                         ),
@@ -1544,19 +1579,27 @@ fn step_job(
                     gpus_per_node: gpn.as_deref(),
                     gpus_per_task: gpt.as_deref(),
                     gpu_binding,
+                    step: &cfg.step,
+                    node_gpus: &[],
                 };
                 let gang = bind.gang_ref(&w.name, attempt);
-                let built =
-                    match PodsToCreate::new(&ctx, missing, bind.device_class(&pname), gang.clone())
-                    {
-                        Ok(b) => b,
-                        Err(e) => {
-                            launch_failure(w, &format!("cannot build task pods: {e}"), now);
-                            delete_cur(w);
-                            return;
-                        }
-                    };
-                if cur.is_empty() && ntasks > 1 {
+                let built = match PodsToCreate::new(
+                    &ctx,
+                    missing,
+                    bind.device_class(&pname),
+                    gang.clone(),
+                    nodes_table,
+                ) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        launch_failure(w, &format!("cannot build node pods: {e}"), now);
+                        delete_cur(w);
+                        return;
+                    }
+                };
+                // The credential before any pod (kept if it exists: a crash after it).
+                w.plan.secret = Some(pods::build_secret(job));
+                if cur.is_empty() && npods > 1 {
                     w.plan.service = Some(pods::build_service(job));
                 }
                 if cur.is_empty()
@@ -1568,7 +1611,7 @@ fn step_job(
                         job,
                         w.id.unwrap_or(0),
                         attempt,
-                        ntasks as u32,
+                        npods as u32,
                     ));
                 }
                 w.plan.create = built;
@@ -1585,7 +1628,7 @@ fn step_job(
                 launch_failure(
                     w,
                     &format!(
-                        "{} of {ntasks} task pods not running {}s after admission: {}",
+                        "{} of {npods} node pods not running {}s after admission: {}",
                         waiting.len(),
                         cfg.gang_start_timeout_secs,
                         waiting.join(", ")
@@ -1770,6 +1813,7 @@ fn admit(
     nodes: &NodeTable,
     crd_parts: &HashMap<String, &Partition>,
     bind: &BindCtx,
+    cfg: &PlanSettings,
     now: i64,
 ) {
     let job = w.job;
@@ -1803,7 +1847,7 @@ fn admit(
                 } else {
                     Vec::new()
                 },
-                pod: Some(pods::pod_name(&name, attempt, t.rank)),
+                pod: Some(pods::pod_name(&name, attempt, t.node_rank)),
             }
         })
         .collect();
@@ -1870,10 +1914,19 @@ fn admit(
         gpus_per_node: gpn.as_deref(),
         gpus_per_task: gpt.as_deref(),
         gpu_binding,
+        step: &cfg.step,
+        node_gpus: &[],
     };
-    let ranks: Vec<u32> = w.st.tasks.iter().map(|t| t.rank).collect();
+    let node_ranks = pods::node_ranks(&w.st.tasks);
+    let npods = node_ranks.len();
     let gang = bind.gang_ref(&name, attempt);
-    let built = match PodsToCreate::new(&ctx, ranks, bind.device_class(&pname), gang.clone()) {
+    let built = match PodsToCreate::new(
+        &ctx,
+        node_ranks,
+        bind.device_class(&pname),
+        gang.clone(),
+        nodes,
+    ) {
         Ok(b) => b,
         Err(e) => {
             // check_buildable ran before queueing, so this is not expected; keep the job
@@ -1888,7 +1941,8 @@ fn admit(
             return;
         }
     };
-    if w.st.tasks.len() > 1 {
+    w.plan.secret = Some(pods::build_secret(job));
+    if npods > 1 {
         w.plan.service = Some(pods::build_service(job));
     }
     if let Some(g) = &gang {
@@ -1897,7 +1951,7 @@ fn admit(
             job,
             w.id.unwrap_or(0),
             attempt,
-            w.st.tasks.len() as u32,
+            npods as u32,
         ));
     }
     w.plan.create = built;

@@ -54,23 +54,24 @@ fn a_claim_per_pod_pins_the_recorded_gpus_and_goes_with_its_attempt() {
     assert_eq!(st.state, Some(JobState::Running));
     assert_eq!(st.gpu_binding, Some(GpuBinding::Dra));
     let claims = claims_of(&h, "mpi");
-    assert_eq!(claims.len(), 4, "one claim per pod");
+    assert_eq!(claims.len(), 2, "one claim per node pod");
     for p in h.cluster.pods_of("mpi") {
         let env = env_of(&p);
         assert!(
             !env.contains_key("NVIDIA_VISIBLE_DEVICES"),
             "no GPU variable set by hand in dra mode"
         );
-        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0");
-        let rank: usize = env["RANK"].parse().unwrap();
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "0,1");
+        let node: u32 = env["NODE_RANK"].parse().unwrap();
+        let share = crate::controller::pods::node_share(&st.tasks, node).unwrap();
         let cname = dra::pod_claim(&p).unwrap().to_string();
         assert_eq!(cname, format!("{}-gpus", p.name_any()));
         let c = claims.iter().find(|c| c.claim.name_any() == cname).unwrap();
-        assert_eq!(dra::pinned_uuids(&c.claim), st.tasks[rank].gpu_uuids);
+        assert_eq!(dra::pinned_uuids(&c.claim), share.gpu_uuids);
     }
-    // Writes: finalizer, status, Service, 4 claims, 4 pods.
-    assert_eq!(writes_excluding_events(&h), 3 + 4 + 4);
-    assert_eq!(h.writes[&WriteKind::ClaimCreate], 4);
+    // Writes: finalizer, status, Secret, Service, 2 claims, 2 pods.
+    assert_eq!(writes_excluding_events(&h), 4 + 2 + 2);
+    assert_eq!(h.writes[&WriteKind::ClaimCreate], 2);
     h.step(5);
     h.cluster.check_claims().unwrap();
     run_for(&mut h, 70);
@@ -81,7 +82,7 @@ fn a_claim_per_pod_pins_the_recorded_gpus_and_goes_with_its_attempt() {
         claims_of(&h, "mpi").is_empty(),
         "claims left after the job ended"
     );
-    assert_eq!(h.writes[&WriteKind::ClaimDelete], 4);
+    assert_eq!(h.writes[&WriteKind::ClaimDelete], 2);
 }
 
 #[test]

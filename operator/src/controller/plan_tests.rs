@@ -41,7 +41,8 @@ pub(super) fn int(i: i32) -> Option<IntOrString> {
     Some(IntOrString::Int(i))
 }
 
-/// A job whose tasks run `runtime` seconds; `fail` makes one rank exit with a code.
+/// A job whose pods run `runtime` seconds; `fail` makes one node's pod (`(node index, code)`;
+/// node 0 is the batch script) exit with a code.
 pub(super) fn job(
     name: &str,
     mut spec: BatchJobSpec,
@@ -114,8 +115,9 @@ fn single_gpu_job_runs_to_completion_within_the_write_budget() {
     assert!(j.finalizers().contains(&labels::FINALIZER.to_string()));
     let pods = h.cluster.pods_of("one");
     assert_eq!(pods.len(), 1);
-    // First write carried the id and the allocation: finalizer + status + pod.
-    assert_eq!(writes_excluding_events(&h), 3);
+    // First write carried the id and the allocation: finalizer + status + the step
+    // credential + the pod.
+    assert_eq!(writes_excluding_events(&h), 4);
     h.step(10);
     assert_eq!(h.cluster.state("one"), JobState::Running);
     h.step(60);
@@ -124,8 +126,8 @@ fn single_gpu_job_runs_to_completion_within_the_write_budget() {
     assert_eq!(st.exit_code, Some(0));
     assert!(st.end_time.is_some());
     assert_eq!(st.tasks.len(), 1, "the record is kept");
-    // pods + 3 writes for a job that started without waiting.
-    assert_eq!(writes_excluding_events(&h), 1 + 3);
+    // pods + 4 writes (with the step credential) for a job that started without waiting.
+    assert_eq!(writes_excluding_events(&h), 1 + 4);
     // Quiet afterwards: nothing more to write.
     let before = writes_excluding_events(&h);
     h.step(10);
@@ -142,7 +144,7 @@ fn single_gpu_job_runs_to_completion_within_the_write_budget() {
 }
 
 #[test]
-fn gang_gets_distinct_gpus_rank_env_and_a_service() {
+fn gang_gets_distinct_gpus_node_pods_a_secret_and_a_service() {
     let mut h = harness(4, 4);
     h.cluster.submit(job("mpi", gang(2, 2, 1), 60, None));
     h.cycle();
@@ -161,8 +163,15 @@ fn gang_gets_distinct_gpus_rank_env_and_a_service() {
             .services
             .contains(&("default".into(), "mpi".into()))
     );
+    assert!(
+        h.cluster
+            .lock()
+            .secrets
+            .contains_key(&("default".into(), "mpi-step".into()))
+    );
+    // One pod per node, holding its two tasks' GPUs.
     let pods = h.cluster.pods_of("mpi");
-    assert_eq!(pods.len(), 4);
+    assert_eq!(pods.len(), 2);
     for p in &pods {
         let env: BTreeMap<String, String> = p.spec.as_ref().unwrap().containers[0]
             .env
@@ -171,14 +180,15 @@ fn gang_gets_distinct_gpus_rank_env_and_a_service() {
             .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
             .collect();
         assert_eq!(env["WORLD_SIZE"], "4");
-        assert_eq!(env["SLURM_JOB_NODELIST"], "mpi-0.mpi,mpi-2.mpi");
-        assert_eq!(env["MASTER_ADDR"], "mpi-0.mpi");
-        let rank: u32 = env["RANK"].parse().unwrap();
-        let t = &st.tasks[rank as usize];
+        assert_eq!(env["SLURM_JOB_NODELIST"], "mpi-[0-1]");
+        assert_eq!(env["MASTER_ADDR"], "mpi-0");
+        let node: u32 = env["NODE_RANK"].parse().unwrap();
+        let t = crate::controller::pods::node_share(&st.tasks, node).unwrap();
+        assert_eq!(t.gpus.len(), 2);
         assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], t.gpu_uuids.join(","));
     }
-    // pods + service + 3.
-    assert_eq!(writes_excluding_events(&h), 4 + 1 + 2);
+    // 2 pods + secret + service + finalizer + status.
+    assert_eq!(writes_excluding_events(&h), 2 + 1 + 1 + 2);
     run_for(&mut h, 70);
     assert_eq!(h.cluster.state("mpi"), JobState::Completed);
 }
@@ -273,14 +283,14 @@ fn cancel_keeps_the_record() {
 #[test]
 fn failed_task_fails_the_job_with_its_exit_code() {
     let mut h = harness(2, 4);
-    h.cluster.submit(job("f", gang(2, 2, 1), 30, Some((2, 3))));
+    h.cluster.submit(job("f", gang(2, 2, 1), 30, Some((0, 3))));
     h.cycle();
     run_for(&mut h, 40);
     let st = h.cluster.job("f").status.unwrap();
     assert_eq!(st.state, Some(JobState::Failed));
     assert_eq!(st.exit_code, Some(3));
     assert_eq!(st.reason.as_deref(), Some("NonZeroExitCode"));
-    assert!(st.message.unwrap().contains("rank 2"));
+    assert!(st.message.unwrap().contains("the batch script"));
     let stalled = st.conditions.iter().find(|c| c.type_ == "Stalled").unwrap();
     assert_eq!(stalled.status, "True");
 }

@@ -1,76 +1,93 @@
-//! Building a job's task pods and its headless Service (pure: no client calls).
+//! Building a job's node pods, its headless Service and its step credential Secret (pure: no
+//! client calls).
 //!
-//! One pod per task (rank), owned by the BatchJob (controller ownerReference, so deleting the
-//! job deletes its pods). Placement is a *required node affinity* on `kubernetes.io/hostname`
-//! — never `nodeName` — so kube-scheduler still binds the pod and quotas, admission and
-//! scheduler plugins apply. GPUs are bound through the pod's ResourceClaim in `dra` mode (see
-//! [`dra`]) or `NVIDIA_VISIBLE_DEVICES` in `env` mode; pods never request `nvidia.com/*`
-//! resources, which would let the kubelet's device plugin pick other GPUs.
+//! One pod per allocated node of an admission, holding the job's share of that node (the sum
+//! of its tasks' CPUs and memory, and their GPUs), owned by the BatchJob (controller
+//! ownerReference, so deleting the job deletes its pods). This is the step runtime's contract
+//! (`muster_cli::step`, constants in [`muster_crds::step`]): every pod runs `muster-step
+//! node`, the node daemon; the first node's daemon runs the batch script once (the template's
+//! command, for a job without a script, runs as one `srun` step over every task), and the
+//! others wait for `srun` steps. The job's state and exit code are the batch step's: the
+//! first pod's.
+//!
+//! Placement is a *required node affinity* on `kubernetes.io/hostname` — never `nodeName` —
+//! so kube-scheduler still binds the pod and quotas, admission and scheduler plugins apply.
+//! GPUs are bound through the pod's ResourceClaim in `dra` mode (see [`dra`]) or
+//! `NVIDIA_VISIBLE_DEVICES` in `env` mode; pods never request `nvidia.com/*` resources, which
+//! would let the kubelet's device plugin pick other GPUs. Inside the pod `srun` gives each
+//! task its own `CUDA_VISIBLE_DEVICES` from the node's GPUs (`MUSTER_NODE_GPUS`).
+//!
+//! # Names
+//! Pod `<job>-<node>` (`<job>-<node>-a<attempt>` after a requeue, while the old pods may
+//! still terminate), `spec.hostname` the same (a DNS label), `spec.subdomain` the job's
+//! headless Service and a DNS search path under it, so the short names of
+//! `SLURM_JOB_NODELIST` (`train-[0-3]`) resolve inside the job and
+//! `scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1` is a working `MASTER_ADDR`. A
+//! one-node job has no Service (its one name is its own host name).
 //!
 //! # Environment
-//! Every container (and init container) gets the binding variables below. They are set by the
-//! operator and **cannot be overridden** by the template: any template `env` entry of the same
-//! name is dropped (and `env` beats `envFrom` in Kubernetes), because ranks that disagree about
-//! `WORLD_SIZE` or a container that sees other GPUs would break the gang or the binding.
+//! Every container (and the template's init containers) gets the variables below. They are set
+//! by the operator and **cannot be overridden** by the template: any template `env` entry of
+//! the same name is dropped ([`BINDING_VARS`]; `env` beats `envFrom` in Kubernetes).
 //!
-//! `SLURM_JOB_ID`/`SLURM_JOBID`, `SLURM_JOB_NAME`, `SLURM_JOB_NODELIST`/`SLURM_NODELIST`,
-//! `SLURM_NNODES`/`SLURM_JOB_NUM_NODES`, `SLURM_NTASKS`/`SLURM_NPROCS`,
-//! `SLURM_TASKS_PER_NODE`, `SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NODEID`,
-//! `SLURMD_NODENAME`, `SLURM_JOB_PARTITION`, `SLURM_CPUS_PER_TASK` (when asked),
+//! What sbatch gives a batch script: `SLURM_JOB_ID`/`SLURM_JOBID`, `SLURM_JOB_NAME`,
+//! `SLURM_JOB_NODELIST`/`SLURM_NODELIST`, `SLURM_JOB_NUM_NODES`/`SLURM_NNODES`,
+//! `SLURM_NTASKS`/`SLURM_NPROCS`, `SLURM_TASKS_PER_NODE`, `SLURM_JOB_CPUS_PER_NODE`,
+//! `SLURM_NODEID`, `SLURM_PROCID`/`SLURM_LOCALID` (0), `SLURMD_NODENAME` (this pod's name in
+//! the nodelist), `SLURM_CPUS_ON_NODE`, `SLURM_JOB_PARTITION`, `SLURM_SUBMIT_DIR`,
+//! `SLURM_CPUS_PER_TASK`/`SLURM_NTASKS_PER_NODE`/`SLURM_GPU_BIND` (when asked),
 //! `SLURM_ARRAY_JOB_ID`/`SLURM_ARRAY_TASK_ID` (array elements), `SLURM_GPUS_PER_NODE` /
 //! `SLURM_GPUS_PER_TASK` (echoing the request), `SLURM_GPUS_ON_NODE` and `SLURM_JOB_GPUS`
-//! (the job's GPUs on this node: count and NVML indices, as Slurm sets them),
-//! `MASTER_ADDR`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `NODE_RANK`,
-//! `NVIDIA_VISIBLE_DEVICES` and `CUDA_VISIBLE_DEVICES`.
+//! (the job's GPUs on this node: count and NVML indices). The step runtime's:
+//! `MUSTER_NODE_GPUS`, `MUSTER_POD_IP`, `MUSTER_STEP_PORT`, `MUSTER_STEP_KEY_FILE`,
+//! `MUSTER_STEP_KILL_WAIT`. Rendezvous for launchers that read them: `MASTER_ADDR` (node 0's
+//! host name), `WORLD_SIZE` (tasks), `NODE_RANK`, `LOCAL_WORLD_SIZE` (tasks on this node).
 //!
 //! `MASTER_PORT` is the exception: it defaults to 29500 and may be changed by the BatchJob
 //! annotation [`MASTER_PORT_ANNOTATION`] or by a `MASTER_PORT` entry in the first container's
 //! template env (which is then kept as written).
 //!
-//! GPU binding (`env` mode): `NVIDIA_VISIBLE_DEVICES` is the task's GPU UUIDs, comma-joined,
-//! or `void` for a task without GPUs — the NVIDIA container toolkit then behaves like plain
-//! runc and exposes neither GPUs nor driver libraries (`none` would still mount the driver).
-//! Setting it on every container matters: CUDA base images default to `all`. In `dra` mode a
-//! pod with GPUs gets no `NVIDIA_VISIBLE_DEVICES` (every container references the pod's claim
-//! and the DRA driver injects exactly its devices); a pod without GPUs still gets `void`, so
-//! a CUDA image's `all` cannot reach GPUs where the toolkit honours the variable. `CUDA_VISIBLE_DEVICES` is
-//! `0..n-1`, indices relative to the devices the container sees (what Slurm sets under
-//! `ConstrainDevices`), and empty for a task without GPUs.
-//!
-//! `MASTER_ADDR` is rank 0's stable DNS name `<job>-0.<service>` (resolvable in the namespace
-//! through the pod's DNS search path, so no cluster domain is assumed); a one-task job uses
-//! `localhost`. Jobs with more than one task get the headless Service (ranks in different
-//! pods cannot reach each other over `localhost`, even on one node).
-//!
-//! `SLURM_JOB_NODELIST` lists, in node order, the DNS name of each node's first task pod
-//! (`train-0.train,train-1.train,…`), not the Kubernetes node names: inside a pod only pod
-//! names are reachable, and scripts take the rendezvous host from it
-//! (`scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1`), which must keep working.
-//! The Kubernetes node is in `SLURMD_NODENAME`, and the job's status `nodeList` (what
-//! `squeue` shows) keeps the node names.
+//! GPU binding (`env` mode): `NVIDIA_VISIBLE_DEVICES` is the node's GPU UUIDs of the job,
+//! comma-joined, or `void` for a pod without GPUs — the NVIDIA container toolkit then behaves
+//! like plain runc and exposes neither GPUs nor driver libraries. Setting it on every
+//! container matters: CUDA base images default to `all`. In `dra` mode a pod with GPUs gets
+//! no `NVIDIA_VISIBLE_DEVICES` (every container references the pod's claim and the DRA driver
+//! injects exactly its devices); a pod without GPUs still gets `void`.
+//! `CUDA_VISIBLE_DEVICES` is `0..n-1` for the batch step (indices relative to the devices the
+//! container sees, as Slurm sets them under `ConstrainDevices`); `srun` narrows it per task.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EnvVar, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, ResourceRequirements, Service, ServiceSpec,
+    Affinity, Container, EnvVar, EnvVarSource, KeyToPath, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodDNSConfig,
+    ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use muster_crds::labels;
+use muster_crds::step;
 use muster_crds::v1alpha1::{BatchJob, GpuBinding, Partition, TaskAllocation};
 
 use super::{dra, quantity};
 
 /// BatchJob annotation overriding `MASTER_PORT` (default 29500).
 pub const MASTER_PORT_ANNOTATION: &str = "muster.dev/master-port";
-/// Pod annotation with the task's allocation (JSON of a `TaskAllocation`), so that a pod
-/// whose BatchJob or attempt is gone still tells what it holds until it terminates.
+/// Pod annotation with the node pod's share of the allocation (JSON of a `TaskAllocation`:
+/// the node, the sum of its tasks' CPUs and memory, their GPUs), so that a pod whose BatchJob
+/// or attempt is gone still tells what it holds until it terminates.
 pub const TASK_ANNOTATION: &str = "muster.dev/task";
 /// The default rendezvous port (torchrun's).
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
 /// Name of the container created when the template has none.
 pub const TASK_CONTAINER: &str = "task";
+/// The step image when none is configured (the operator's own, which holds `muster-step`).
+pub const DEFAULT_STEP_IMAGE: &str = concat!(
+    "ghcr.io/muster-dev/muster-operator:",
+    env!("CARGO_PKG_VERSION")
+);
+/// Seconds left between SIGTERM to the steps and the kubelet's SIGKILL at the grace period.
+const KILL_MARGIN_SECS: u32 = 5;
 
 /// Variables the operator owns on every container; template entries of these names are
 /// dropped.
@@ -85,12 +102,17 @@ pub const BINDING_VARS: &[&str] = &[
     "SLURM_NTASKS",
     "SLURM_NPROCS",
     "SLURM_TASKS_PER_NODE",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_NTASKS_PER_NODE",
     "SLURM_PROCID",
     "SLURM_LOCALID",
     "SLURM_NODEID",
     "SLURMD_NODENAME",
     "SLURM_JOB_PARTITION",
+    "SLURM_SUBMIT_DIR",
     "SLURM_CPUS_PER_TASK",
+    "SLURM_GPU_BIND",
     "SLURM_ARRAY_JOB_ID",
     "SLURM_ARRAY_TASK_ID",
     "SLURM_GPUS_PER_NODE",
@@ -105,6 +127,11 @@ pub const BINDING_VARS: &[&str] = &[
     "NODE_RANK",
     "NVIDIA_VISIBLE_DEVICES",
     "CUDA_VISIBLE_DEVICES",
+    step::ENV_NODE_GPUS,
+    step::ENV_POD_IP,
+    step::ENV_PORT,
+    step::ENV_KEY_FILE,
+    step::ENV_KILL_WAIT,
 ];
 
 /// Why a pod cannot be built from the job (reported on the job; the allocation is released).
@@ -115,6 +142,15 @@ pub enum BuildError {
         "spec.template has no containers and spec.script is empty: give a script or a container to run"
     )]
     NothingToRun,
+    /// A job without a script whose container gives no command: its command runs as an
+    /// `srun` step, and the image's entrypoint cannot be read from the API.
+    #[error(
+        "spec.template.spec.containers[0] ({container:?}) has no command and spec.script is empty: give the container a command (it runs as one srun step over every task) or a script"
+    )]
+    NoCommand {
+        /// Which container.
+        container: String,
+    },
     /// A container without an image and no default.
     #[error(
         "{container} has no image and partition {partition} has no defaultImage: set the container's image"
@@ -127,7 +163,7 @@ pub enum BuildError {
     },
     /// The job's name cannot label its pods.
     #[error(
-        "metadata.name {name:?} is longer than 63 characters; it labels the task pods ({key}), so it must fit a label value"
+        "metadata.name {name:?} is longer than 63 characters; it labels the node pods ({key}), so it must fit a label value"
     )]
     NameTooLong {
         /// The name.
@@ -135,9 +171,9 @@ pub enum BuildError {
         /// The label key.
         key: &'static str,
     },
-    /// A rank without an allocation.
-    #[error("rank {0} has no allocation in status.tasks")]
-    NoSuchRank(u32),
+    /// A node index without an allocation.
+    #[error("node {0} of the job has no allocation in status.tasks")]
+    NoSuchNode(u32),
     /// A pod's ResourceClaim cannot be built (`dra` mode).
     #[error(transparent)]
     Claim(#[from] dra::DraError),
@@ -168,6 +204,29 @@ pub struct JobContext<'a> {
     /// `NVIDIA_VISIBLE_DEVICES`; `dra` references the pod's ResourceClaim
     /// ([`dra::claim_name`]) instead.
     pub gpu_binding: GpuBinding,
+    /// Where the pods come from: the step image and the cluster domain.
+    pub step: &'a StepSettings,
+    /// `MUSTER_NODE_GPUS` per node index, with the GPUs' topology (NUMA, NVLink peers) as the
+    /// scheduler saw it; a node missing here gets its GPUs' indices and UUIDs only.
+    pub node_gpus: &'a [String],
+}
+
+/// How node pods reach the step runtime.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepSettings {
+    /// The image holding `muster-step` at [`step::IMAGE_BINARY`] (the operator's).
+    pub image: String,
+    /// The cluster's DNS domain (`cluster.local`), for the node names' search path.
+    pub cluster_domain: String,
+}
+
+impl Default for StepSettings {
+    fn default() -> Self {
+        StepSettings {
+            image: DEFAULT_STEP_IMAGE.into(),
+            cluster_domain: "cluster.local".into(),
+        }
+    }
 }
 
 /// Short stable hash for names that must be shortened.
@@ -198,14 +257,18 @@ pub(crate) fn fit_label(base: &str, suffix: &str) -> String {
     format!("{head}-{}{suffix}", short_hash(base))
 }
 
-/// The name of a task pod: `<job>-<rank>` for the first attempt, `<job>-<rank>-a<attempt>`
-/// after a requeue (old pods may still be terminating under the first name).
-pub fn pod_name(job: &str, attempt: u32, rank: u32) -> String {
+fn attempt_suffix(attempt: u32, node: u32) -> String {
     if attempt <= 1 {
-        format!("{job}-{rank}")
+        format!("-{node}")
     } else {
-        format!("{job}-{rank}-a{attempt}")
+        format!("-{node}-a{attempt}")
     }
+}
+
+/// The name of node `node`'s pod: `<job>-<node>` for the first attempt, `<job>-<node>-a<attempt>`
+/// after a requeue (old pods may still be terminating under the first name).
+pub fn pod_name(job: &str, attempt: u32, node: u32) -> String {
+    format!("{job}{}", attempt_suffix(attempt, node))
 }
 
 /// The headless Service of a job: its name when that is a DNS-1035 label (starts with a
@@ -230,9 +293,10 @@ pub fn service_name(job: &str) -> String {
     fit_label(&s, "")
 }
 
-/// A task pod's hostname (DNS label): `<job>-<rank>`, shortened with a hash when too long.
-pub fn hostname(job: &str, rank: u32) -> String {
-    fit_label(job, &format!("-{rank}"))
+/// Node `node`'s host name (a DNS label, its name in `SLURM_JOB_NODELIST`): the pod's name,
+/// shortened with a hash when too long.
+pub fn hostname(job: &str, attempt: u32, node: u32) -> String {
+    fit_label(job, &attempt_suffix(attempt, node))
 }
 
 /// `SLURM_TASKS_PER_NODE`: `2(x3),1` — task counts per node in node order, runs compressed.
@@ -263,91 +327,186 @@ pub fn job_nodes(tasks: &[TaskAllocation]) -> Vec<String> {
     by_rank.into_values().map(str::to_string).collect()
 }
 
+/// The job's node indices (`node_rank`s), in order: one pod each.
+pub fn node_ranks(tasks: &[TaskAllocation]) -> Vec<u32> {
+    let mut v: Vec<u32> = tasks.iter().map(|t| t.node_rank).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The job's nodes as a Slurm hostlist (`gpu[001-004]`), in node-rank order.
 pub fn node_list(tasks: &[TaskAllocation]) -> String {
     muster_crds::slurm::hostlist::compress(job_nodes(tasks))
 }
 
-/// The reachable name of each node's first task pod, in node-rank order: `<host>.<service>`
-/// for jobs with a Service, the pod's own hostname for a one-task job.
-pub fn rank_hosts(job: &str, tasks: &[TaskAllocation]) -> Vec<String> {
-    let mut first: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
-    for t in tasks {
-        let e = first.entry(t.node_rank).or_insert((t.local_rank, t.rank));
-        if t.local_rank < e.0 {
-            *e = (t.local_rank, t.rank);
-        }
-    }
-    let svc = service_name(job);
-    first
-        .into_values()
-        .map(|(_, rank)| {
-            if tasks.len() > 1 {
-                format!("{}.{svc}", hostname(job, rank))
-            } else {
-                hostname(job, rank)
-            }
-        })
+/// The host names of the node pods, in node order (what `SLURM_JOB_NODELIST` lists).
+pub fn node_hosts(job: &str, attempt: u32, tasks: &[TaskAllocation]) -> Vec<String> {
+    node_ranks(tasks)
+        .into_iter()
+        .map(|n| hostname(job, attempt, n))
         .collect()
 }
 
-/// The environment of one task, in the order it is set.
-pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>, BuildError> {
-    let task = ctx
-        .tasks
+/// Node `node`'s share of the allocation, as its pod holds it: the node, the sum of its tasks'
+/// CPUs and memory, their GPUs (each once, NVML index order, UUIDs alongside when every GPU
+/// has one), `rank` the node's first task's, `local_rank` 0.
+pub fn node_share(tasks: &[TaskAllocation], node: u32) -> Option<TaskAllocation> {
+    let on: Vec<&TaskAllocation> = tasks.iter().filter(|t| t.node_rank == node).collect();
+    let first = on.iter().min_by_key(|t| t.rank)?;
+    let mut gpus: BTreeMap<u32, String> = BTreeMap::new();
+    let mut all_uuids = true;
+    for t in &on {
+        all_uuids &= t.gpu_uuids.len() == t.gpus.len();
+        for (i, g) in t.gpus.iter().enumerate() {
+            let u = t.gpu_uuids.get(i).cloned().unwrap_or_default();
+            gpus.entry(*g).or_insert(u);
+        }
+    }
+    Some(TaskAllocation {
+        rank: first.rank,
+        node: first.node.clone(),
+        node_rank: node,
+        local_rank: 0,
+        cpu_millis: on.iter().map(|t| t.cpu_millis).sum(),
+        memory_mib: on.iter().map(|t| t.memory_mib).sum(),
+        gpus: gpus.keys().copied().collect(),
+        gpu_uuids: if all_uuids {
+            gpus.into_values().collect()
+        } else {
+            Vec::new()
+        },
+        pod: first.pod.clone(),
+    })
+}
+
+/// `MUSTER_NODE_GPUS` of a node's share without topology: indices and UUIDs.
+pub fn plain_node_gpus(share: &TaskAllocation) -> String {
+    let gpus: Vec<serde_json::Value> = share
+        .gpus
         .iter()
-        .find(|t| t.rank == rank)
-        .ok_or(BuildError::NoSuchRank(rank))?;
+        .enumerate()
+        .map(|(i, g)| {
+            let mut v = serde_json::json!({ "index": g });
+            if let Some(u) = share.gpu_uuids.get(i) {
+                v["uuid"] = u.clone().into();
+            }
+            v
+        })
+        .collect();
+    serde_json::json!({ "gpus": gpus }).to_string()
+}
+
+/// `MUSTER_NODE_GPUS` of a node's share with the topology the scheduler placed with: each
+/// GPU's NUMA node and NVLink peers (the core's [`crate::core::node::Gpu`] fields).
+pub fn node_gpus_json(share: &TaskAllocation, node: Option<&crate::core::Node>) -> String {
+    let Some(node) = node else {
+        return plain_node_gpus(share);
+    };
+    let gpus: Vec<serde_json::Value> = share
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let known = node.gpus.iter().find(|x| x.index == *g);
+            let uuid = share
+                .gpu_uuids
+                .get(i)
+                .cloned()
+                .or_else(|| known.map(|k| k.uuid.clone()))
+                .unwrap_or_default();
+            let mut v = serde_json::json!({ "index": g, "uuid": uuid });
+            if let Some(k) = known {
+                if let Some(n) = k.numa {
+                    v["numa"] = n.into();
+                }
+                if !k.nvlink_peers.is_empty() {
+                    v["nvlinkPeers"] = k.nvlink_peers.clone().into();
+                }
+            }
+            v
+        })
+        .collect();
+    serde_json::json!({ "gpus": gpus }).to_string()
+}
+
+fn join<T: ToString>(v: &[T]) -> String {
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The environment of node `node`'s pod (the batch step's on node 0), in the order it is set.
+pub fn node_env(ctx: &JobContext<'_>, node: u32) -> Result<Vec<(String, String)>, BuildError> {
+    let share = node_share(ctx.tasks, node).ok_or(BuildError::NoSuchNode(node))?;
     let job_name = ctx.job.job_name().to_string();
     let name = ctx.job.name_any();
-    let nodes = job_nodes(ctx.tasks);
-    let counts: Vec<u32> = (0..nodes.len() as u32)
-        .map(|nr| ctx.tasks.iter().filter(|t| t.node_rank == nr).count() as u32)
-        .collect();
-    let on_node: Vec<&TaskAllocation> = ctx
-        .tasks
+    let ranks = node_ranks(ctx.tasks);
+    let counts: Vec<u32> = ranks
         .iter()
-        .filter(|t| t.node_rank == task.node_rank)
+        .map(|nr| ctx.tasks.iter().filter(|t| t.node_rank == *nr).count() as u32)
         .collect();
-    let mut node_gpus: Vec<u32> = on_node
+    let cpt = ctx.job.spec.cpus_per_task.unwrap_or(1).max(1);
+    let cpus: Vec<u32> = ranks
         .iter()
-        .flat_map(|t| t.gpus.iter().copied())
+        .zip(&counts)
+        .map(|(nr, n)| {
+            let millis: u64 = ctx
+                .tasks
+                .iter()
+                .filter(|t| t.node_rank == *nr)
+                .map(|t| t.cpu_millis)
+                .sum();
+            if millis == 0 {
+                n * cpt
+            } else {
+                millis.div_ceil(1000).min(u64::from(u32::MAX)) as u32
+            }
+        })
         .collect();
-    node_gpus.sort_unstable();
-    // Tasks outnumbering the node's GPUs share them: each GPU once.
-    node_gpus.dedup();
-    let join = |v: &[u32]| {
-        v.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    let here = ranks.iter().position(|r| *r == node).unwrap_or(0);
     let ntasks = ctx.tasks.len();
-    let master = if ntasks > 1 {
-        format!("{}.{}", hostname(&name, 0), service_name(&name))
-    } else {
-        "localhost".to_string()
-    };
-    let hl = muster_crds::slurm::hostlist::compress(rank_hosts(&name, ctx.tasks));
+    let hosts = node_hosts(&name, ctx.attempt, ctx.tasks);
+    let hl = muster_crds::slurm::hostlist::compress(hosts.iter().cloned());
+    let main = ctx
+        .job
+        .spec
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.as_ref())
+        .and_then(|s| s.containers.first());
+    let submit_dir = main
+        .and_then(|c| c.working_dir.clone())
+        .unwrap_or_else(|| "/".into());
     let mut env: Vec<(String, String)> = vec![
         ("SLURM_JOB_ID".into(), ctx.job_id.to_string()),
         ("SLURM_JOBID".into(), ctx.job_id.to_string()),
         ("SLURM_JOB_NAME".into(), job_name),
         ("SLURM_JOB_NODELIST".into(), hl.clone()),
         ("SLURM_NODELIST".into(), hl),
-        ("SLURM_NNODES".into(), nodes.len().to_string()),
-        ("SLURM_JOB_NUM_NODES".into(), nodes.len().to_string()),
+        ("SLURM_JOB_NUM_NODES".into(), ranks.len().to_string()),
+        ("SLURM_NNODES".into(), ranks.len().to_string()),
         ("SLURM_NTASKS".into(), ntasks.to_string()),
         ("SLURM_NPROCS".into(), ntasks.to_string()),
         ("SLURM_TASKS_PER_NODE".into(), tasks_per_node(&counts)),
-        ("SLURM_PROCID".into(), rank.to_string()),
-        ("SLURM_LOCALID".into(), task.local_rank.to_string()),
-        ("SLURM_NODEID".into(), task.node_rank.to_string()),
-        ("SLURMD_NODENAME".into(), task.node.clone()),
+        ("SLURM_JOB_CPUS_PER_NODE".into(), tasks_per_node(&cpus)),
+        ("SLURM_NODEID".into(), here.to_string()),
+        ("SLURM_PROCID".into(), "0".into()),
+        ("SLURM_LOCALID".into(), "0".into()),
+        ("SLURMD_NODENAME".into(), hosts[here].clone()),
+        ("SLURM_CPUS_ON_NODE".into(), cpus[here].to_string()),
         ("SLURM_JOB_PARTITION".into(), ctx.partition_name.to_string()),
+        ("SLURM_SUBMIT_DIR".into(), submit_dir),
     ];
     if let Some(c) = ctx.job.spec.cpus_per_task {
         env.push(("SLURM_CPUS_PER_TASK".into(), c.to_string()));
+    }
+    if let Some(n) = ctx.job.spec.ntasks_per_node {
+        env.push(("SLURM_NTASKS_PER_NODE".into(), n.to_string()));
+    }
+    if let Some(b) = ctx.job.spec.gpu_bind.as_deref().filter(|b| !b.is_empty()) {
+        env.push(("SLURM_GPU_BIND".into(), b.to_string()));
     }
     if let Some((a, i)) = ctx.array {
         env.push(("SLURM_ARRAY_JOB_ID".into(), a.to_string()));
@@ -359,40 +518,50 @@ pub fn task_env(ctx: &JobContext<'_>, rank: u32) -> Result<Vec<(String, String)>
     if let Some(g) = ctx.gpus_per_task {
         env.push(("SLURM_GPUS_PER_TASK".into(), g.to_string()));
     }
-    if !node_gpus.is_empty() {
-        env.push(("SLURM_GPUS_ON_NODE".into(), node_gpus.len().to_string()));
-        env.push(("SLURM_JOB_GPUS".into(), join(&node_gpus)));
+    if !share.gpus.is_empty() {
+        env.push(("SLURM_GPUS_ON_NODE".into(), share.gpus.len().to_string()));
+        env.push(("SLURM_JOB_GPUS".into(), join(&share.gpus)));
+        let gj = ctx
+            .node_gpus
+            .get(node as usize)
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .unwrap_or_else(|| plain_node_gpus(&share));
+        env.push((step::ENV_NODE_GPUS.into(), gj));
+    }
+    env.push((step::ENV_PORT.into(), step::DEFAULT_PORT.to_string()));
+    env.push((step::ENV_KEY_FILE.into(), step::KEY_FILE.into()));
+    if let Some(g) = ctx.partition.and_then(|p| p.spec.grace_time_seconds) {
+        // The daemon's SIGKILL comes before the kubelet's, so steps end as it reports.
+        env.push((
+            step::ENV_KILL_WAIT.into(),
+            g.saturating_sub(KILL_MARGIN_SECS).max(1).to_string(),
+        ));
     }
     env.extend([
-        ("MASTER_ADDR".into(), master),
+        ("MASTER_ADDR".into(), hosts[0].clone()),
         ("WORLD_SIZE".into(), ntasks.to_string()),
-        ("RANK".into(), rank.to_string()),
-        ("LOCAL_RANK".into(), task.local_rank.to_string()),
-        ("LOCAL_WORLD_SIZE".into(), on_node.len().to_string()),
-        ("NODE_RANK".into(), task.node_rank.to_string()),
+        ("NODE_RANK".into(), here.to_string()),
+        ("LOCAL_WORLD_SIZE".into(), counts[here].to_string()),
     ]);
-    let (nvidia, cuda) = if task.gpus.is_empty() {
-        (Some("void".to_string()), String::new())
+    if share.gpus.is_empty() {
+        env.push(("NVIDIA_VISIBLE_DEVICES".into(), "void".into()));
+        env.push(("CUDA_VISIBLE_DEVICES".into(), String::new()));
     } else {
-        let uuids = if task.gpu_uuids.len() == task.gpus.len() {
-            task.gpu_uuids.join(",")
-        } else {
-            // No UUIDs known (no GpuNode inventory): fall back to NVML indices.
-            join(&task.gpus)
-        };
-        let cuda = (0..task.gpus.len())
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
         // Under DRA the kubelet gives the container its claim's devices (the NVIDIA driver's
         // CDI spec sets the variable itself): nothing is set by hand.
-        let nvidia = (ctx.gpu_binding == GpuBinding::Env).then_some(uuids);
-        (nvidia, cuda)
-    };
-    if let Some(nvidia) = nvidia {
-        env.push(("NVIDIA_VISIBLE_DEVICES".into(), nvidia));
+        if ctx.gpu_binding == GpuBinding::Env {
+            let uuids = if share.gpu_uuids.len() == share.gpus.len() {
+                share.gpu_uuids.join(",")
+            } else {
+                // No UUIDs known (no GpuNode inventory): fall back to NVML indices.
+                join(&share.gpus)
+            };
+            env.push(("NVIDIA_VISIBLE_DEVICES".into(), uuids));
+        }
+        let cuda: Vec<usize> = (0..share.gpus.len()).collect();
+        env.push(("CUDA_VISIBLE_DEVICES".into(), join(&cuda)));
     }
-    env.push(("CUDA_VISIBLE_DEVICES".into(), cuda));
     Ok(env)
 }
 
@@ -410,6 +579,17 @@ fn set_env(c: &mut Container, ours: &[(String, String)], master_port: Option<&st
         value: Some(v.clone()),
         value_from: None,
     }));
+    env.push(EnvVar {
+        name: step::ENV_POD_IP.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: "status.podIP".into(),
+            }),
+            ..Default::default()
+        }),
+    });
     if let Some(p) = master_port
         && !has_port
     {
@@ -444,11 +624,11 @@ pub fn owner_ref(job: &BatchJob) -> OwnerReference {
 }
 
 /// The labels every pod of the job carries.
-pub fn pod_labels(ctx: &JobContext<'_>, rank: u32) -> BTreeMap<String, String> {
+pub fn pod_labels(ctx: &JobContext<'_>, node: u32) -> BTreeMap<String, String> {
     let mut l = BTreeMap::new();
     l.insert(labels::BATCHJOB.to_string(), ctx.job.name_any());
     l.insert(labels::JOB_ID.to_string(), ctx.job_id.to_string());
-    l.insert(labels::RANK.to_string(), rank.to_string());
+    l.insert(labels::NODE_RANK.to_string(), node.to_string());
     l.insert(labels::ATTEMPT.to_string(), ctx.attempt.to_string());
     if let Some((_, i)) = ctx.array {
         if let Some(p) = ctx.job.labels().get(labels::ARRAY_PARENT) {
@@ -491,6 +671,14 @@ pub fn check_buildable(
     if containers.is_empty() && !script {
         return Err(BuildError::NothingToRun);
     }
+    if !script
+        && let Some(c) = containers.first()
+        && c.command.as_ref().is_none_or(|v| v.is_empty())
+    {
+        return Err(BuildError::NoCommand {
+            container: c.name.clone(),
+        });
+    }
     if !has_default && let Some(c) = container_without_image(job) {
         return Err(BuildError::NoImage {
             container: format!("container {c:?}"),
@@ -519,15 +707,49 @@ pub fn container_without_image(job: &BatchJob) -> Option<String> {
         .map(|c| c.name.clone())
 }
 
-/// The pod of task `rank`.
-pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
+/// Kubernetes expands `$(VAR)` and turns `$$` into `$` in `command` and `args`: a script must
+/// reach bash as written, so every `$` is escaped.
+fn escape_dollars(s: &str) -> String {
+    s.replace('$', "$$")
+}
+
+/// The main container's command: the node daemon, running the batch step on node 0.
+fn daemon_command(
+    first: bool,
+    script: Option<&str>,
+    user: Option<Vec<String>>,
+) -> Result<Vec<String>, BuildError> {
+    let mut cmd = vec![step::POD_BINARY.to_string(), "node".to_string()];
+    if !first {
+        return Ok(cmd);
+    }
+    cmd.extend(["--batch".to_string(), "--".to_string()]);
+    match script {
+        Some(s) => cmd.extend([
+            "/bin/bash".into(),
+            "-c".into(),
+            escape_dollars(s),
+            "bash".into(),
+        ]),
+        None => {
+            // A job without a script: its command is one step over every task.
+            let user = user
+                .filter(|u| !u.is_empty())
+                .ok_or(BuildError::NoCommand {
+                    container: TASK_CONTAINER.into(),
+                })?;
+            cmd.push(step::POD_SRUN.into());
+            cmd.extend(user);
+        }
+    }
+    Ok(cmd)
+}
+
+/// The pod of node `node` (its index in the job, `node_rank`).
+pub fn build_pod(ctx: &JobContext<'_>, node: u32) -> Result<Pod, BuildError> {
     check_name(ctx.job)?;
-    let task = ctx
-        .tasks
-        .iter()
-        .find(|t| t.rank == rank)
-        .ok_or(BuildError::NoSuchRank(rank))?
-        .clone();
+    let share = node_share(ctx.tasks, node).ok_or(BuildError::NoSuchNode(node))?;
+    let first = node_ranks(ctx.tasks).first() == Some(&node);
     let name = ctx.job.name_any();
     let template = ctx.job.spec.template.clone().unwrap_or_default();
     let mut meta = template.metadata.unwrap_or_default();
@@ -537,22 +759,26 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
     let script = ctx.job.spec.script.clone().filter(|s| !s.trim().is_empty());
 
     if spec.containers.is_empty() {
-        let script = script.clone().ok_or(BuildError::NothingToRun)?;
+        if script.is_none() {
+            return Err(BuildError::NothingToRun);
+        }
         spec.containers.push(Container {
             name: TASK_CONTAINER.into(),
-            command: Some(vec!["/bin/bash".into(), "-c".into(), script, "bash".into()]),
             ..Default::default()
         });
-    } else if let Some(script) = &script {
+    }
+    {
         let c = &mut spec.containers[0];
-        if c.command.as_ref().is_none_or(|v| v.is_empty()) {
-            // The script runs in the first container; its template args become $1, $2, ...
-            c.command = Some(vec![
-                "/bin/bash".into(),
-                "-c".into(),
-                script.clone(),
-                "bash".into(),
-            ]);
+        if script.is_none() && c.command.as_ref().is_none_or(|v| v.is_empty()) {
+            return Err(BuildError::NoCommand {
+                container: c.name.clone(),
+            });
+        }
+        let user = c.command.take();
+        c.command = Some(daemon_command(first, script.as_deref(), user)?);
+        if !first {
+            // The daemon takes no arguments; the batch step's are node 0's ($1, $2, ...).
+            c.args = None;
         }
     }
     for c in spec
@@ -569,24 +795,24 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         strip_device_resources(&mut c.resources);
     }
 
-    // Requests of the task container from the allocation; memory limited to what was
+    // Requests of the node's share from the allocation; memory limited to what was
     // allocated (Slurm's ConstrainRAMSpace) unless the template sets a limit itself.
     {
         let c = &mut spec.containers[0];
         let r = c.resources.get_or_insert_with(Default::default);
         let req = r.requests.get_or_insert_with(Default::default);
-        if task.cpu_millis > 0 {
-            req.insert("cpu".into(), quantity::cpu_quantity(task.cpu_millis));
+        if share.cpu_millis > 0 {
+            req.insert("cpu".into(), quantity::cpu_quantity(share.cpu_millis));
         }
-        if task.memory_mib > 0 {
-            req.insert("memory".into(), quantity::memory_quantity(task.memory_mib));
+        if share.memory_mib > 0 {
+            req.insert("memory".into(), quantity::memory_quantity(share.memory_mib));
             let lim = r.limits.get_or_insert_with(Default::default);
             lim.entry("memory".into())
-                .or_insert_with(|| quantity::memory_quantity(task.memory_mib));
+                .or_insert_with(|| quantity::memory_quantity(share.memory_mib));
         }
     }
 
-    let env = task_env(ctx, rank)?;
+    let env = node_env(ctx, node)?;
     // MASTER_PORT: the task container's template value, else the annotation, else 29500;
     // every container gets the same unless it sets its own.
     let port = spec.containers[0]
@@ -604,11 +830,65 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         set_env(c, &env, Some(&port));
     }
 
+    // The step runtime: the binary from the operator image, the job's credential.
+    let bin_mount = VolumeMount {
+        name: step::BIN_VOLUME.into(),
+        mount_path: step::BIN_DIR.into(),
+        ..Default::default()
+    };
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    volumes.retain(|v| v.name != step::BIN_VOLUME && v.name != step::KEY_VOLUME);
+    volumes.push(Volume {
+        name: step::BIN_VOLUME.into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    });
+    volumes.push(Volume {
+        name: step::KEY_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(step::secret_name(&name)),
+            default_mode: Some(0o400),
+            items: Some(vec![KeyToPath {
+                key: step::SECRET_KEY.into(),
+                path: step::SECRET_KEY.into(),
+                mode: None,
+            }]),
+            optional: None,
+        }),
+        ..Default::default()
+    });
+    {
+        let c = &mut spec.containers[0];
+        let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+        mounts.retain(|m| m.mount_path != step::BIN_DIR && m.mount_path != step::KEY_DIR);
+        mounts.push(bin_mount.clone());
+        mounts.push(VolumeMount {
+            name: step::KEY_VOLUME.into(),
+            mount_path: step::KEY_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    spec.init_containers.get_or_insert_with(Vec::new).insert(
+        0,
+        Container {
+            name: step::INSTALL_CONTAINER.into(),
+            image: Some(ctx.step.image.clone()),
+            command: Some(vec![
+                step::IMAGE_BINARY.into(),
+                "install".into(),
+                step::BIN_DIR.into(),
+            ]),
+            volume_mounts: Some(vec![bin_mount]),
+            ..Default::default()
+        },
+    );
+
     // Placement: required affinity to the node, ANDed into every term the template gives.
     let req = NodeSelectorRequirement {
         key: labels::HOSTNAME.into(),
         operator: "In".into(),
-        values: Some(vec![task.node.clone()]),
+        values: Some(vec![share.node.clone()]),
     };
     let aff = spec.affinity.get_or_insert_with(Affinity::default);
     let na = aff.node_affinity.get_or_insert_with(NodeAffinity::default);
@@ -641,23 +921,31 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         }
     }
     spec.restart_policy = Some("Never".into());
-    spec.hostname = Some(hostname(&name, rank));
-    if ctx.tasks.len() > 1 {
-        spec.subdomain = Some(service_name(&name));
+    spec.hostname = Some(hostname(&name, ctx.attempt, node));
+    if node_ranks(ctx.tasks).len() > 1 {
+        let svc = service_name(&name);
+        let ns = ctx.job.namespace().unwrap_or_else(|| "default".into());
+        let search = format!("{svc}.{ns}.svc.{}", ctx.step.cluster_domain);
+        let dns = spec.dns_config.get_or_insert_with(PodDNSConfig::default);
+        let searches = dns.searches.get_or_insert_with(Vec::new);
+        if !searches.contains(&search) {
+            searches.insert(0, search);
+        }
+        spec.subdomain = Some(svc);
     } else {
         spec.subdomain = None;
     }
     if spec.enable_service_links.is_none() {
         // Service links put one variable per Service of the namespace into every pod: noise
-        // for batch tasks, and slow with thousands of job Services.
+        // for batch jobs, and slow with thousands of job Services.
         spec.enable_service_links = Some(false);
     }
 
-    let pod_name = pod_name(&name, ctx.attempt, rank);
+    let pod_name = pod_name(&name, ctx.attempt, node);
     let mut lbl = meta.labels.take().unwrap_or_default();
-    lbl.extend(pod_labels(ctx, rank));
+    lbl.extend(pod_labels(ctx, node));
     let mut ann = meta.annotations.take().unwrap_or_default();
-    let mut record = task.clone();
+    let mut record = share.clone();
     record.pod = None;
     ann.insert(
         TASK_ANNOTATION.into(),
@@ -675,15 +963,15 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         spec: Some(spec),
         status: None,
     };
-    if ctx.gpu_binding == GpuBinding::Dra && !task.gpus.is_empty() {
+    if ctx.gpu_binding == GpuBinding::Dra && !share.gpus.is_empty() {
         dra::attach_claim(&mut pod, &dra::claim_name(&pod_name));
     }
     Ok(pod)
 }
 
-/// The headless Service giving every rank a stable DNS name (`<job>-<rank>.<service>`), for
-/// jobs with more than one task. Not-ready pods are published so that ranks resolve each
-/// other while they start.
+/// The headless Service giving every node pod a stable DNS name (`<job>-<node>.<service>`, and
+/// the short name through the pods' search path), for jobs on more than one node. Not-ready
+/// pods are published so that nodes resolve each other while they start.
 pub fn build_service(job: &BatchJob) -> Service {
     let name = job.name_any();
     Service {
@@ -702,6 +990,31 @@ pub fn build_service(job: &BatchJob) -> Service {
         }),
         status: None,
     }
+}
+
+/// The job's step credential Secret ([`step::secret_name`]), owned by the BatchJob, without
+/// its key: the writer adds fresh random bytes ([`with_key`]) when it creates it, so the plan
+/// stays pure. Only the job's node pods mount it.
+pub fn build_secret(job: &BatchJob) -> Secret {
+    let name = job.name_any();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(step::secret_name(&name)),
+            namespace: job.namespace(),
+            labels: Some([(labels::BATCHJOB.to_string(), name)].into()),
+            owner_references: Some(vec![owner_ref(job)]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        immutable: Some(true),
+        ..Default::default()
+    }
+}
+
+/// `secret` with `key` (hex) as its credential.
+pub fn with_key(mut secret: Secret, key: &str) -> Secret {
+    secret.string_data = Some([(step::SECRET_KEY.to_string(), key.to_string())].into());
+    secret
 }
 
 /// The allocation a pod records in its [`TASK_ANNOTATION`].
@@ -769,6 +1082,14 @@ mod tests {
         )
     }
 
+    fn step_settings() -> &'static StepSettings {
+        static S: std::sync::OnceLock<StepSettings> = std::sync::OnceLock::new();
+        S.get_or_init(|| StepSettings {
+            image: "muster/operator:test".into(),
+            cluster_domain: "cluster.local".into(),
+        })
+    }
+
     fn ctx<'a>(
         j: &'a BatchJob,
         tasks: &'a [TaskAllocation],
@@ -785,15 +1106,17 @@ mod tests {
             gpus_per_node: None,
             gpus_per_task: Some("1"),
             gpu_binding: GpuBinding::Env,
+            step: step_settings(),
+            node_gpus: &[],
         }
     }
 
     #[test]
-    fn gang_pods_carry_rank_env_and_binding() {
+    fn one_pod_per_node_holds_the_nodes_share_and_the_batch_environment() {
         let j = job(
             "train",
             BatchJobSpec {
-                script: Some("python train.py".into()),
+                script: Some("srun python train.py $1".into()),
                 cpus_per_task: Some(4),
                 ..Default::default()
             },
@@ -801,49 +1124,200 @@ mod tests {
         let tasks = gang();
         let p = partition();
         let c = ctx(&j, &tasks, Some(&p));
-        let pod = build_pod(&c, 3).unwrap();
-        assert_eq!(pod.metadata.name.as_deref(), Some("train-3"));
+        assert_eq!(node_ranks(&tasks), [0, 1]);
+        let pod = build_pod(&c, 1).unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("train-1"));
         let s = spec_of(&pod);
         let e = env_of(&s.containers[0]);
         assert_eq!(e["SLURM_JOB_ID"], "1234");
         assert_eq!(e["SLURM_JOB_NAME"], "train");
-        // Reachable names of each node's first pod, rendezvous host first.
-        assert_eq!(e["SLURM_JOB_NODELIST"], "train-0.train,train-2.train");
+        // Host names of the node pods, as Slurm lists nodes.
+        assert_eq!(e["SLURM_JOB_NODELIST"], "train-[0-1]");
         assert_eq!(e["SLURM_NNODES"], "2");
         assert_eq!(e["SLURM_NTASKS"], "4");
         assert_eq!(e["SLURM_TASKS_PER_NODE"], "2(x2)");
-        assert_eq!(e["SLURM_PROCID"], "3");
-        assert_eq!(e["SLURM_LOCALID"], "1");
+        assert_eq!(e["SLURM_JOB_CPUS_PER_NODE"], "8(x2)");
+        assert_eq!(e["SLURM_CPUS_ON_NODE"], "8");
         assert_eq!(e["SLURM_NODEID"], "1");
-        assert_eq!(e["SLURMD_NODENAME"], "gpu002");
+        assert_eq!(e["SLURMD_NODENAME"], "train-1");
         assert_eq!(e["SLURM_CPUS_PER_TASK"], "4");
         assert_eq!(e["SLURM_GPUS_PER_TASK"], "1");
         assert_eq!(e["SLURM_GPUS_ON_NODE"], "2");
         assert_eq!(e["SLURM_JOB_GPUS"], "2,3");
         assert_eq!(e["SLURM_JOB_PARTITION"], "gpu");
-        assert_eq!(e["MASTER_ADDR"], "train-0.train");
+        assert_eq!(e["MASTER_ADDR"], "train-0");
         assert_eq!(e["MASTER_PORT"], "29500");
         assert_eq!(e["WORLD_SIZE"], "4");
-        assert_eq!(e["RANK"], "3");
-        assert_eq!(e["LOCAL_RANK"], "1");
-        assert_eq!(e["LOCAL_WORLD_SIZE"], "2");
         assert_eq!(e["NODE_RANK"], "1");
-        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-3");
-        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0");
-        assert!(!e.contains_key("SLURM_ARRAY_TASK_ID"));
-        // DNS for ranks.
-        assert_eq!(s.hostname.as_deref(), Some("train-3"));
+        assert_eq!(e["LOCAL_WORLD_SIZE"], "2");
+        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-2,GPU-3");
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
+        assert_eq!(e[step::ENV_PORT], step::DEFAULT_PORT.to_string());
+        assert_eq!(e[step::ENV_KEY_FILE], step::KEY_FILE);
+        assert_eq!(e[step::ENV_KILL_WAIT], "40");
+        let gpus: serde_json::Value = serde_json::from_str(&e[step::ENV_NODE_GPUS]).unwrap();
+        assert_eq!(
+            gpus,
+            serde_json::json!({"gpus": [{"index": 2, "uuid": "GPU-2"}, {"index": 3, "uuid": "GPU-3"}]})
+        );
+        let ip = s.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .find(|v| v.name == step::ENV_POD_IP)
+            .unwrap();
+        assert_eq!(
+            ip.value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
+            "status.podIP"
+        );
+        // Names resolve under the Service.
+        assert_eq!(s.hostname.as_deref(), Some("train-1"));
         assert_eq!(s.subdomain.as_deref(), Some("train"));
-        // Default container runs the script with the partition's image.
+        assert_eq!(
+            s.dns_config.as_ref().unwrap().searches.as_deref(),
+            Some(&["train.ml.svc.cluster.local".to_string()][..])
+        );
+        // The node's share: both tasks' CPUs, memory and GPUs.
+        let r = s.containers[0].resources.as_ref().unwrap();
+        assert_eq!(r.requests.as_ref().unwrap()["cpu"].0, "8");
+        assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "16384Mi");
+        let rec = pod_allocation(&pod).unwrap();
+        assert_eq!((rec.node.as_str(), rec.node_rank), ("gpu002", 1));
+        assert_eq!(rec.gpus, vec![2, 3]);
+        assert_eq!(rec.gpu_uuids, vec!["GPU-2", "GPU-3"]);
+        // Not the batch host: the daemon only, waiting for steps.
+        assert_eq!(
+            s.containers[0].command.as_deref().unwrap(),
+            [step::POD_BINARY, "node"]
+        );
+        // The step binary from the operator image; the credential mounted read-only.
+        let init = &s.init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.name, step::INSTALL_CONTAINER);
+        assert_eq!(init.image.as_deref(), Some("muster/operator:test"));
+        assert_eq!(
+            init.command.as_deref().unwrap(),
+            [step::IMAGE_BINARY, "install", step::BIN_DIR]
+        );
+        let mounts = s.containers[0].volume_mounts.as_ref().unwrap();
+        assert!(mounts.iter().any(|m| m.mount_path == step::BIN_DIR));
+        let key = mounts
+            .iter()
+            .find(|m| m.mount_path == step::KEY_DIR)
+            .unwrap();
+        assert_eq!(key.read_only, Some(true));
+        let vol = s
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == key.name)
+            .unwrap();
+        let sv = vol.secret.as_ref().unwrap();
+        assert_eq!(sv.secret_name.as_deref(), Some("train-step"));
+        assert_eq!(sv.default_mode, Some(0o400));
+    }
+
+    #[test]
+    fn the_first_node_runs_the_script_once_through_the_daemon() {
+        let j = job(
+            "train",
+            BatchJobSpec {
+                script: Some("echo $HOSTNAME $$".into()),
+                ..Default::default()
+            },
+        );
+        let tasks = gang();
+        let p = partition();
+        let pod = build_pod(&ctx(&j, &tasks, Some(&p)), 0).unwrap();
+        let s = spec_of(&pod);
         assert_eq!(s.containers[0].name, TASK_CONTAINER);
         assert_eq!(
             s.containers[0].image.as_deref(),
             Some("nvcr.io/nvidia/pytorch:24.01-py3")
         );
         assert_eq!(
-            s.containers[0].command.as_ref().unwrap()[..3],
-            ["/bin/bash", "-c", "python train.py"]
+            s.containers[0].command.as_deref().unwrap(),
+            [
+                step::POD_BINARY,
+                "node",
+                "--batch",
+                "--",
+                "/bin/bash",
+                "-c",
+                "echo $$HOSTNAME $$$$",
+                "bash"
+            ]
         );
+        let e = env_of(&s.containers[0]);
+        assert_eq!(e["SLURM_NODEID"], "0");
+        assert_eq!(e["SLURM_PROCID"], "0");
+        assert_eq!(e["SLURMD_NODENAME"], "train-0");
+    }
+
+    #[test]
+    fn a_job_without_a_script_runs_its_command_as_one_step() {
+        let tmpl = PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "main".into(),
+                    image: Some("img".into()),
+                    command: Some(vec!["python".into(), "-m".into(), "train".into()]),
+                    args: Some(vec!["--lr=1".into()]),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        };
+        let j = job(
+            "torch",
+            BatchJobSpec {
+                template: Some(tmpl),
+                ..Default::default()
+            },
+        );
+        let tasks = gang();
+        let p0 = build_pod(&ctx(&j, &tasks, None), 0).unwrap();
+        let c0 = &spec_of(&p0).containers[0];
+        assert_eq!(
+            c0.command.as_deref().unwrap(),
+            [
+                step::POD_BINARY,
+                "node",
+                "--batch",
+                "--",
+                step::POD_SRUN,
+                "python",
+                "-m",
+                "train"
+            ]
+        );
+        assert_eq!(c0.args.as_deref(), Some(&["--lr=1".to_string()][..]));
+        let p1 = build_pod(&ctx(&j, &tasks, None), 1).unwrap();
+        let c1 = &spec_of(&p1).containers[0];
+        assert_eq!(c1.command.as_deref().unwrap(), [step::POD_BINARY, "node"]);
+        assert_eq!(c1.args, None);
+        // An image's entrypoint cannot become a step: refused before any allocation.
+        let mut no_cmd = j.clone();
+        no_cmd
+            .spec
+            .template
+            .as_mut()
+            .unwrap()
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .command = None;
+        let e = check_buildable(&no_cmd, None, "gpu").unwrap_err();
+        assert!(matches!(e, BuildError::NoCommand { .. }), "{e}");
+        assert!(e.to_string().contains("containers[0]"), "{e}");
     }
 
     #[test]
@@ -874,7 +1348,7 @@ mod tests {
         );
         let tasks = gang();
         let p = partition();
-        let pod = build_pod(&ctx(&j, &tasks, Some(&p)), 2).unwrap();
+        let pod = build_pod(&ctx(&j, &tasks, Some(&p)), 1).unwrap();
         let s = spec_of(&pod);
         assert_eq!(s.node_name, None);
         let terms = &s
@@ -900,15 +1374,11 @@ mod tests {
                 .keys()
                 .all(|k| !k.starts_with("nvidia.com/"))
         );
-        assert_eq!(r.requests.as_ref().unwrap()["cpu"].0, "4");
-        assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "8192Mi");
-        assert_eq!(r.limits.as_ref().unwrap()["memory"].0, "8192Mi");
+        assert_eq!(r.limits.as_ref().unwrap()["memory"].0, "16384Mi");
         assert_eq!(s.runtime_class_name.as_deref(), Some("nvidia"));
         assert_eq!(s.termination_grace_period_seconds, Some(45));
         assert_eq!(s.restart_policy.as_deref(), Some("Never"));
         assert_eq!(s.tolerations.as_ref().unwrap().len(), 1);
-        // The user's own command is kept (no script given).
-        assert_eq!(s.containers[0].command.as_ref().unwrap()[0], "sleep");
         // Ownership and labels.
         let o = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(o.kind, "BatchJob");
@@ -917,11 +1387,8 @@ mod tests {
         let l = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(l[labels::BATCHJOB], "train");
         assert_eq!(l[labels::JOB_ID], "1234");
-        assert_eq!(l[labels::RANK], "2");
+        assert_eq!(l[labels::NODE_RANK], "1");
         assert_eq!(l[labels::ATTEMPT], "1");
-        let rec = pod_allocation(&pod).unwrap();
-        assert_eq!(rec.node, "gpu002");
-        assert_eq!(rec.gpus, vec![2]);
     }
 
     #[test]
@@ -946,7 +1413,8 @@ mod tests {
                     image: Some("img".into()),
                     env: env(&[
                         ("NVIDIA_VISIBLE_DEVICES", "all"),
-                        ("RANK", "99"),
+                        ("WORLD_SIZE", "99"),
+                        ("MUSTER_STEP_PORT", "1"),
                         ("MASTER_PORT", "1234"),
                         ("MY_VAR", "x"),
                     ]),
@@ -973,8 +1441,9 @@ mod tests {
         let pod = build_pod(&ctx(&j, &tasks, None), 0).unwrap();
         let s = spec_of(&pod);
         let main = env_of(&s.containers[0]);
-        assert_eq!(main["NVIDIA_VISIBLE_DEVICES"], "GPU-0");
-        assert_eq!(main["RANK"], "0");
+        assert_eq!(main["NVIDIA_VISIBLE_DEVICES"], "GPU-0,GPU-1");
+        assert_eq!(main["WORLD_SIZE"], "4");
+        assert_eq!(main["MUSTER_STEP_PORT"], step::DEFAULT_PORT.to_string());
         assert_eq!(
             main["MASTER_PORT"], "1234",
             "template env wins over the annotation"
@@ -986,18 +1455,18 @@ mod tests {
             .flatten()
             .map(|e| e.name.as_str())
             .collect();
-        assert_eq!(names.iter().filter(|n| **n == "RANK").count(), 1);
+        assert_eq!(names.iter().filter(|n| **n == "WORLD_SIZE").count(), 1);
         // The sidecar sees the same GPU binding (a CUDA image would default to all).
         let side = env_of(&s.containers[1]);
-        assert_eq!(side["NVIDIA_VISIBLE_DEVICES"], "GPU-0");
+        assert_eq!(side["NVIDIA_VISIBLE_DEVICES"], "GPU-0,GPU-1");
         assert_eq!(side["MASTER_PORT"], "1234");
-        // The script runs in the first container since it has no command.
-        assert_eq!(s.containers[0].command.as_ref().unwrap()[2], "echo hi");
+        // The script runs in the first container through the daemon.
+        assert_eq!(s.containers[0].command.as_ref().unwrap()[6], "echo hi");
         assert!(s.containers[1].command.is_none());
     }
 
     #[test]
-    fn annotation_sets_master_port_and_single_task_uses_localhost() {
+    fn a_one_node_job_has_no_service_and_a_gpuless_pod_sees_no_gpu() {
         let mut j = job(
             "solo",
             BatchJobSpec {
@@ -1015,11 +1484,15 @@ mod tests {
         let s = spec_of(&pod);
         let e = env_of(&s.containers[0]);
         assert_eq!(e["MASTER_PORT"], "5555");
-        assert_eq!(e["MASTER_ADDR"], "localhost");
+        assert_eq!(e["MASTER_ADDR"], "solo-0");
+        assert_eq!(e["SLURM_JOB_NODELIST"], "solo-0");
         assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "void");
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "");
+        assert_eq!(e["SLURM_CPUS_ON_NODE"], "1");
         assert!(!e.contains_key("SLURM_GPUS_ON_NODE"));
+        assert!(!e.contains_key(step::ENV_NODE_GPUS));
         assert_eq!(s.subdomain, None);
+        assert_eq!(s.dns_config, None);
         // No cpu/memory allocation: no requests invented.
         let r = s.containers[0].resources.as_ref().unwrap();
         assert!(r.requests.as_ref().unwrap().is_empty());
@@ -1045,17 +1518,45 @@ mod tests {
         let mut c = ctx(&j, &tasks, Some(&p));
         c.array = Some((100, 3));
         c.attempt = 2;
+        let gj = vec![r#"{"gpus":[{"index":5,"uuid":"GPU-a","numa":1}]}"#.to_string()];
+        c.node_gpus = &gj;
         let pod = build_pod(&c, 0).unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("sweep-3-0-a2"));
-        let e = env_of(&spec_of(&pod).containers[0]);
+        let s = spec_of(&pod);
+        assert_eq!(s.hostname.as_deref(), Some("sweep-3-0-a2"));
+        let e = env_of(&s.containers[0]);
+        assert_eq!(e["SLURM_JOB_NODELIST"], "sweep-3-0-a2");
         assert_eq!(e["SLURM_ARRAY_JOB_ID"], "100");
         assert_eq!(e["SLURM_ARRAY_TASK_ID"], "3");
         assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-a,GPU-b");
         assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
+        assert_eq!(e[step::ENV_NODE_GPUS], gj[0]);
         let l = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(l[labels::ATTEMPT], "2");
         assert_eq!(l[labels::ARRAY_PARENT], "sweep");
         assert_eq!(l[labels::ARRAY_TASK_ID], "3");
+    }
+
+    #[test]
+    fn dra_pods_reference_one_claim_with_the_nodes_gpus() {
+        let j = job(
+            "train",
+            BatchJobSpec {
+                script: Some("true".into()),
+                ..Default::default()
+            },
+        );
+        let tasks = gang();
+        let p = partition();
+        let mut c = ctx(&j, &tasks, Some(&p));
+        c.gpu_binding = GpuBinding::Dra;
+        let pod = build_pod(&c, 0).unwrap();
+        let s = spec_of(&pod);
+        let claims = s.resource_claims.as_ref().unwrap();
+        assert_eq!(claims.len(), 1);
+        let e = env_of(&s.containers[0]);
+        assert!(!e.contains_key("NVIDIA_VISIBLE_DEVICES"));
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
     }
 
     #[test]
@@ -1078,7 +1579,7 @@ mod tests {
         let p = partition();
         assert_eq!(
             build_pod(&ctx(&j, &tasks, Some(&p)), 9).unwrap_err(),
-            BuildError::NoSuchRank(9)
+            BuildError::NoSuchNode(9)
         );
         let long = job(&"x".repeat(70), BatchJobSpec::default());
         assert!(matches!(
@@ -1113,6 +1614,7 @@ mod tests {
                 containers: vec![Container {
                     name: "main".into(),
                     image: Some("img".into()),
+                    command: Some(vec!["true".into()]),
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -1136,26 +1638,31 @@ mod tests {
         assert_ne!(service_name("a.b"), service_name("a-b"));
         let long = "a".repeat(63);
         assert_eq!(service_name(&long), long);
-        let h = hostname(&long, 31);
+        let h = hostname(&long, 1, 31);
         assert!(h.len() <= 63 && h.ends_with("-31"), "{h}");
         assert_ne!(
-            hostname(&format!("{long}x"), 1),
-            hostname(&format!("{long}y"), 1)
+            hostname(&format!("{long}x"), 1, 1),
+            hostname(&format!("{long}y"), 1, 1)
         );
-        assert_eq!(hostname("train", 0), "train-0");
+        assert_eq!(hostname("train", 1, 0), "train-0");
         assert_eq!(pod_name("train", 1, 7), "train-7");
         assert_eq!(pod_name("train", 3, 7), "train-7-a3");
+        assert_eq!(step::secret_name("train"), "train-step");
     }
 
     #[test]
-    fn node_lists_expand_to_reachable_rank_hosts() {
-        let tasks = gang();
-        let hl = muster_crds::slurm::hostlist::compress(rank_hosts("run2", &tasks));
-        let hosts = muster_crds::slurm::hostlist::expand(&hl).unwrap();
-        assert_eq!(hosts, ["run2-0.run2", "run2-2.run2"]);
+    fn node_shares_sum_their_tasks_and_name_each_gpu_once() {
+        let mut tasks = gang();
+        // Two tasks sharing one GPU (more tasks than GPUs).
+        tasks[1].gpus = vec![2];
+        tasks[1].gpu_uuids = vec!["GPU-0".into()];
+        let s = node_share(&tasks, 0).unwrap();
+        assert_eq!((s.cpu_millis, s.memory_mib), (8000, 16384));
+        assert_eq!(s.gpus, vec![2]);
+        assert_eq!(s.gpu_uuids, vec!["GPU-0"]);
+        assert_eq!(node_share(&tasks, 5), None);
         assert_eq!(node_list(&tasks), "gpu[001-002]");
-        let solo = vec![TaskAllocation::default()];
-        assert_eq!(rank_hosts("x", &solo), ["x-0"]);
+        assert_eq!(node_hosts("run2", 1, &tasks), ["run2-0", "run2-1"]);
     }
 
     #[test]
@@ -1167,7 +1674,7 @@ mod tests {
     }
 
     #[test]
-    fn service_is_headless_and_publishes_not_ready() {
+    fn service_is_headless_and_secret_is_owned_and_keyed_at_write() {
         let j = job("train", BatchJobSpec::default());
         let s = build_service(&j);
         let sp = s.spec.unwrap();
@@ -1175,5 +1682,14 @@ mod tests {
         assert_eq!(sp.publish_not_ready_addresses, Some(true));
         assert_eq!(sp.selector.unwrap()[labels::BATCHJOB], "train");
         assert_eq!(s.metadata.owner_references.unwrap()[0].name, "train");
+        let sec = build_secret(&j);
+        assert_eq!(sec.metadata.name.as_deref(), Some("train-step"));
+        assert_eq!(
+            sec.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "uid-1"
+        );
+        assert!(sec.data.is_none() && sec.string_data.is_none());
+        let keyed = with_key(sec, "abcd");
+        assert_eq!(keyed.string_data.unwrap()[step::SECRET_KEY], "abcd");
     }
 }

@@ -1115,7 +1115,7 @@ mod tests {
             job: "j".into(),
             owner_uid: None,
             attempt: Some(1),
-            rank: Some(0),
+            node: Some(0),
             phase: plan::Phase::Running,
             deleting: false,
             exit: None,

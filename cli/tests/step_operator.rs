@@ -1,0 +1,290 @@
+//! The real operator runs Slurm scripts the Slurm way on the test control plane in exec mode:
+//! one node pod per allocated node (not one per task), the batch script once on the first,
+//! `srun` steps across the allocation with Slurm's GPU visibility, the job's state and exit
+//! code the script's.
+
+mod step_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams, LogParams, PostParams};
+use kube::runtime::wait::await_condition;
+use muster_crds::labels;
+use muster_crds::v1alpha1::{BatchJob, JobState, Partition, PartitionSpec};
+use muster_operator::controller::Settings;
+use muster_operator::core::cluster_spec::ClusterSpec;
+use serde_json::json;
+
+async fn setup() -> (step_support::Env, muster_e2e::operator::InProcessOperator) {
+    let env = step_support::start().await;
+    let server = env.cluster.api_server().expect("the API server double");
+    let settings = Settings {
+        namespace: "muster-system".into(),
+        leader_election: false,
+        identity: "step-operator-test".into(),
+        ..Settings::default()
+    };
+    let op = muster_e2e::operator::start(server, settings, false)
+        .await
+        .expect("the operator starts");
+    let p = Partition::new(
+        "gpu",
+        PartitionSpec {
+            topology: ClusterSpec::from_yaml(step_support::SPEC)
+                .unwrap()
+                .topology(),
+            default: Some(true),
+            default_image: Some("debian:bookworm".into()),
+            grace_time_seconds: Some(10),
+            ..PartitionSpec::default()
+        },
+    );
+    Api::<Partition>::all(env.cluster.client())
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    (env, op)
+}
+
+async fn submit(env: &step_support::Env, ns: &str, name: &str, spec: serde_json::Value) {
+    let bj: BatchJob = serde_json::from_value(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .unwrap();
+    Api::<BatchJob>::namespaced(env.cluster.client(), ns)
+        .create(&PostParams::default(), &bj)
+        .await
+        .unwrap();
+}
+
+/// Waits until the job ends; returns it.
+async fn ended(env: &step_support::Env, ns: &str, name: &str, secs: u64) -> BatchJob {
+    let api: Api<BatchJob> = Api::namespaced(env.cluster.client(), ns);
+    let cond = |j: Option<&BatchJob>| {
+        j.and_then(|j| j.status.as_ref())
+            .and_then(|s| s.state)
+            .is_some_and(|s| s.is_terminal())
+    };
+    match tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api.clone(), name, cond),
+    )
+    .await
+    {
+        Ok(Ok(Some(j))) => j,
+        other => {
+            let logs = logs(env, ns, name).await;
+            let j = api.get(name).await.ok().and_then(|j| j.status);
+            panic!("{name} did not end in {secs} s ({other:?}); status {j:?}; logs:\n{logs}")
+        }
+    }
+}
+
+async fn pods(env: &step_support::Env, ns: &str, name: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(env.cluster.client(), ns)
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::BATCHJOB)))
+        .await
+        .unwrap()
+        .items
+}
+
+async fn log(env: &step_support::Env, ns: &str, pod: &str, container: &str) -> String {
+    Api::<Pod>::namespaced(env.cluster.client(), ns)
+        .logs(
+            pod,
+            &LogParams {
+                container: Some(container.into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_or_default()
+}
+
+async fn logs(env: &step_support::Env, ns: &str, name: &str) -> String {
+    let mut out = String::new();
+    for p in pods(env, ns, name).await {
+        let pn = p.metadata.name.clone().unwrap_or_default();
+        for c in ["muster-step-install", "task"] {
+            out.push_str(&format!("--- {pn} {c}\n{}", log(env, ns, &pn, c).await));
+        }
+    }
+    out
+}
+
+/// `srun -l printenv SLURM_PROCID CUDA_VISIBLE_DEVICES` output: task → its
+/// `CUDA_VISIBLE_DEVICES` (each task prints its rank, then its GPUs).
+fn visibility(out: &str) -> BTreeMap<u32, String> {
+    let mut lines: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for l in out.lines() {
+        if let Some((t, v)) = l.split_once(": ")
+            && let Ok(t) = t.trim().parse::<u32>()
+        {
+            lines.entry(t).or_default().push(v.to_string());
+        }
+    }
+    lines
+        .into_iter()
+        .map(|(t, v)| {
+            assert_eq!(v.len(), 2, "task {t}: {v:?} in\n{out}");
+            assert_eq!(v[0], t.to_string(), "SLURM_PROCID of task {t} in\n{out}");
+            (t, v[1].clone())
+        })
+        .collect()
+}
+
+const SCRIPT: &str = "#!/bin/bash\n\
+srun -l printenv SLURM_PROCID CUDA_VISIBLE_DEVICES\n\
+echo \"master=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\"\n\
+echo \"nodes=$SLURM_JOB_NODELIST ntasks=$SLURM_NTASKS host=$(hostname)\"\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
+    let (env, op) = setup().await;
+    let ns = env.namespace("steps").await;
+
+    // --gpus-per-task=1: two nodes x two tasks, each task its own GPU.
+    submit(
+        &env,
+        &ns,
+        "pertask",
+        json!({"nodes": 2, "ntasksPerNode": 2, "gpusPerTask": 1, "script": SCRIPT}),
+    )
+    .await;
+    // --gres=gpu:2: every task on a node sees the node's two GPUs.
+    submit(
+        &env,
+        &ns,
+        "gres",
+        json!({"nodes": 2, "ntasksPerNode": 2, "gres": "gpu:2", "script": SCRIPT}),
+    )
+    .await;
+    // A failing script: the job FAILED with its exit code.
+    submit(
+        &env,
+        &ns,
+        "fails",
+        json!({"nodes": 2, "ntasksPerNode": 1, "script": "srun true\nexit 7\n"}),
+    )
+    .await;
+
+    let j = ended(&env, &ns, "pertask", 120).await;
+    let st = j.status.clone().unwrap();
+    let out = log(&env, &ns, "pertask-0", "task").await;
+    assert_eq!(
+        st.state,
+        Some(JobState::Completed),
+        "{st:?}\n{}",
+        logs(&env, &ns, "pertask").await
+    );
+    assert_eq!(st.exit_code, Some(0));
+    // Pods = nodes; the status keeps every task (rank -> node, GPUs).
+    assert_eq!(
+        pods(&env, &ns, "pertask").await.len(),
+        2,
+        "one pod per node"
+    );
+    assert_eq!(st.tasks.len(), 4);
+    for t in &st.tasks {
+        assert_eq!(t.gpus.len(), 1);
+        assert_eq!(
+            t.pod.as_deref(),
+            Some(format!("pertask-{}", t.node_rank).as_str())
+        );
+    }
+    let vis = visibility(&out);
+    assert_eq!(
+        vis.keys().copied().collect::<Vec<_>>(),
+        [0, 1, 2, 3],
+        "{out}"
+    );
+    for node in [[0, 1], [2, 3]] {
+        // Each task of a node one GPU of its own, numbered inside the node pod.
+        let mine: BTreeSet<&str> = node.iter().map(|t| vis[t].as_str()).collect();
+        assert_eq!(mine, BTreeSet::from(["0", "1"]), "{out}");
+    }
+    assert!(out.contains("master=pertask-0\n"), "{out}");
+    assert!(
+        out.contains("nodes=pertask-[0-1] ntasks=4 host=pertask-0\n"),
+        "{out}"
+    );
+    // The script ran once: one batch output, on node 0 only.
+    assert_eq!(out.matches("master=").count(), 1, "{out}");
+    assert!(
+        !log(&env, &ns, "pertask-1", "task")
+            .await
+            .contains("master=")
+    );
+    // Its credential: owned by the job, only its pods mount it.
+    let sec = Api::<Secret>::namespaced(env.cluster.client(), &ns)
+        .get("pertask-step")
+        .await
+        .unwrap();
+    assert_eq!(
+        sec.metadata.owner_references.as_ref().unwrap()[0].uid,
+        j.metadata.uid.clone().unwrap()
+    );
+
+    let g = ended(&env, &ns, "gres", 120).await;
+    let out = log(&env, &ns, "gres-0", "task").await;
+    assert_eq!(
+        g.status.as_ref().unwrap().state,
+        Some(JobState::Completed),
+        "{out}"
+    );
+    assert_eq!(pods(&env, &ns, "gres").await.len(), 2);
+    let vis = visibility(&out);
+    assert_eq!(vis.len(), 4, "{out}");
+    assert!(vis.values().all(|v| v == "0,1"), "{out}");
+
+    let f = ended(&env, &ns, "fails", 120).await;
+    let fs = f.status.unwrap();
+    assert_eq!(fs.state, Some(JobState::Failed), "{fs:?}");
+    assert_eq!(fs.exit_code, Some(7));
+    assert_eq!(fs.reason.as_deref(), Some("NonZeroExitCode"));
+    op.shutdown().await.unwrap();
+    env.cluster.shutdown().await;
+}
+
+/// examples/sbatch/mpirun-2x2.sh's plain form: `mpirun -np 4` under the operator starts its
+/// daemons through srun on both node pods (Open MPI from Debian; the program is `hostname`
+/// here, the example's own needs CUDA).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
+    let (env, op) = setup().await;
+    let ns = env.namespace("mpi").await;
+    submit(
+        &env,
+        &ns,
+        "mpirun",
+        json!({"jobName": "mpirun_test", "nodes": 2, "ntasksPerNode": 2, "gpusPerTask": 1,
+               "script": "#!/bin/bash\nmpirun -np 4 hostname\n",
+               "template": {"spec": {"containers": [{"name": "task", "env": [
+                   {"name": "OMPI_ALLOW_RUN_AS_ROOT", "value": "1"},
+                   {"name": "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "value": "1"}]}]}}}),
+    )
+    .await;
+    let j = ended(&env, &ns, "mpirun", 180).await;
+    let out = log(&env, &ns, "mpirun-0", "task").await;
+    let st = j.status.unwrap();
+    assert_eq!(
+        st.state,
+        Some(JobState::Completed),
+        "{st:?}\n{}",
+        logs(&env, &ns, "mpirun").await
+    );
+    assert_eq!(pods(&env, &ns, "mpirun").await.len(), 2);
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["mpirun-0", "mpirun-0", "mpirun-1", "mpirun-1"],
+        "{out}"
+    );
+    op.shutdown().await.unwrap();
+    env.cluster.shutdown().await;
+}
