@@ -174,6 +174,14 @@ pub enum BuildError {
     /// A node index without an allocation.
     #[error("node {0} of the job has no allocation in status.tasks")]
     NoSuchNode(u32),
+    /// The pod cannot take the partition's job environment.
+    #[error("partition {partition}: {source}")]
+    JobEnv {
+        /// The partition.
+        partition: String,
+        /// The conflict.
+        source: super::jobenv::JobEnvError,
+    },
     /// A pod's ResourceClaim cannot be built (`dra` mode).
     #[error(transparent)]
     Claim(#[from] dra::DraError),
@@ -685,6 +693,20 @@ pub fn check_buildable(
             partition: partition_name.to_string(),
         });
     }
+    if let Some(p) = partition {
+        // The template as a pod: what conflicts with the partition's environment here
+        // conflicts in every pod built from it.
+        let template = job.spec.template.clone().unwrap_or_default();
+        let pod = Pod {
+            metadata: template.metadata.unwrap_or_default(),
+            spec: template.spec,
+            status: None,
+        };
+        super::jobenv::apply(&p.spec, pod).map_err(|source| BuildError::JobEnv {
+            partition: partition_name.to_string(),
+            source,
+        })?;
+    }
     Ok(())
 }
 
@@ -963,6 +985,12 @@ pub fn build_pod(ctx: &JobContext<'_>, node: u32) -> Result<Pod, BuildError> {
         spec: Some(spec),
         status: None,
     };
+    if let Some(p) = ctx.partition {
+        pod = super::jobenv::apply(&p.spec, pod).map_err(|source| BuildError::JobEnv {
+            partition: part_name.clone(),
+            source,
+        })?;
+    }
     if ctx.gpu_binding == GpuBinding::Dra && !share.gpus.is_empty() {
         dra::attach_claim(&mut pod, &dra::claim_name(&pod_name));
     }
