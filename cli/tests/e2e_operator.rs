@@ -197,9 +197,10 @@ async fn sbatch_wait_exits_with_the_jobs_exit_code() {
                 .await
                 .unwrap_or_default();
             if pods.len() == 2 {
-                // Rank 1 fails with 3, rank 0 succeeds.
-                sim.finish(&pods[0], 0).await;
-                sim.finish(&pods[1], 3).await;
+                // The batch host (rank 0's node pod) fails with 3: its exit is the job's, as
+                // in Slurm; the other node's pod succeeds.
+                sim.finish(&pods[1], 0).await;
+                sim.finish(&pods[0], 3).await;
                 return;
             }
             assert!(tokio::time::Instant::now() < deadline, "the job never ran");
