@@ -219,17 +219,25 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     if let Some(c) = &r.comment {
         lines.push(format!("Comment={c}"));
     }
+    // Slurm's patterns (`%j`, `%x`, …) expanded as scontrol does. Without --output the task
+    // logs are the pods' (`muster logs`), so no file is named.
+    let fields = muster_crds::slurm::fname::StdioFields {
+        job_id: r.job_id.unwrap_or(0),
+        array: r.array_job_id.zip(r.array_task_id),
+        job_name: &r.job_name,
+        user: &r.user,
+        first_node: r.batch_host.as_deref(),
+        work_dir: None,
+    };
+    let file = |p: Option<&str>| match p {
+        Some(p) => muster_crds::slurm::fname::expand(p, &fields),
+        None => "(pod log)".to_string(),
+    };
     lines.push(format!(
         "StdErr={}",
-        r.std_err
-            .as_deref()
-            .or(r.std_out.as_deref())
-            .unwrap_or("(pod log)")
+        file(r.std_err.as_deref().or(r.std_out.as_deref()))
     ));
-    lines.push(format!(
-        "StdOut={}",
-        r.std_out.as_deref().unwrap_or("(pod log)")
-    ));
+    lines.push(format!("StdOut={}", file(r.std_out.as_deref())));
     if let Some(t) = &r.tres_per_job {
         lines.push(format!("TresPerJob={t}"));
     }

@@ -268,8 +268,8 @@ fn scontrol_show_job() {
    NumNodes=2 NumCPUs=16 NumTasks=2 CPUs/Task=8
    TRES=cpu=16,node=2,gres/gpu=16
    Features=(null) OverSubscribe=NO
-   StdErr=train-%j.out
-   StdOut=train-%j.out
+   StdErr=train-101.out
+   StdOut=train-101.out
    TresPerNode=gres:gpu:8
    BatchJob=team-a/train-abcde
 "

@@ -494,6 +494,74 @@ fn partition_rules() {
 }
 
 #[test]
+fn partition_job_environment_rules() {
+    let env = |e: Value| part(json!({"jobEnvironment": e}));
+    accepts(
+        PART,
+        env(json!({
+            "volumes": [
+                {"name": "scratch", "mountPath": "/scratch", "claimName": "scratch"},
+                {"name": "datasets", "mountPath": "/datasets", "hostPath": "/lustre/datasets", "readOnly": true}],
+            "shmSize": "64Gi", "resources": {"rdma/ib": 1}, "capabilities": ["IPC_LOCK"],
+            "hostNetwork": true, "annotations": {"k8s.v1.cni.cncf.io/networks": "ib"},
+            "env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}], "serviceAccountName": "trainer"
+        })),
+    );
+    refuses(
+        PART,
+        env(json!({"volumes": [{"name": "scratch", "mountPath": "/scratch"}]})),
+        "exactly one of claimName and hostPath",
+    );
+    refuses(
+        PART,
+        env(
+            json!({"volumes": [{"name": "s", "mountPath": "/s", "claimName": "c", "hostPath": "/s"}]}),
+        ),
+        "exactly one of claimName and hostPath",
+    );
+    refuses(
+        PART,
+        env(json!({"volumes": [{"name": "s", "mountPath": "scratch", "claimName": "c"}]})),
+        "mountPath must be an absolute path",
+    );
+    refuses(
+        PART,
+        env(json!({"volumes": [{"name": "s", "mountPath": "/dev/shm", "claimName": "c"}]})),
+        "mountPath must be an absolute path other than / and /dev/shm",
+    );
+    refuses(
+        PART,
+        env(json!({"volumes": [{"name": "muster-shm", "mountPath": "/x", "claimName": "c"}]})),
+        "not starting with muster-",
+    );
+    refuses(
+        PART,
+        env(json!({"volumes": [{"name": "s", "mountPath": "/s", "hostPath": "relative"}]})),
+        "hostPath must be an absolute directory",
+    );
+    refuses(
+        PART,
+        env(json!({"resources": {"nvidia.com/gpu": 1}})),
+        "extended resources such as rdma/ib",
+    );
+    refuses(
+        PART,
+        env(json!({"resources": {"memory": "1Gi"}})),
+        "extended resources such as rdma/ib",
+    );
+    refuses(
+        PART,
+        env(json!({"capabilities": ["CAP_IPC_LOCK", "ipc_lock"]})),
+        "Linux capability names",
+    );
+    refuses(
+        PART,
+        env(json!({"serviceAccountName": "Trainer"})),
+        "ServiceAccount name",
+    );
+}
+
+#[test]
 fn gpunode_must_be_named_after_its_node() {
     let ok = json!({"apiVersion": "muster.dev/v1alpha1", "kind": "GpuNode",
                     "metadata": {"name": "gpu001"}, "spec": {"nodeName": "gpu001"}});

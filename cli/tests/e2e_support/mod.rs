@@ -70,6 +70,16 @@ impl Sim {
     /// The cluster, without the operator when `operator` is false (for `--test-only`, which
     /// must not need one).
     pub async fn start_with(operator: bool) -> Sim {
+        Sim::start_opts(operator, None, json!({})).await
+    }
+
+    /// The cluster with the operator, in exec mode when `exec` is given (pods run as local
+    /// processes), its default partition `blackwell` with `partition` merged into its spec.
+    pub async fn start_opts(
+        operator: bool,
+        exec: Option<muster_e2e::exec::ExecOptions>,
+        partition: serde_json::Value,
+    ) -> Sim {
         if let Ok(f) = std::env::var("MUSTER_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(f))
@@ -77,7 +87,9 @@ impl Sim {
                 .try_init();
         }
         let spec = ClusterSpec::from_yaml(SPEC).expect("spec");
-        let cluster = TestCluster::simulated(TestClusterOptions::new(spec))
+        let mut opts = TestClusterOptions::new(spec);
+        opts.exec = exec;
+        let cluster = TestCluster::simulated(opts)
             .await
             .expect("test cluster starts");
         let client = cluster.client();
@@ -89,11 +101,14 @@ impl Sim {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap();
+        let mut pspec = json!({"default": true, "defaultImage": "busybox:1.36",
+                     "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]});
+        for (k, v) in partition.as_object().into_iter().flatten() {
+            pspec[k] = v.clone();
+        }
         let p: Partition = serde_json::from_value(json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
-            "metadata": {"name": "blackwell"},
-            "spec": {"default": true, "defaultImage": "busybox:1.36",
-                     "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]}}))
+            "metadata": {"name": "blackwell"}, "spec": pspec}))
         .unwrap();
         Api::<Partition>::all(client.clone())
             .create(&PostParams::default(), &p)

@@ -19,6 +19,7 @@
 //! | [`gres`] | `--gres`, `--gpus*` | [`GresItem`], [`GpuCount`] |
 //! | [`tasks`] | `SLURM_TASKS_PER_NODE` | [`TasksPerNode`] |
 //! | [`script`] | `#SBATCH` lines of a batch script | [`script::read`] |
+//! | [`fname`] | `--output`/`--error` filename patterns | [`fname::expand`] |
 //! | [`getopt`] | sbatch's option table and `getopt_long` | [`getopt::SBATCH_OPTIONS`], [`getopt::getopt`] |
 //!
 //! Policy, applied in every module: every form Slurm documents is accepted and means what it
@@ -31,6 +32,7 @@
 pub mod array;
 pub mod constraint;
 pub mod dependency;
+pub mod fname;
 pub mod getopt;
 pub mod gpubind;
 pub mod gres;

@@ -1,7 +1,10 @@
 //! Partition: a pool of nodes with its topology, limits and policies (Slurm's
 //! `PartitionName=` line plus `topology.conf`, as a cluster-scoped object).
 
-use k8s_openapi::api::core::v1::Toleration;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{EnvVar, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
@@ -171,6 +174,130 @@ pub struct PartitionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 86400))]
     pub grace_time_seconds: Option<u32>,
+
+    /// What every job pod of the partition gets, as every node of a Slurm partition has it:
+    /// shared filesystems, a large `/dev/shm`, the fabric (RDMA resources, `IPC_LOCK`, host
+    /// networking or a secondary network), environment and a service account. Merged into
+    /// each pod; the job's own settings win where both set the same thing, and a job volume
+    /// mounted where the partition mounts a shared filesystem is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_environment: Option<JobEnvironment>,
+}
+
+/// What every job pod of a partition gets (`spec.jobEnvironment`).
+///
+/// Locked memory: RDMA needs an unlimited `memlock` ulimit, which is not a pod field. It comes
+/// from the container runtime: containerd passes its own limits on (`LimitMEMLOCK=infinity` in
+/// `containerd.service`, the default of most distributions' units), CRI-O takes
+/// `default_ulimits = ["memlock=-1:-1"]`. Check with `ulimit -l` in a job (`unlimited`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = rules::rule(
+    "!has(self.volumes) || !has(self.shmSize) || self.volumes.all(v, v.mountPath != '/dev/shm')",
+    "volumes must not mount at /dev/shm when shmSize is set"
+))]
+pub struct JobEnvironment {
+    /// Shared filesystems mounted in every container of every job pod (Slurm's `/home`,
+    /// `/scratch`): a ReadWriteMany PersistentVolumeClaim in the job's namespace, or a
+    /// directory of the nodes (hostPath, for filesystems the nodes mount themselves). pyxis's
+    /// `--container-mounts` names them by `name`. Each needs its own `mountPath` (jobs of a
+    /// partition where two share one are refused with the reason).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub volumes: Vec<SharedVolume>,
+
+    /// Size of the memory-backed `/dev/shm` of every job pod (an `emptyDir` with
+    /// `medium: Memory`; it counts towards the pod's memory). NCCL, PyTorch's DataLoader and
+    /// Ray need more than the container runtime's 64 MiB. A job that mounts its own
+    /// `/dev/shm` keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<Quantity>,
+
+    /// Extended resources every job pod requests (requests and limits of its first
+    /// container), e.g. `rdma/ib: 1` for an RDMA device plugin's HCAs. A job that asks for the
+    /// same resource keeps its own amount. GPUs (`nvidia.com/*`) are Muster's to bind and
+    /// cannot be listed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = rules::rule(
+        "self.all(k, k.contains('/') && !k.startsWith('nvidia.com/') && !k.startsWith('kubernetes.io/') && !k.startsWith('requests.'))",
+        "resources must be extended resources such as rdma/ib (nvidia.com/* GPUs are bound by Muster)"
+    ))]
+    #[schemars(extend("maxProperties" = 16))]
+    pub resources: BTreeMap<String, Quantity>,
+
+    /// Linux capabilities added to every container, e.g. `IPC_LOCK` for RDMA memory
+    /// registration. A container that drops one by name keeps it dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = rules::rule(
+        "self.all(c, c.matches('^[A-Z][A-Z_]*$') && !c.startsWith('CAP_'))",
+        "capabilities must be Linux capability names such as IPC_LOCK (no CAP_ prefix)"
+    ))]
+    #[schemars(length(max = 16), inner(length(max = 32)), extend("x-kubernetes-list-type" = "set"))]
+    pub capabilities: Vec<String>,
+
+    /// Run job pods in the node's network namespace (for fabrics without a CNI for RDMA);
+    /// they then use `dnsPolicy: ClusterFirstWithHostNet`. A job that sets `hostNetwork`
+    /// keeps its choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_network: Option<bool>,
+
+    /// Annotations on every job pod, e.g. Multus's `k8s.v1.cni.cncf.io/networks` for a
+    /// secondary RDMA network. The job's own annotation of the same key wins.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+
+    /// Environment of every container (`NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`, …). A variable the
+    /// job or Muster sets is kept as theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    pub env: Vec<EnvVar>,
+
+    /// ServiceAccount of job pods that name none (in the job's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(rules::DNS_SUBDOMAIN, "serviceAccountName must be a ServiceAccount name"))]
+    pub service_account_name: Option<String>,
+}
+
+/// A shared filesystem of a partition (`spec.jobEnvironment.volumes[]`): exactly one of
+/// `claimName` and `hostPath`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = rules::rule(
+    "has(self.claimName) != has(self.hostPath)",
+    "a volume needs exactly one of claimName and hostPath"
+))]
+pub struct SharedVolume {
+    /// The volume's name in the pod, and what `--container-mounts=NAME:DST` refers to.
+    #[x_kube(validation = rules::rule(
+        "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && !self.startsWith('muster-')",
+        "volume names must be DNS labels (lowercase letters, digits, '-') not starting with muster-"
+    ))]
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Where it appears in every container (absolute; not `/dev/shm`).
+    #[x_kube(validation = rules::rule(
+        "self.startsWith('/') && self != '/' && self != '/dev/shm' && !self.contains(':')",
+        "mountPath must be an absolute path other than / and /dev/shm, without ':'"
+    ))]
+    #[schemars(length(min = 2, max = 1024))]
+    pub mount_path: String,
+    /// Mounted read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// A PersistentVolumeClaim of the job's namespace, ReadWriteMany so that every node of
+    /// a job mounts it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(rules::DNS_SUBDOMAIN, "claimName must be a PersistentVolumeClaim name"))]
+    pub claim_name: Option<String>,
+    /// A directory of every node (a filesystem the nodes mount, e.g. Lustre or NFS at
+    /// `/lustre`), mounted as a `hostPath` of type `Directory`: it must exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(
+        "self.startsWith('/') && self != '/'",
+        "hostPath must be an absolute directory other than /"
+    ))]
+    #[schemars(length(min = 2, max = 1024))]
+    pub host_path: Option<String>,
 }
 
 /// Slurm's partition states.

@@ -6,6 +6,7 @@
 //! | [`translate`] | CRD objects ⇄ core types (pure) |
 //! | [`admission`] | the admission webhooks' answers and configurations (pure) |
 //! | [`pods`] | task pods and the headless Service (pure) |
+//! | [`jobenv`] | the partition's job environment merged into a pod (pure) |
 //! | [`discovery`] | what the API server serves: DRA, Kubernetes' gang API |
 //! | [`dra`] | GPU binding by DRA: a pod's ResourceClaim, inventory from ResourceSlices (pure) |
 //! | [`gang`] | Kubernetes' own gang (Workload/PodGroup) of an admission (pure) |
@@ -31,6 +32,7 @@ pub mod events;
 pub mod exec;
 pub mod gang;
 pub mod http;
+pub mod jobenv;
 pub mod jobids;
 pub mod kube_api;
 pub mod leader;

@@ -138,6 +138,14 @@ pub enum BuildError {
     /// A rank without an allocation.
     #[error("rank {0} has no allocation in status.tasks")]
     NoSuchRank(u32),
+    /// The pod cannot take the partition's job environment.
+    #[error("partition {partition}: {source}")]
+    JobEnv {
+        /// The partition.
+        partition: String,
+        /// The conflict.
+        source: super::jobenv::JobEnvError,
+    },
     /// A pod's ResourceClaim cannot be built (`dra` mode).
     #[error(transparent)]
     Claim(#[from] dra::DraError),
@@ -497,6 +505,20 @@ pub fn check_buildable(
             partition: partition_name.to_string(),
         });
     }
+    if let Some(p) = partition {
+        // The template as a pod: what conflicts with the partition's environment here
+        // conflicts in every pod built from it.
+        let template = job.spec.template.clone().unwrap_or_default();
+        let pod = Pod {
+            metadata: template.metadata.unwrap_or_default(),
+            spec: template.spec,
+            status: None,
+        };
+        super::jobenv::apply(&p.spec, pod).map_err(|source| BuildError::JobEnv {
+            partition: partition_name.to_string(),
+            source,
+        })?;
+    }
     Ok(())
 }
 
@@ -675,6 +697,12 @@ pub fn build_pod(ctx: &JobContext<'_>, rank: u32) -> Result<Pod, BuildError> {
         spec: Some(spec),
         status: None,
     };
+    if let Some(p) = ctx.partition {
+        pod = super::jobenv::apply(&p.spec, pod).map_err(|source| BuildError::JobEnv {
+            partition: part_name.clone(),
+            source,
+        })?;
+    }
     if ctx.gpu_binding == GpuBinding::Dra && !task.gpus.is_empty() {
         dra::attach_claim(&mut pod, &dra::claim_name(&pod_name));
     }
