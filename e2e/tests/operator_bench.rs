@@ -320,9 +320,7 @@ async fn api_cluster(nodes: usize, dra: bool) -> ApiServer {
     let napi: Api<Node> = Api::all(client.clone());
     let gapi: Api<GpuNode> = Api::all(client.clone());
     let digits = if nodes > 9999 { 5 } else { 4 };
-    let names: Vec<String> = (1..=nodes)
-        .map(|i| format!("gpu{i:0digits$}"))
-        .collect();
+    let names: Vec<String> = (1..=nodes).map(|i| format!("gpu{i:0digits$}")).collect();
     let node_objs: Vec<Node> = names
         .iter()
         .enumerate()
@@ -409,7 +407,11 @@ async fn api_cluster(nodes: usize, dra: bool) -> ApiServer {
     }
     partition(
         &client,
-        &["muster.dev/spine", "muster.dev/leaf", "kubernetes.io/hostname"],
+        &[
+            "muster.dev/spine",
+            "muster.dev/leaf",
+            "kubernetes.io/hostname",
+        ],
     )
     .await;
     println!(
@@ -473,7 +475,12 @@ async fn check_pods_per_job(client: &kube::Client, prefix: &str) -> (usize, usiz
         .unwrap();
     let mut per_job: HashMap<String, usize> = HashMap::new();
     for p in &pods.items {
-        if let Some(j) = p.metadata.labels.as_ref().and_then(|l| l.get(labels::BATCHJOB)) {
+        if let Some(j) = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::BATCHJOB))
+        {
             *per_job.entry(j.clone()).or_default() += 1;
         }
     }
@@ -488,7 +495,11 @@ async fn check_pods_per_job(client: &kube::Client, prefix: &str) -> (usize, usiz
         nodes.sort_unstable();
         nodes.dedup();
         assert!(!nodes.is_empty(), "job {name} started without tasks");
-        assert_eq!(st.num_nodes, Some(nodes.len() as u32), "job {name}: numNodes");
+        assert_eq!(
+            st.num_nodes,
+            Some(nodes.len() as u32),
+            "job {name}: numNodes"
+        );
         let got = per_job.get(&name).copied().unwrap_or(0);
         assert_eq!(
             got,
@@ -751,16 +762,12 @@ async fn big_gang(bin: &std::path::Path, dra: bool) {
                 .count();
             let running = big
                 .iter()
-                .filter(|p| {
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                })
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
                 .count();
             let warm = state
                 .iter()
                 .filter(|p| !of(p))
-                .filter(|p| {
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                })
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
                 .count();
             let _ = tx.send((big.len() * 1_000_000 + bound, running, warm));
         }
@@ -774,10 +781,16 @@ async fn big_gang(bin: &std::path::Path, dra: bool) {
     .await
     .unwrap();
     while rx.borrow().2 < 1 {
-        assert!(t.elapsed() < Duration::from_secs(120), "warm-up job never ran");
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "warm-up job never ran"
+        );
         let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
     }
-    println!("  warm-up job Running {:.2?} after the operator started", t.elapsed());
+    println!(
+        "  warm-up job Running {:.2?} after the operator started",
+        t.elapsed()
+    );
     let mut marks: [Option<Duration>; 3] = [None; 3];
     let t = Instant::now();
     jobs.create(

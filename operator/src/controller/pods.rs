@@ -839,7 +839,11 @@ pub fn build_pod(ctx: &JobContext<'_>, node: u32) -> Result<Pod, BuildError> {
 }
 
 /// [`build_pod`] with the job's [`JobLayout`] computed already (once for all its pods).
-pub fn build_pod_in(ctx: &JobContext<'_>, layout: &JobLayout, node: u32) -> Result<Pod, BuildError> {
+pub fn build_pod_in(
+    ctx: &JobContext<'_>,
+    layout: &JobLayout,
+    node: u32,
+) -> Result<Pod, BuildError> {
     check_name(ctx.job)?;
     let share = layout.share(node).ok_or(BuildError::NoSuchNode(node))?;
     let first = layout.ranks.first() == Some(&node);
