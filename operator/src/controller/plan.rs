@@ -431,6 +431,15 @@ struct PodSource {
     gang: Option<GangRef>,
     step: StepSettings,
     node_gpus: Vec<String>,
+    /// Computed by the first pod built (and dropped with the plan once written).
+    layout: std::sync::OnceLock<pods::JobLayout>,
+}
+
+impl PodSource {
+    fn layout(&self) -> &pods::JobLayout {
+        self.layout
+            .get_or_init(|| pods::JobLayout::new(&self.job, self.attempt, &self.tasks))
+    }
 }
 
 impl PodsToCreate {
@@ -447,19 +456,20 @@ impl PodsToCreate {
     ) -> Result<PodsToCreate, pods::BuildError> {
         let mut claim_nodes = Vec::new();
         let mut node_gpus = Vec::new();
-        for n in pods::node_ranks(ctx.tasks) {
-            let share = pods::node_share(ctx.tasks, n).ok_or(pods::BuildError::NoSuchNode(n))?;
+        let layout = pods::JobLayout::new(ctx.job, ctx.attempt, ctx.tasks);
+        for share in layout.shares() {
+            let n = share.node_rank;
             if node_gpus.len() < n as usize {
                 node_gpus.resize(n as usize, String::new());
             }
             node_gpus.push(if share.gpus.is_empty() {
                 String::new()
             } else {
-                pods::node_gpus_json(&share, table.get(&share.node))
+                pods::node_gpus_json(share, table.get(&share.node))
             });
         }
         for n in &nodes {
-            let t = pods::node_share(ctx.tasks, *n).ok_or(pods::BuildError::NoSuchNode(*n))?;
+            let t = layout.share(*n).ok_or(pods::BuildError::NoSuchNode(*n))?;
             if ctx.gpu_binding == GpuBinding::Dra && !t.gpus.is_empty() {
                 if t.gpu_uuids.len() != t.gpus.len() || t.gpu_uuids.iter().any(|u| u.is_empty()) {
                     let i = (0..t.gpus.len())
@@ -477,7 +487,7 @@ impl PodsToCreate {
         if let Some(n) = nodes.first() {
             let mut c = *ctx;
             c.node_gpus = &node_gpus;
-            pods::build_pod(&c, *n)?;
+            pods::build_pod_in(&c, &layout, *n)?;
         }
         Ok(PodsToCreate {
             src: Some(Arc::new(PodSource {
@@ -495,6 +505,7 @@ impl PodsToCreate {
                 gang,
                 step: ctx.step.clone(),
                 node_gpus,
+                layout: std::sync::OnceLock::new(),
             })),
             nodes,
             claim_nodes,
@@ -516,7 +527,10 @@ impl PodsToCreate {
         if s.gpu_binding != GpuBinding::Dra {
             return Ok(None);
         }
-        let t = pods::node_share(&s.tasks, node).ok_or(pods::BuildError::NoSuchNode(node))?;
+        let t = s
+            .layout()
+            .share(node)
+            .ok_or(pods::BuildError::NoSuchNode(node))?;
         let pod = pods::pod_name(&s.job.name_any(), s.attempt, node);
         let gpus: Vec<dra::HeldGpu<'_>> = t
             .gpus
@@ -580,7 +594,7 @@ impl PodsToCreate {
             step: &s.step,
             node_gpus: &s.node_gpus,
         };
-        pods::build_pod(&ctx, node)
+        pods::build_pod_in(&ctx, s.layout(), node)
     }
 
     /// Builds every pod.

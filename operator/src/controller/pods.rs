@@ -361,10 +361,15 @@ pub fn node_hosts(job: &str, attempt: u32, tasks: &[TaskAllocation]) -> Vec<Stri
 /// has one), `rank` the node's first task's, `local_rank` 0.
 pub fn node_share(tasks: &[TaskAllocation], node: u32) -> Option<TaskAllocation> {
     let on: Vec<&TaskAllocation> = tasks.iter().filter(|t| t.node_rank == node).collect();
+    share_of(node, &on)
+}
+
+/// The share of node `node` holding the tasks `on` (see [`node_share`]).
+fn share_of(node: u32, on: &[&TaskAllocation]) -> Option<TaskAllocation> {
     let first = on.iter().min_by_key(|t| t.rank)?;
     let mut gpus: BTreeMap<u32, String> = BTreeMap::new();
     let mut all_uuids = true;
-    for t in &on {
+    for t in on {
         all_uuids &= t.gpu_uuids.len() == t.gpus.len();
         for (i, g) in t.gpus.iter().enumerate() {
             let u = t.gpu_uuids.get(i).cloned().unwrap_or_default();
@@ -386,6 +391,82 @@ pub fn node_share(tasks: &[TaskAllocation], node: u32) -> Option<TaskAllocation>
         },
         pod: first.pod.clone(),
     })
+}
+
+/// What all node pods of one admission share, computed in one pass over its tasks: every pod
+/// needs the whole job's node list, tasks and CPUs per node, and scanning the tasks for each
+/// node of each pod made a 512-node gang's pods cost 512 x 512 x 4,096 steps.
+#[derive(Clone, Debug)]
+pub struct JobLayout {
+    /// The node indices (`node_rank`s), in order: one pod each.
+    ranks: Vec<u32>,
+    /// Each node's share ([`node_share`]), in `ranks` order.
+    shares: Vec<TaskAllocation>,
+    /// Tasks per node, in `ranks` order.
+    counts: Vec<u32>,
+    /// CPUs per node (`SLURM_CPUS_ON_NODE`), in `ranks` order.
+    cpus: Vec<u32>,
+    /// The pods' host names, in `ranks` order.
+    hosts: Vec<String>,
+    /// `hosts` as a Slurm hostlist (`SLURM_JOB_NODELIST`).
+    hostlist: String,
+}
+
+impl JobLayout {
+    /// The layout of `job`'s admission `attempt` with `tasks`.
+    pub fn new(job: &BatchJob, attempt: u32, tasks: &[TaskAllocation]) -> JobLayout {
+        let mut by_node: BTreeMap<u32, Vec<&TaskAllocation>> = BTreeMap::new();
+        for t in tasks {
+            by_node.entry(t.node_rank).or_default().push(t);
+        }
+        let cpt = job.spec.cpus_per_task.unwrap_or(1).max(1);
+        let name = job.name_any();
+        let n = by_node.len();
+        let mut l = JobLayout {
+            ranks: Vec::with_capacity(n),
+            shares: Vec::with_capacity(n),
+            counts: Vec::with_capacity(n),
+            cpus: Vec::with_capacity(n),
+            hosts: Vec::with_capacity(n),
+            hostlist: String::new(),
+        };
+        for (node, on) in by_node {
+            let count = on.len() as u32;
+            let millis: u64 = on.iter().map(|t| t.cpu_millis).sum();
+            l.ranks.push(node);
+            l.counts.push(count);
+            l.cpus.push(if millis == 0 {
+                count * cpt
+            } else {
+                millis.div_ceil(1000).min(u64::from(u32::MAX)) as u32
+            });
+            l.hosts.push(hostname(&name, attempt, node));
+            if let Some(s) = share_of(node, &on) {
+                l.shares.push(s);
+            }
+        }
+        l.hostlist = muster_crds::slurm::hostlist::compress(l.hosts.iter().cloned());
+        l
+    }
+
+    /// The node indices, in order.
+    pub fn ranks(&self) -> &[u32] {
+        &self.ranks
+    }
+
+    /// Node `node`'s share ([`node_share`]).
+    pub fn share(&self, node: u32) -> Option<&TaskAllocation> {
+        self.position(node).map(|i| &self.shares[i])
+    }
+
+    /// Each node's share, in node order.
+    pub fn shares(&self) -> &[TaskAllocation] {
+        &self.shares
+    }
+
+    fn position(&self, node: u32) -> Option<usize> {
+        self.ranks.binary_search(&node).ok()
+    }
 }
 
 /// `MUSTER_NODE_GPUS` of a node's share without topology: indices and UUIDs.
@@ -447,36 +528,21 @@ fn join<T: ToString>(v: &[T]) -> String {
 
 /// The environment of node `node`'s pod (the batch step's on node 0), in the order it is set.
 pub fn node_env(ctx: &JobContext<'_>, node: u32) -> Result<Vec<(String, String)>, BuildError> {
-    let share = node_share(ctx.tasks, node).ok_or(BuildError::NoSuchNode(node))?;
+    node_env_in(ctx, &JobLayout::new(ctx.job, ctx.attempt, ctx.tasks), node)
+}
+
+/// [`node_env`] with the job's [`JobLayout`] computed already (once for all its pods).
+pub fn node_env_in(
+    ctx: &JobContext<'_>,
+    layout: &JobLayout,
+    node: u32,
+) -> Result<Vec<(String, String)>, BuildError> {
+    let here = layout.position(node).ok_or(BuildError::NoSuchNode(node))?;
+    let share = &layout.shares[here];
     let job_name = ctx.job.job_name().to_string();
-    let name = ctx.job.name_any();
-    let ranks = node_ranks(ctx.tasks);
-    let counts: Vec<u32> = ranks
-        .iter()
-        .map(|nr| ctx.tasks.iter().filter(|t| t.node_rank == *nr).count() as u32)
-        .collect();
-    let cpt = ctx.job.spec.cpus_per_task.unwrap_or(1).max(1);
-    let cpus: Vec<u32> = ranks
-        .iter()
-        .zip(&counts)
-        .map(|(nr, n)| {
-            let millis: u64 = ctx
-                .tasks
-                .iter()
-                .filter(|t| t.node_rank == *nr)
-                .map(|t| t.cpu_millis)
-                .sum();
-            if millis == 0 {
-                n * cpt
-            } else {
-                millis.div_ceil(1000).min(u64::from(u32::MAX)) as u32
-            }
-        })
-        .collect();
-    let here = ranks.iter().position(|r| *r == node).unwrap_or(0);
+    let (ranks, counts, cpus, hosts) = (&layout.ranks, &layout.counts, &layout.cpus, &layout.hosts);
     let ntasks = ctx.tasks.len();
-    let hosts = node_hosts(&name, ctx.attempt, ctx.tasks);
-    let hl = muster_crds::slurm::hostlist::compress(hosts.iter().cloned());
+    let hl = layout.hostlist.clone();
     let main = ctx
         .job
         .spec
@@ -534,7 +600,7 @@ pub fn node_env(ctx: &JobContext<'_>, node: u32) -> Result<Vec<(String, String)>
             .get(node as usize)
             .filter(|s| !s.is_empty())
             .cloned()
-            .unwrap_or_else(|| plain_node_gpus(&share));
+            .unwrap_or_else(|| plain_node_gpus(share));
         env.push((step::ENV_NODE_GPUS.into(), gj));
     }
     env.push((step::ENV_PORT.into(), step::DEFAULT_PORT.to_string()));
@@ -769,9 +835,18 @@ fn daemon_command(
 
 /// The pod of node `node` (its index in the job, `node_rank`).
 pub fn build_pod(ctx: &JobContext<'_>, node: u32) -> Result<Pod, BuildError> {
+    build_pod_in(ctx, &JobLayout::new(ctx.job, ctx.attempt, ctx.tasks), node)
+}
+
+/// [`build_pod`] with the job's [`JobLayout`] computed already (once for all its pods).
+pub fn build_pod_in(
+    ctx: &JobContext<'_>,
+    layout: &JobLayout,
+    node: u32,
+) -> Result<Pod, BuildError> {
     check_name(ctx.job)?;
-    let share = node_share(ctx.tasks, node).ok_or(BuildError::NoSuchNode(node))?;
-    let first = node_ranks(ctx.tasks).first() == Some(&node);
+    let share = layout.share(node).ok_or(BuildError::NoSuchNode(node))?;
+    let first = layout.ranks.first() == Some(&node);
     let name = ctx.job.name_any();
     let template = ctx.job.spec.template.clone().unwrap_or_default();
     let mut meta = template.metadata.unwrap_or_default();
@@ -834,7 +909,7 @@ pub fn build_pod(ctx: &JobContext<'_>, node: u32) -> Result<Pod, BuildError> {
         }
     }
 
-    let env = node_env(ctx, node)?;
+    let env = node_env_in(ctx, layout, node)?;
     // MASTER_PORT: the task container's template value, else the annotation, else 29500;
     // every container gets the same unless it sets its own.
     let port = spec.containers[0]
@@ -944,7 +1019,7 @@ pub fn build_pod(ctx: &JobContext<'_>, node: u32) -> Result<Pod, BuildError> {
     }
     spec.restart_policy = Some("Never".into());
     spec.hostname = Some(hostname(&name, ctx.attempt, node));
-    if node_ranks(ctx.tasks).len() > 1 {
+    if layout.ranks.len() > 1 {
         let svc = service_name(&name);
         let ns = ctx.job.namespace().unwrap_or_else(|| "default".into());
         let search = format!("{svc}.{ns}.svc.{}", ctx.step.cluster_domain);
