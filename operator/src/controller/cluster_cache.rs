@@ -108,7 +108,10 @@ mod tests {
 
     /// One cycle as the planner runs it with `cache`, and a fresh `schedule` of the same
     /// snapshot.
-    fn both(cache: &mut ClusterCache, pending: &[PendingJob]) -> (core::Decisions, core::Decisions) {
+    fn both(
+        cache: &mut ClusterCache,
+        pending: &[PendingJob],
+    ) -> (core::Decisions, core::Decisions) {
         let snap = Snapshot {
             nodes: cache.take_nodes(),
             partitions: cache.parts.clone(),
