@@ -125,7 +125,11 @@ mod tests {
     }
 
     fn gang(id: u64, nodes: u32) -> PendingJob {
-        PendingJob::new(id, NOW - 10, JobRequest::nodes(nodes, 8).time(3600))
+        gang_of(id, nodes, 8)
+    }
+
+    fn gang_of(id: u64, nodes: u32, gpus: u32) -> PendingJob {
+        PendingJob::new(id, NOW - 10, JobRequest::nodes(nodes, gpus).time(3600))
     }
 
     #[test]
@@ -177,22 +181,24 @@ mod tests {
         let t3 = table(&|i| if i % 2 == 0 { "a" } else { "b" }, 4, 8);
         let (mut c, built) = ClusterCache::reuse_or_build(Some(c), &t3, &p);
         assert!(built);
-        let (kept, fresh) = both(&mut c, &[gang(1, 2), gang(2, 4)]);
+        let (kept, fresh) = both(&mut c, &[gang_of(1, 2, 4), gang_of(2, 4, 4)]);
         assert_eq!(kept, fresh);
+        assert_eq!(kept.starts.len(), 2);
 
         // A node more.
         let t4 = table(&|i| if i % 2 == 0 { "a" } else { "b" }, 4, 9);
         let (mut c, built) = ClusterCache::reuse_or_build(Some(c), &t4, &p);
         assert!(built);
         assert_eq!(c.nodes.len(), 9);
-        let (kept, fresh) = both(&mut c, &[gang(1, 5)]);
+        let (kept, fresh) = both(&mut c, &[gang_of(1, 5, 4)]);
         assert_eq!(kept, fresh);
+        assert_eq!(kept.starts.len(), 1);
 
         // The partition's topology changes (flat): rebuilt for the same table.
         let flat = parts(&[]);
         let (mut c, built) = ClusterCache::reuse_or_build(Some(c), &t4, &flat);
         assert!(built, "a partition change rebuilds the trees");
-        let (kept, fresh) = both(&mut c, &[gang(1, 5), gang(2, 3)]);
+        let (kept, fresh) = both(&mut c, &[gang_of(1, 5, 4), gang_of(2, 3, 4)]);
         assert_eq!(kept, fresh);
         assert_eq!(kept.starts[0].leaves, 1);
     }
