@@ -1,5 +1,7 @@
 //! Runs one benchmark scenario in a loop, for profilers:
-//! `cargo run --release -p muster-operator --example profile_cycle -- [cycle|gang|many] [N]`.
+//! `cargo run --release -p muster-operator --example profile_cycle -- [cycle|gang|many|big] [N]
+//! [RESERVATIONS]` (`big`: the 16,384-node cycle of the scaling series; `PREPARED=1`: with the
+//! trees kept, as the operator runs).
 
 use muster_operator::bench::{NOW, cycle_scenario, gang_scenario, many_scenario};
 use muster_operator::core::{Config, Decisions, Prepared, Snapshot, schedule, schedule_prepared};
@@ -20,6 +22,7 @@ fn main() {
     let s = match which {
         "gang" => gang_scenario(4096, 512),
         "many" => many_scenario(16_384, 100_000),
+        "big" => cycle_scenario(16_384, 40_000, 42),
         _ => cycle_scenario(4096, 10_000, 42),
     };
     let mut cfg = Config::default();

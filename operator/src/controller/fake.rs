@@ -843,6 +843,9 @@ pub struct Harness {
     pub dra: bool,
     /// The gang API the cluster serves.
     pub gang: Option<GangApi>,
+    /// The last cycle's node table, handed out again while the nodes are the same (as the
+    /// runner's node cache does), so the planner keeps its trees between cycles here too.
+    table: Option<Arc<NodeTable>>,
 }
 
 impl Harness {
@@ -858,6 +861,7 @@ impl Harness {
             concurrency: 8,
             dra: false,
             gang: None,
+            table: None,
         }
     }
 
@@ -885,6 +889,11 @@ impl Harness {
                     .collect(),
             )
             .with_devices(devices);
+            let nodes = match self.table.take() {
+                Some(t) if t.nodes == nodes.nodes && t.devices == nodes.devices => t,
+                _ => Arc::new(nodes),
+            };
+            self.table = Some(nodes.clone());
             let claims: Vec<Arc<ClaimObs>> = s.claims.values().map(|c| Arc::new(c.obs())).collect();
             let jobs: Vec<Arc<BatchJob>> = s.jobs.values().cloned().map(Arc::new).collect();
             let pods: Vec<Arc<PodObs>> = s

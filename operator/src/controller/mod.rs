@@ -13,6 +13,7 @@
 //! | [`status`] | status transitions and kstatus conditions (pure) |
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
+//! | `cluster_cache` | the snapshot's nodes and the core's trees, kept between cycles |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
 //! | [`events`] | core/v1 Events with `eventTime`, `lastTimestamp` and series |
 //! | [`kube_api`] | the writes over kube |
@@ -26,6 +27,7 @@
 //! | [`webhook`] | the admission webhooks over HTTPS, their certificate and `caBundle` |
 
 pub mod admission;
+mod cluster_cache;
 pub mod discovery;
 pub mod dra;
 pub mod events;

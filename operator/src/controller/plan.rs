@@ -53,6 +53,7 @@ use crate::core::{
     self, ArrayTask, Decisions, JobId, PartitionId, RunningJob, Snapshot, TaskAlloc,
 };
 
+use super::cluster_cache::ClusterCache;
 use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::gang::{self, GangApi, GangRef};
 use super::pods::{self, JobContext, StepSettings};
@@ -256,6 +257,11 @@ pub struct PlanMemory {
     last_partition_write: HashMap<String, i64>,
     /// Parsed specs by uid, with the generation they were parsed at.
     parsed: HashMap<String, (Option<i64>, Parsed)>,
+    /// The snapshot's nodes and the core's trees, kept while the node table and the
+    /// partitions stay the same.
+    cluster: Option<ClusterCache>,
+    /// How many times `cluster` was built.
+    cluster_builds: u64,
 }
 
 impl PlanMemory {
@@ -282,6 +288,11 @@ impl PlanMemory {
         p
     }
 
+    /// How many cycles built the cluster's trees (the others reused them).
+    pub fn cluster_builds(&self) -> u64 {
+        self.cluster_builds
+    }
+
     fn retain(&mut self, live: &HashSet<String>) {
         self.parsed.retain(|k, _| live.contains(k));
         self.last_status_write.retain(|k, _| live.contains(k));
@@ -295,8 +306,10 @@ pub struct Inputs<'a> {
     pub now: i64,
     /// Every Partition.
     pub partitions: &'a [Arc<Partition>],
-    /// Every Node with its GpuNode, translated.
-    pub nodes: &'a NodeTable,
+    /// Every Node with its GpuNode, translated. A new table means the nodes changed: the
+    /// planner keeps the core's trees for as long as it gets the same one (see
+    /// `ClusterCache`).
+    pub nodes: &'a Arc<NodeTable>,
     /// Every BatchJob.
     pub jobs: &'a [Arc<BatchJob>],
     /// Every task pod.
@@ -755,8 +768,13 @@ pub fn plan(
         .map(|p| (p.name_any(), p.as_ref()))
         .collect();
     let bind = BindCtx::new(inp);
+    // Taken out for the cycle and kept again at its end (a panic in between loses it:
+    // rebuilt next cycle).
+    let (mut cluster, built) =
+        ClusterCache::reuse_or_build(mem.cluster.take(), inp.nodes, &table.parts);
+    mem.cluster_builds += u64::from(built);
     let mut snap = Snapshot {
-        nodes: inp.nodes.nodes.clone(),
+        nodes: cluster.take_nodes(),
         partitions: table.parts.clone(),
         usage: inp.usage.clone(),
         ..Default::default()
@@ -1035,7 +1053,7 @@ pub fn plan(
     let decisions: Decisions = if snap.pending.is_empty() && snap.running.is_empty() {
         Decisions::default()
     } else {
-        core::schedule(&snap, now, &cfg.scheduler)
+        core::schedule_prepared(cluster.prepared(), &snap, now, &cfg.scheduler)
     };
 
     // Starts.
@@ -1109,6 +1127,8 @@ pub fn plan(
         mem,
         cfg,
     );
+    cluster.put_nodes(std::mem::take(&mut snap.nodes));
+    mem.cluster = Some(cluster);
 
     // Muster's claims by job: those not of an allocation the job keeps are deleted.
     let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::new();
