@@ -431,6 +431,7 @@ struct PodSource {
     gang: Option<GangRef>,
     step: StepSettings,
     node_gpus: Vec<String>,
+    limit_end: Option<i64>,
 }
 
 impl PodsToCreate {
@@ -495,6 +496,7 @@ impl PodsToCreate {
                 gang,
                 step: ctx.step.clone(),
                 node_gpus,
+                limit_end: ctx.limit_end,
             })),
             nodes,
             claim_nodes,
@@ -579,6 +581,7 @@ impl PodsToCreate {
             gpu_binding: s.gpu_binding,
             step: &s.step,
             node_gpus: &s.node_gpus,
+            limit_end: s.limit_end,
         };
         pods::build_pod(&ctx, node)
     }
@@ -1581,6 +1584,7 @@ fn step_job(
                     gpu_binding,
                     step: &cfg.step,
                     node_gpus: &[],
+                    limit_end: pods::limit_end(&w.st),
                 };
                 let gang = bind.gang_ref(&w.name, attempt);
                 let built = match PodsToCreate::new(
@@ -1916,6 +1920,7 @@ fn admit(
         gpu_binding,
         step: &cfg.step,
         node_gpus: &[],
+        limit_end: pods::limit_end(&w.st),
     };
     let node_ranks = pods::node_ranks(&w.st.tasks);
     let npods = node_ranks.len();
