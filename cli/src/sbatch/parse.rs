@@ -554,6 +554,8 @@ pub fn slurm_defined_options(o: &SbatchOptions, cwd: &std::path::Path) -> BTreeM
                 None => s.count.to_string(),
             }),
             "output" | "error" => Some(cwd.join(v.as_str()).to_string_lossy().into_owned()),
+            // Slurm prints the mode's letter.
+            "open-mode" => v.get(..1).map(str::to_string),
             // Resolved as Slurm prints it: local time, seconds.
             "begin" => {
                 let now = jiff::Zoned::now();
