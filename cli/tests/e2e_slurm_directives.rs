@@ -55,8 +55,10 @@ fn ended(o: &str, id: u64) -> bool {
 }
 
 async fn until_ended(sim: &Sim, id: u64) -> String {
-    sim.until_sacct(&id.to_string(), "JobID,State,ExitCode,Account", |o| ended(o, id))
-        .await
+    sim.until_sacct(&id.to_string(), "JobID,State,ExitCode,Account", |o| {
+        ended(o, id)
+    })
+    .await
 }
 
 /// Polls sacct until the job ended, for at most `secs` seconds (jobs that run a while).
@@ -64,7 +66,14 @@ async fn until_ended_within(sim: &Sim, id: u64, secs: u64) -> String {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
     loop {
         let (ok, out, err) = sim
-            .run(&["sacct", "-P", "-j", &id.to_string(), "-o", "JobID,State,ExitCode"])
+            .run(&[
+                "sacct",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "JobID,State,ExitCode",
+            ])
             .await;
         assert!(ok, "{err}");
         if ended(&out, id) {
@@ -107,9 +116,18 @@ async fn output_files_land_where_slurm_puts_them() {
             .any(|l| l == format!("{id}|COMPLETED|0:0|proj-x")),
         "{done}"
     );
-    let file = shared.path().join(format!("logs/mergedjob-{id}-dana-%.out"));
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("{}: {e}; logs dir has {:?}", file.display(), std::fs::read_dir(shared.path().join("logs")).unwrap().collect::<Vec<_>>()));
+    let file = shared
+        .path()
+        .join(format!("logs/mergedjob-{id}-dana-%.out"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; logs dir has {:?}",
+            file.display(),
+            std::fs::read_dir(shared.path().join("logs"))
+                .unwrap()
+                .collect::<Vec<_>>()
+        )
+    });
     assert_eq!(text, "out line 1\nerr line 1\nout line 2 account=proj-x\n");
     let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
     assert!(ok, "{err}");
@@ -117,12 +135,26 @@ async fn output_files_land_where_slurm_puts_them() {
         out.contains(&format!("StdOut=/shared/logs/mergedjob-{id}-dana-%.out")),
         "{out}"
     );
-    let (ok, out, err) = sim.run(&["squeue", "-h", "-t", "all", "-j", &id.to_string(), "-o", "%a"]).await;
+    let (ok, out, err) = sim
+        .run(&[
+            "squeue",
+            "-h",
+            "-t",
+            "all",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "%a",
+        ])
+        .await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "proj-x");
     let (ok, out, err) = sim.run(&["logs", &id.to_string()]).await;
     assert!(ok, "{err}");
-    assert!(out.contains("out line 1") && out.contains("out line 2"), "{out}");
+    assert!(
+        out.contains("out line 1") && out.contains("out line 2"),
+        "{out}"
+    );
 
     // Split, and an --error off the shared filesystem: announced, not written, the job runs.
     let (id, warn) = submit_script(
@@ -213,15 +245,26 @@ async fn a_job_does_not_start_before_its_begin_time() {
     let offset = Arc::new(AtomicI64::new(0));
     let sim = Sim::start_clock(true, None, json!({}), Clock::shifted(offset.clone())).await;
     let (ok, out, err) = sim
-        .run(&["sbatch", "--parsable", "--begin=now+1hour", "-n", "1", "--wrap=sleep 600"])
+        .run(&[
+            "sbatch",
+            "--parsable",
+            "--begin=now+1hour",
+            "-n",
+            "1",
+            "--wrap=sleep 600",
+        ])
         .await;
     assert!(ok, "{err}");
     let id = submitted(&out);
-    let line = sim.until_squeue(id, "%T %r", |l| l == "PENDING BeginTime").await;
+    let line = sim
+        .until_squeue(id, "%T %r", |l| l == "PENDING BeginTime")
+        .await;
     assert_eq!(line, "PENDING BeginTime");
     // Other cycles do not start it.
     tokio::time::sleep(std::time::Duration::from_millis(900)).await;
-    let (ok, out, _) = sim.run(&["squeue", "-h", "-j", &id.to_string(), "-o", "%T %r"]).await;
+    let (ok, out, _) = sim
+        .run(&["squeue", "-h", "-j", &id.to_string(), "-o", "%T %r"])
+        .await;
     assert!(ok);
     assert_eq!(out.trim(), "PENDING BeginTime");
     offset.store(3700, Ordering::SeqCst);

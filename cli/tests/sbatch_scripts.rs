@@ -48,14 +48,8 @@ fn gpus_per_task() {
         Some("gpus-per-task-test-")
     );
     assert_eq!(j.metadata.name, None);
-    assert_eq!(
-        j.spec.output.as_deref(),
-        Some("gpus_per_task_test.out")
-    );
-    assert_eq!(
-        j.spec.error.as_deref(),
-        Some("gpus_per_task_test.err")
-    );
+    assert_eq!(j.spec.output.as_deref(), Some("gpus_per_task_test.out"));
+    assert_eq!(j.spec.error.as_deref(), Some("gpus_per_task_test.err"));
     // Who submits is recorded by the API server at admission, never written by the client.
     assert_eq!(annotation(&j, "muster.dev/user"), None);
     assert_spec(
@@ -291,10 +285,7 @@ fn kubectl_style_output_flag_selects_the_format() {
     let p = ours("howto", "gres_srun.sh", &["--dry-run", "-o", "json"], &[]).unwrap();
     assert_eq!(p.dry_run, Some(ManifestFormat::Json));
     // The script's own --output stays the Slurm output file.
-    assert_eq!(
-        p.job.spec.output.as_deref(),
-        Some("gres_test.out")
-    );
+    assert_eq!(p.job.spec.output.as_deref(), Some("gres_test.out"));
     let p = ours("howto", "gres_srun.sh", &["-o", "json"], &[]).unwrap();
     assert_eq!(p.dry_run, None);
     assert_eq!(p.job.spec.output.as_deref(), Some("json"));
@@ -481,7 +472,10 @@ fn other_sites_directives_are_read_and_all_problems_reported_at_once() {
     assert_eq!(s.open_mode, Some(muster_crds::v1alpha1::OpenMode::Append));
     let begin = s.begin.as_ref().unwrap().0.as_second();
     let now = jiff::Timestamp::now().as_second();
-    assert!((now + 3590..=now + 3610).contains(&begin), "{begin} vs {now}");
+    assert!(
+        (now + 3590..=now + 3610).contains(&begin),
+        "{begin} vs {now}"
+    );
 
     let bad = text
         .replace("--signal=B:USR1@90", "--signal=FOO")

@@ -74,7 +74,9 @@ pub fn shared_dir_of<'a>(path: &str, dirs: impl IntoIterator<Item = &'a str>) ->
     let norm = normalize(path)?;
     dirs.into_iter().find(|d| {
         normalize(d).is_some_and(|d| {
-            norm.len() > d.len() && norm.starts_with(&d) && (d == "/" || norm[d.len()..].starts_with('/'))
+            norm.len() > d.len()
+                && norm.starts_with(&d)
+                && (d == "/" || norm[d.len()..].starts_with('/'))
         })
     })
 }
@@ -107,9 +109,17 @@ mod tests {
         assert_eq!(shared_dir_of("/scratch/logs/a.out", dirs), Some("/scratch"));
         assert_eq!(shared_dir_of("/home/u/x", dirs), Some("/home/"));
         assert_eq!(shared_dir_of("/scratchy/a.out", dirs), None);
-        assert_eq!(shared_dir_of("/scratch", dirs), None, "the mount point itself is no file");
+        assert_eq!(
+            shared_dir_of("/scratch", dirs),
+            None,
+            "the mount point itself is no file"
+        );
         assert_eq!(shared_dir_of("/scratch/../etc/passwd", dirs), None);
         assert_eq!(shared_dir_of("/tmp/./../scratch/a", dirs), Some("/scratch"));
-        assert_eq!(shared_dir_of("logs/a.out", dirs), None, "relative: resolve first");
+        assert_eq!(
+            shared_dir_of("logs/a.out", dirs),
+            None,
+            "relative: resolve first"
+        );
     }
 }

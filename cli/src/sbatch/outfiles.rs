@@ -55,7 +55,9 @@ pub fn warnings(job: &BatchJob, partition: Option<&Partition>) -> Vec<String> {
         let full = if v.starts_with('/') {
             Some(v.to_string())
         } else {
-            workdir.as_ref().map(|d| format!("{}/{v}", d.trim_end_matches('/')))
+            workdir
+                .as_ref()
+                .map(|d| format!("{}/{v}", d.trim_end_matches('/')))
         };
         match full {
             Some(f) if muster_crds::step::shared_dir_of(&f, dirs.iter().copied()).is_some() => {}
@@ -102,7 +104,10 @@ mod tests {
         let p = partition_of(&job(json!({})), &parts);
         assert!(p.is_some());
         assert!(warnings(&job(json!({"output": "/scratch/%x-%j.out"})), p).is_empty());
-        assert!(warnings(&job(json!({})), p).is_empty(), "the default is never warned about");
+        assert!(
+            warnings(&job(json!({})), p).is_empty(),
+            "the default is never warned about"
+        );
         let w = warnings(
             &job(json!({"output": "/tmp/o.out", "error": "/data/e.err"})),
             p,
@@ -115,9 +120,18 @@ mod tests {
             ]
         );
         let w = warnings(&job(json!({"output": "logs/o.out"})), p);
-        assert!(w[0].contains("relative to the container image's working directory"), "{w:?}");
+        assert!(
+            w[0].contains("relative to the container image's working directory"),
+            "{w:?}"
+        );
         let none = [part(json!([]))];
-        let w = warnings(&job(json!({"output": "/scratch/o"})), partition_of(&job(json!({})), &none));
-        assert!(w[0].contains("partition gpu has no shared filesystem"), "{w:?}");
+        let w = warnings(
+            &job(json!({"output": "/scratch/o"})),
+            partition_of(&job(json!({})), &none),
+        );
+        assert!(
+            w[0].contains("partition gpu has no shared filesystem"),
+            "{w:?}"
+        );
     }
 }

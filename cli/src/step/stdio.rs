@@ -265,7 +265,9 @@ mod tests {
         assert_eq!(p.out, None);
         assert_eq!(
             p.notices,
-            ["--output /tmp/o.out is not written: it is on no shared filesystem of the partition (/scratch); the output is in the pod log (muster logs)"]
+            [
+                "--output /tmp/o.out is not written: it is on no shared filesystem of the partition (/scratch); the output is in the pod log (muster logs)"
+            ]
         );
         let p = plan(
             env(&[

@@ -83,11 +83,16 @@ impl WarnSignal {
             None => (rest, None),
         };
         let secs = match secs {
-            Some(t) => parse_digits_u32(t).filter(|v| *v <= 65535).ok_or_else(err)?,
+            Some(t) => parse_digits_u32(t)
+                .filter(|v| *v <= 65535)
+                .ok_or_else(err)?,
             None => DEFAULT_SECS,
         };
         let (number, name) = if let Some(n) = parse_digits_u32(sig) {
-            let n = i32::try_from(n).ok().filter(|n| (1..=64).contains(n)).ok_or_else(err)?;
+            let n = i32::try_from(n)
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(err)?;
             let name = NAMES
                 .iter()
                 .find(|(_, v)| *v == n)
@@ -166,7 +171,17 @@ mod tests {
 
     #[test]
     fn slurms_refusals_are_refused() {
-        for input in ["FOO", "USR1@70000", "B:", ":USR1", "X:USR1", "", "USR1@", "0", "65"] {
+        for input in [
+            "FOO",
+            "USR1@70000",
+            "B:",
+            ":USR1",
+            "X:USR1",
+            "",
+            "USR1@",
+            "0",
+            "65",
+        ] {
             let e = WarnSignal::parse(input).expect_err(input);
             assert!(e.to_string().contains("B:USR1@90"), "{e}");
         }

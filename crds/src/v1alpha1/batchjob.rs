@@ -299,7 +299,9 @@ pub struct BatchJobSpec {
 }
 
 /// `spec.openMode`: how the output and error files are opened.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OpenMode {
     /// Empty an existing file first (Slurm's default).

@@ -153,9 +153,11 @@ mod tests {
 /// in one column).
 pub const ACCOUNT: &str = "self.matches('^[A-Za-z0-9_.@+-]+$')";
 /// Message for [`ACCOUNT`].
-pub const ACCOUNT_MSG: &str = "account must be letters, digits and _ . @ + - (a Slurm account name)";
+pub const ACCOUNT_MSG: &str =
+    "account must be letters, digits and _ . @ + - (a Slurm account name)";
 
 /// `--signal`: `[{R|B}:]SIG[@TIME]` (the grammar is `slurm::signal`; this is its shape).
 pub const SIGNAL: &str = "self.matches('^([RrBb]{1,2}:)?([A-Za-z0-9]+)(@[0-9]{1,5})?$')";
 /// Message for [`SIGNAL`].
-pub const SIGNAL_MSG: &str = "signal must be [{R|B}:]SIGNAL[@SECONDS], e.g. USR1, B:USR1@90 or 10@120";
+pub const SIGNAL_MSG: &str =
+    "signal must be [{R|B}:]SIGNAL[@SECONDS], e.g. USR1, B:USR1@90 or 10@120";

@@ -1274,13 +1274,18 @@ mod tests {
         assert_eq!(env0["SLURM_JOB_ACCOUNT"], "physics");
         assert!(!env0.contains_key(step::ENV_STDOUT_DEFAULT));
         let env1: BTreeMap<String, String> = node_env(&c, 1).unwrap().into_iter().collect();
-        assert!(!env1.contains_key(step::ENV_STDOUT), "only the batch host writes files");
+        assert!(
+            !env1.contains_key(step::ENV_STDOUT),
+            "only the batch host writes files"
+        );
         assert_eq!(env1[step::ENV_SIGNAL], "B:USR1@90");
 
         // Defaults: slurm-%j.out, truncate, no signal without one; the namespace as account.
         let j = job("plain", BatchJobSpec::default());
-        let env: BTreeMap<String, String> =
-            node_env(&ctx(&j, &tasks, None), 0).unwrap().into_iter().collect();
+        let env: BTreeMap<String, String> = node_env(&ctx(&j, &tasks, None), 0)
+            .unwrap()
+            .into_iter()
+            .collect();
         assert_eq!(env[step::ENV_STDOUT], "slurm-1234.out");
         assert_eq!(env[step::ENV_STDOUT_DEFAULT], "1");
         assert_eq!(env[step::ENV_OPEN_MODE], "truncate");
