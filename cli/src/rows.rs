@@ -13,8 +13,10 @@ use muster_crds::slurm::{ArraySpec, GpuCount, NodeRange, TimeLimit, gpus_from_gr
 /// What squeue, sacct and scontrol show of one job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRow {
-    /// Kubernetes namespace (Slurm's account).
+    /// Kubernetes namespace.
     pub namespace: String,
+    /// Slurm's account: `spec.account` (`--account`), else the namespace.
+    pub account: String,
     /// BatchJob name.
     pub name: String,
     /// Slurm job id; `None` until the operator assigns it.
@@ -242,6 +244,11 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
 
     JobRow {
         namespace: bj.metadata.namespace.clone().unwrap_or_default(),
+        account: spec
+            .account
+            .clone()
+            .or_else(|| bj.metadata.namespace.clone())
+            .unwrap_or_default(),
         name: bj.metadata.name.clone().unwrap_or_default(),
         job_id: st.job_id,
         array_job_id: st.array_job_id,
@@ -287,8 +294,15 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         requeue: spec.requeue.unwrap_or(true),
         cpus_per_task: cpt,
         ntasks_per_node: spec.ntasks_per_node,
-        std_out: annotations.get(labels::OUTPUT).cloned(),
-        std_err: annotations.get(labels::ERROR).cloned(),
+        // The spec's, else the annotations older sbatch versions wrote.
+        std_out: spec
+            .output
+            .clone()
+            .or_else(|| annotations.get(labels::OUTPUT).cloned()),
+        std_err: spec
+            .error
+            .clone()
+            .or_else(|| annotations.get(labels::ERROR).cloned()),
         comment: annotations.get(labels::COMMENT).cloned(),
         batch_host: st
             .tasks

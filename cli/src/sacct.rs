@@ -203,7 +203,7 @@ fn tres(cpus: u32, gpus: u32, nodes: u32) -> String {
 pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
     let started = r.state != JobState::Pending && r.start_time.is_some();
     match col {
-        "Account" => r.namespace.clone(),
+        "Account" => r.account.clone(),
         "AllocCPUS" | "NCPUS" => if started { r.num_cpus } else { 0 }.to_string(),
         "AllocNodes" => if started { r.num_nodes } else { 0 }.to_string(),
         "AllocTRES" => {

@@ -149,7 +149,7 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     };
     let mut lines = vec![
         first,
-        format!("UserId={} Account={} Nice={}", r.user, r.namespace, r.nice),
+        format!("UserId={} Account={} Nice={}", r.user, r.account, r.nice),
         format!(
             "JobState={} Reason={} Dependency={}",
             r.state.as_str(),

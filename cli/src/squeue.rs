@@ -365,7 +365,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
         return (h.to_string(), !matches!(code, 'N' | 'R' | 'Y'));
     };
     match code {
-        'a' => (r.namespace.clone(), true),
+        'a' => (r.account.clone(), true),
         'A' => (
             r.job_id.map(|i| i.to_string()).unwrap_or("N/A".into()),
             true,

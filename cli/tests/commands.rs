@@ -282,7 +282,7 @@ fn sbatch_dry_run_from_the_command_line() {
         &[
             "sbatch",
             "--dry-run",
-            "--account=x",
+            "--mail-type=END",
             "-q",
             "high",
             "--wrap=true",
@@ -294,8 +294,8 @@ fn sbatch_dry_run_from_the_command_line() {
     assert_eq!(
         err.lines().collect::<Vec<_>>(),
         [
-            "sbatch: warning: command line: --account has no effect in Muster: a job's account is \
-             its Kubernetes namespace (fair share, sacct's Account): submit with --namespace",
+            "sbatch: warning: command line: --mail-type has no effect in Muster: Muster sends no \
+             mail; watch jobs with squeue or sacct",
             "sbatch: warning: command line: --qos has no effect in Muster: priority comes from the \
              partition's priorityTier and --nice/--priority",
         ],

@@ -301,9 +301,12 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "edge",
         "other_sites.sh",
         Accepted(&[
+            ("account", "myproject"),
             ("comment", "nightly run"),
             ("nodes", "2"),
+            ("open-mode", "a"),
             ("requeue", "requeue"),
+            ("signal", "B:USR1"),
             ("time", "UNLIMITED"),
         ]),
     ),

@@ -48,13 +48,11 @@ fn other_sites_directives_are_read_with_one_warning_each() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("kind: BatchJob"), "{out}");
     let lines: Vec<&str> = err.lines().collect();
+    // --account, --signal and --open-mode have their Slurm meaning (below): no warning.
     let want = [
-        (2, "account"),
         (2, "qos"),
         (3, "mail-type"),
         (3, "mail-user"),
-        (4, "signal"),
-        (5, "open-mode"),
         (6, "licenses"),
         (6, "chdir"),
     ];
@@ -69,6 +67,12 @@ fn other_sites_directives_are_read_with_one_warning_each() {
     let p = ours("edge", "other_sites.sh", &["--dry-run"], &[]).unwrap();
     assert_eq!(p.job.spec.nodes, Some(IntOrString::Int(2)));
     assert_eq!(p.job.spec.requeue, Some(true));
+    assert_eq!(p.job.spec.account.as_deref(), Some("myproject"));
+    assert_eq!(p.job.spec.signal.as_deref(), Some("B:USR1"));
+    assert_eq!(
+        p.job.spec.open_mode,
+        Some(muster_crds::v1alpha1::OpenMode::Append)
+    );
     // --comment has its Slurm meaning: kept with the job (scontrol's Comment=, sacct's Comment).
     assert_eq!(
         p.job

@@ -48,20 +48,16 @@ fn gpus_per_task() {
         Some("gpus-per-task-test-")
     );
     assert_eq!(j.metadata.name, None);
-    assert_eq!(
-        annotation(&j, "muster.dev/output"),
-        Some("gpus_per_task_test.out")
-    );
-    assert_eq!(
-        annotation(&j, "muster.dev/error"),
-        Some("gpus_per_task_test.err")
-    );
+    assert_eq!(j.spec.output.as_deref(), Some("gpus_per_task_test.out"));
+    assert_eq!(j.spec.error.as_deref(), Some("gpus_per_task_test.err"));
     // Who submits is recorded by the API server at admission, never written by the client.
     assert_eq!(annotation(&j, "muster.dev/user"), None);
     assert_spec(
         "gpus_per_task.sh",
         BatchJobSpec {
             job_name: Some("gpus_per_task_test".into()),
+            output: Some("gpus_per_task_test.out".into()),
+            error: Some("gpus_per_task_test.err".into()),
             nodes: Some(IntOrString::Int(2)),
             ntasks_per_node: Some(2),
             gpus_per_task: Some(IntOrString::Int(1)),
@@ -75,12 +71,14 @@ fn gpus_per_task() {
 fn gres_mpirun() {
     let j = job("gres_mpirun.sh");
     assert_eq!(j.metadata.generate_name.as_deref(), Some("mpirun-test-"));
-    assert_eq!(annotation(&j, "muster.dev/output"), Some("mpirun_test.out"));
-    assert_eq!(annotation(&j, "muster.dev/error"), Some("mpirun_test.err"));
+    assert_eq!(j.spec.output.as_deref(), Some("mpirun_test.out"));
+    assert_eq!(j.spec.error.as_deref(), Some("mpirun_test.err"));
     assert_spec(
         "gres_mpirun.sh",
         BatchJobSpec {
             job_name: Some("mpirun_test".into()),
+            output: Some("mpirun_test.out".into()),
+            error: Some("mpirun_test.err".into()),
             nodes: Some(IntOrString::Int(2)),
             ntasks_per_node: Some(2),
             gres: Some("gpu:4".into()),
@@ -94,11 +92,13 @@ fn gres_mpirun() {
 fn gres_srun() {
     let j = job("gres_srun.sh");
     assert_eq!(j.metadata.generate_name.as_deref(), Some("gres-test-"));
-    assert_eq!(annotation(&j, "muster.dev/output"), Some("gres_test.out"));
+    assert_eq!(j.spec.output.as_deref(), Some("gres_test.out"));
     assert_spec(
         "gres_srun.sh",
         BatchJobSpec {
             job_name: Some("gres_test".into()),
+            output: Some("gres_test.out".into()),
+            error: Some("gres_test.err".into()),
             nodes: Some(IntOrString::Int(2)),
             gres: Some("gpu:4".into()),
             time: Some(IntOrString::String("00:10:00".into())),
@@ -111,7 +111,7 @@ fn gres_srun() {
 fn multi_node_mpi() {
     let j = job("multi_node_mpi.sh");
     assert_eq!(j.metadata.generate_name.as_deref(), Some("multi-gpu-task-"));
-    assert_eq!(annotation(&j, "muster.dev/output"), None);
+    assert_eq!(j.spec.output.as_deref(), None);
     assert_spec(
         "multi_node_mpi.sh",
         BatchJobSpec {
@@ -285,13 +285,10 @@ fn kubectl_style_output_flag_selects_the_format() {
     let p = ours("howto", "gres_srun.sh", &["--dry-run", "-o", "json"], &[]).unwrap();
     assert_eq!(p.dry_run, Some(ManifestFormat::Json));
     // The script's own --output stays the Slurm output file.
-    assert_eq!(
-        annotation(&p.job, "muster.dev/output"),
-        Some("gres_test.out")
-    );
+    assert_eq!(p.job.spec.output.as_deref(), Some("gres_test.out"));
     let p = ours("howto", "gres_srun.sh", &["-o", "json"], &[]).unwrap();
     assert_eq!(p.dry_run, None);
-    assert_eq!(annotation(&p.job, "muster.dev/output"), Some("json"));
+    assert_eq!(p.job.spec.output.as_deref(), Some("json"));
 }
 
 /// The copies under tests/scripts/howto are the shared scripts, and none is missing.
@@ -405,14 +402,9 @@ fn environment_layer_and_ignored_variables() {
         p.job.spec.switches,
         Some(IntOrString::String("2@10:00".into()))
     );
-    assert_eq!(
-        p.warnings,
-        [
-            "environment variable SBATCH_ACCOUNT: --account has no effect in Muster: a job's \
-             account is its Kubernetes namespace (fair share, sacct's Account): submit with \
-             --namespace"
-        ]
-    );
+    // SBATCH_ACCOUNT is --account: the job's account.
+    assert_eq!(p.job.spec.account.as_deref(), Some("physics"));
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     let e = ours(
         "howto",
         "gres_srun.sh",
@@ -425,4 +417,73 @@ fn environment_layer_and_ignored_variables() {
             .starts_with("environment variable SBATCH_TIMELIMIT: invalid value '1h' for --time"),
         "{e}"
     );
+}
+
+/// A script carrying every option of other sites (each with a value where it takes one) and
+/// the directives Muster gives their Slurm meaning: it is accepted, each option without an
+/// effect gets exactly one warning line, the others land in the spec; bad values of several
+/// options are all reported in one run.
+#[test]
+fn other_sites_directives_are_read_and_all_problems_reported_at_once() {
+    use muster_cli::sbatch::options::NO_EFFECT;
+    use muster_crds::slurm::getopt::{HasArg, SBATCH_OPTIONS};
+    let mut text = String::from("#!/bin/bash\n");
+    let mut no_effect = 0;
+    for (long, _) in NO_EFFECT {
+        if ["help", "usage", "version"].contains(long) {
+            continue;
+        }
+        let o = SBATCH_OPTIONS.iter().find(|o| o.long == *long).unwrap();
+        match o.has_arg {
+            HasArg::No => text.push_str(&format!("#SBATCH --{long}\n")),
+            HasArg::Required => text.push_str(&format!("#SBATCH --{long}=x1\n")),
+            HasArg::Optional => text.push_str(&format!("#SBATCH --{long}=x1\n")),
+        }
+        no_effect += 1;
+    }
+    text.push_str(
+        "#SBATCH -A physics\n#SBATCH --begin=now+1hour\n#SBATCH --signal=B:USR1@90\n\
+         #SBATCH --open-mode=append\n#SBATCH -o logs/%x-%j.out\n#SBATCH -n 1\necho hi\n",
+    );
+    let run = |text: &str| {
+        muster_cli::sbatch::prepare(
+            &common::sbatch_args(&["--dry-run"]),
+            Some(muster_cli::sbatch::ScriptInput {
+                name: "sites.sh".into(),
+                default_job_name: "sites.sh".into(),
+                text: text.to_string(),
+            }),
+            &|_: &str| None::<String>,
+            &muster_cli::sbatch::manifest::Submitter {
+                namespace: None,
+                cwd: None,
+            },
+        )
+    };
+    let p = run(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(p.warnings.len(), no_effect, "{:#?}", p.warnings);
+    for w in &p.warnings {
+        assert!(w.contains("has no effect in Muster"), "{w}");
+    }
+    let s = &p.job.spec;
+    assert_eq!(s.account.as_deref(), Some("physics"));
+    assert_eq!(s.signal.as_deref(), Some("B:USR1@90"));
+    assert_eq!(s.output.as_deref(), Some("logs/%x-%j.out"));
+    assert_eq!(s.open_mode, Some(muster_crds::v1alpha1::OpenMode::Append));
+    let begin = s.begin.as_ref().unwrap().0.as_second();
+    let now = jiff::Timestamp::now().as_second();
+    assert!(
+        (now + 3590..=now + 3610).contains(&begin),
+        "{begin} vs {now}"
+    );
+
+    let bad = text
+        .replace("--signal=B:USR1@90", "--signal=FOO")
+        .replace("--begin=now+1hour", "--begin=now+1h")
+        .replace("--open-mode=append", "--open-mode=sideways");
+    let e = run(&bad).unwrap_err();
+    let msg = e.to_string();
+    for want in ["--signal", "--begin", "--open-mode"] {
+        assert!(msg.contains(want), "{want} missing from {msg}");
+    }
 }

@@ -45,3 +45,81 @@ pub const ENV_NODE_WAIT: &str = "MUSTER_STEP_NODE_WAIT";
 pub fn secret_name(job: &str) -> String {
     format!("{job}-step")
 }
+
+/// Environment variable (batch host): the batch step's standard output file, its Slurm
+/// pattern already expanded (`--output`, or `slurm-%j.out`); relative to the working
+/// directory.
+pub const ENV_STDOUT: &str = "MUSTER_STEP_STDOUT";
+/// Environment variable (batch host): the batch step's standard error file (`--error`);
+/// unset: standard error goes with standard output.
+pub const ENV_STDERR: &str = "MUSTER_STEP_STDERR";
+/// Environment variable (batch host): `1` when [`ENV_STDOUT`] is sbatch's default rather than
+/// asked for (then a path off the shared filesystems is skipped without a notice).
+pub const ENV_STDOUT_DEFAULT: &str = "MUSTER_STEP_STDOUT_DEFAULT";
+/// Environment variable (batch host): `append` or `truncate` (`--open-mode`).
+pub const ENV_OPEN_MODE: &str = "MUSTER_STEP_OPEN_MODE";
+/// Environment variable (batch host): the mount paths of the partition's writable shared
+/// filesystems, `:`-joined: output files are written only under one of them.
+pub const ENV_SHARED_DIRS: &str = "MUSTER_STEP_SHARED_DIRS";
+/// Environment variable (every node): `--signal` as `[B:]NUMBER@SECONDS`.
+pub const ENV_SIGNAL: &str = "MUSTER_STEP_SIGNAL";
+/// Environment variable (every node): when the job's time limit ends, in seconds since the
+/// epoch (unset: no limit).
+pub const ENV_END_TIME: &str = "MUSTER_STEP_END_TIME";
+
+/// The shared directory of `dirs` that holds `path` (absolute; `.` and `..` are resolved
+/// lexically first), if any: where output files may be written. One rule for sbatch's
+/// warning, the operator and the batch step.
+pub fn shared_dir_of<'a>(path: &str, dirs: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let norm = normalize(path)?;
+    dirs.into_iter().find(|d| {
+        normalize(d).is_some_and(|d| {
+            norm.len() > d.len()
+                && norm.starts_with(&d)
+                && (d == "/" || norm[d.len()..].starts_with('/'))
+        })
+    })
+}
+
+/// `/a/./b/../c` → `/a/c`; `None` for a relative path.
+fn normalize(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_files_go_only_under_a_shared_directory() {
+        let dirs = ["/scratch", "/home/"];
+        assert_eq!(shared_dir_of("/scratch/logs/a.out", dirs), Some("/scratch"));
+        assert_eq!(shared_dir_of("/home/u/x", dirs), Some("/home/"));
+        assert_eq!(shared_dir_of("/scratchy/a.out", dirs), None);
+        assert_eq!(
+            shared_dir_of("/scratch", dirs),
+            None,
+            "the mount point itself is no file"
+        );
+        assert_eq!(shared_dir_of("/scratch/../etc/passwd", dirs), None);
+        assert_eq!(shared_dir_of("/tmp/./../scratch/a", dirs), Some("/scratch"));
+        assert_eq!(
+            shared_dir_of("logs/a.out", dirs),
+            None,
+            "relative: resolve first"
+        );
+    }
+}

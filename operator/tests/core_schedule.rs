@@ -929,3 +929,23 @@ fn reservations_chain_for_every_waiting_job_up_to_the_limit() {
     assert_eq!(pending(&d, 6).start_estimate, Some(NOW + 3600 + 600));
     assert_eq!(pending(&d, 7).start_estimate, None);
 }
+
+/// `--begin`: a job is not started before its time (reason `BeginTime`, not eligible), and
+/// starts once the time has come; a begin time already past changes nothing.
+#[test]
+fn a_job_waits_for_its_begin_time() {
+    let mut s = sandbox();
+    let mut later = PendingJob::new(1, NOW, JobRequest::gpus(1));
+    later.begin_time = Some(NOW + 600);
+    let mut past = PendingJob::new(2, NOW, JobRequest::gpus(1));
+    past.begin_time = Some(NOW - 600);
+    s.pending = vec![later, past];
+    let d = schedule(&s, NOW, &Config::default());
+    let p = pending(&d, 1);
+    assert_eq!(p.reason, Reason::BeginTime);
+    assert!(p.message.contains("--begin"), "{}", p.message);
+    assert!(!p.eligible);
+    started(&d, 2);
+    let d = schedule(&s, NOW + 600, &Config::default());
+    started(&d, 1);
+}

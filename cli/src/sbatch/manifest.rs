@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use muster_crds::labels;
 use muster_crds::slurm::{GpuCount, gpus_from_gres, parse_gres};
-use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, Exclusive};
+use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, Exclusive, OpenMode};
 
 use super::parse::{Merged, SbatchError};
 use super::values;
@@ -250,12 +250,6 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         .unwrap_or_else(|| source.default_name.clone());
 
     let mut annotations = BTreeMap::new();
-    if let Some(out) = &o.output {
-        annotations.insert(labels::OUTPUT.to_string(), out.clone());
-    }
-    if let Some(err) = &o.error {
-        annotations.insert(labels::ERROR.to_string(), err.clone());
-    }
     if let Some(c) = &o.comment {
         annotations.insert(labels::COMMENT.to_string(), c.clone());
     }
@@ -334,6 +328,23 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
             None
         },
         hold: o.hold.then_some(true),
+        account: o.account.clone(),
+        // Checked when parsed; resolved here against the submitter's clock, as sbatch does.
+        begin: o.begin.as_deref().and_then(|b| {
+            muster_crds::slurm::begin::parse(b, &jiff::Zoned::now())
+                .ok()
+                .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+        }),
+        signal: o.signal.clone(),
+        output: o.output.clone(),
+        error: o.error.clone(),
+        open_mode: o.open_mode.as_deref().map(|m| {
+            if m == "append" {
+                OpenMode::Append
+            } else {
+                OpenMode::Truncate
+            }
+        }),
         cancel: None,
         script: Some(source.script.clone()),
         template,

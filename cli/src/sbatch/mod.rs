@@ -7,6 +7,7 @@
 
 pub mod manifest;
 pub mod options;
+pub mod outfiles;
 pub mod parse;
 pub mod test_only;
 pub mod values;
@@ -466,6 +467,23 @@ pub async fn run(args: &SbatchArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
     let mut job = prepared.job;
     job.metadata.namespace = Some(cluster.namespace.clone());
     check_partition(&cluster.client, &prepared.merged).await?;
+    if let Ok(parts) = Api::<Partition>::all(cluster.client.clone())
+        .list(&Default::default())
+        .await
+    {
+        let warn_job = {
+            let mut j = job.clone();
+            j.spec.partition = j
+                .spec
+                .partition
+                .clone()
+                .map(|p| manifest::partition_object_name(&p));
+            j
+        };
+        for w in outfiles::warnings(&warn_job, outfiles::partition_of(&warn_job, &parts.items)) {
+            writeln!(io.err, "sbatch: warning: {w}")?;
+        }
+    }
     if prepared.merged.options.test_only {
         return print_test_only(&cluster, &job, io).await;
     }

@@ -134,13 +134,32 @@ pub struct SbatchOptions {
     #[arg(short = 'H', long, action = ArgAction::SetTrue)]
     pub hold: bool,
 
-    /// Where the job's standard output would go in Slurm (kept for `muster logs`).
+    /// The batch script's standard output file (a filename pattern: %j, %x, %A, %a, %N, %u, %%),
+    /// written when it lies on a shared filesystem of the partition; `muster logs` has it too.
     #[arg(short = 'o', long, value_name = "FILE", allow_hyphen_values = true, value_parser = values::path)]
     pub output: Option<String>,
 
-    /// Where the job's standard error would go in Slurm (kept for `muster logs`).
+    /// The batch script's standard error file (default: the output file).
     #[arg(short = 'e', long, value_name = "FILE", allow_hyphen_values = true, value_parser = values::path)]
     pub error: Option<String>,
+
+    /// Open the output and error files in append or truncate (default) mode.
+    #[arg(long = "open-mode", value_name = "append|truncate", allow_hyphen_values = true, value_parser = values::open_mode)]
+    pub open_mode: Option<String>,
+
+    /// The account the job is charged to (shown by squeue %a and sacct's Account).
+    #[arg(short = 'A', long, value_name = "NAME", allow_hyphen_values = true, value_parser = values::account)]
+    pub account: Option<String>,
+
+    /// Do not start the job before this time: HH:MM[:SS], now+N[seconds|minutes|hours|days|weeks],
+    /// YYYY-MM-DD[THH:MM[:SS]], midnight, noon, teatime, tomorrow, ...
+    #[arg(short = 'b', long, value_name = "TIME", allow_hyphen_values = true, value_parser = values::begin)]
+    pub begin: Option<String>,
+
+    /// Send SIG TIME seconds (default 60) before the time limit: [{R|B}:]SIG[@TIME]; B: to the
+    /// batch script only, otherwise to the steps' tasks.
+    #[arg(long, value_name = "[{R|B}:]SIG[@TIME]", allow_hyphen_values = true, value_parser = values::signal)]
+    pub signal: Option<String>,
 
     /// A comment kept with the job (shown by `scontrol show job` and `sacct -o Comment`).
     #[arg(long, value_name = "STRING", allow_hyphen_values = true)]
@@ -227,6 +246,10 @@ impl SbatchOptions {
             hold: self.hold || lower.hold,
             output: self.output.or(lower.output),
             error: self.error.or(lower.error),
+            open_mode: self.open_mode.or(lower.open_mode),
+            account: self.account.or(lower.account),
+            begin: self.begin.or(lower.begin),
+            signal: self.signal.or(lower.signal),
             comment: self.comment.or(lower.comment),
             wrap: self.wrap.or(lower.wrap),
             parsable: self.parsable || lower.parsable,
@@ -248,18 +271,10 @@ const NOT_IMPLEMENTED: &str = "Muster does not implement it";
 /// What every Slurm option Muster does not implement would have done, and what to do instead.
 /// Each is read (so scripts from other sites submit) and gets one warning line.
 pub const NO_EFFECT: &[(&str, &str)] = &[
-    (
-        "account",
-        "a job's account is its Kubernetes namespace (fair share, sacct's Account): submit with --namespace",
-    ),
     ("acctg-freq", NOT_IMPLEMENTED),
     ("batch", "choose nodes by feature with --constraint"),
     ("bb", "burst buffers are not supported"),
     ("bbf", "burst buffers are not supported"),
-    (
-        "begin",
-        "delayed starts are not supported; use --hold and `muster scontrol release`, or --dependency",
-    ),
     (
         "chdir",
         "tasks start in the container image's working directory; cd in the script",
@@ -346,10 +361,6 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
         "use --ntasks-per-node and --cpus-per-task",
     ),
     ("ntasks-per-tres", "use --gpus-per-task"),
-    (
-        "open-mode",
-        "task output is the pod log; read it with `muster logs`",
-    ),
     ("overcommit", NOT_IMPLEMENTED),
     (
         "oversubscribe",
@@ -368,10 +379,6 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
     ),
     ("reboot", NOT_IMPLEMENTED),
     ("reservation", "reservations are not supported"),
-    (
-        "signal",
-        "tasks get SIGTERM at the time limit, then SIGKILL after the partition's grace time",
-    ),
     ("sockets-per-node", "ask for CPUs with --cpus-per-task"),
     ("spread-job", NOT_IMPLEMENTED),
     ("thread-spec", NOT_IMPLEMENTED),
@@ -545,6 +552,10 @@ pub fn apply(o: &mut SbatchOptions, long: &str, value: Option<&str>) -> Result<A
         "hold" => o.hold = true,
         "output" => o.output = Some(values::path(v)?),
         "error" => o.error = Some(values::path(v)?),
+        "open-mode" => o.open_mode = Some(values::open_mode(v)?),
+        "account" => o.account = Some(values::account(v)?),
+        "begin" => o.begin = Some(values::begin(v)?),
+        "signal" => o.signal = Some(values::signal(v)?),
         "comment" => o.comment = raw(),
         "wrap" => o.wrap = raw(),
         "parsable" => o.parsable = true,
@@ -651,6 +662,10 @@ mod tests {
             ("error", "e.err"),
             ("wrap", "hostname"),
             ("comment", "nightly run"),
+            ("open-mode", "append"),
+            ("account", "proj-a"),
+            ("begin", "now+1hour"),
+            ("signal", "B:USR1@90"),
             ("export", "ALL,A=1"),
             ("image", "busybox"),
         ];
@@ -705,16 +720,7 @@ mod tests {
     #[test]
     fn other_sites_options_have_no_effect() {
         let mut o = SbatchOptions::default();
-        for long in [
-            "account",
-            "qos",
-            "mail-type",
-            "mail-user",
-            "begin",
-            "signal",
-            "open-mode",
-            "chdir",
-        ] {
+        for long in ["qos", "mail-type", "mail-user", "chdir"] {
             assert!(
                 matches!(apply(&mut o, long, Some("x")), Ok(Applied::NoEffect(_))),
                 "{long}"

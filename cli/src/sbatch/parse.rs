@@ -486,6 +486,10 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("hold", o.hold.then(|| "set".to_string()));
     put("output", o.output.clone());
     put("error", o.error.clone());
+    put("open-mode", o.open_mode.clone());
+    put("account", o.account.clone());
+    put("begin", o.begin.clone());
+    put("signal", o.signal.clone());
     put("comment", o.comment.clone());
     put("wrap", o.wrap.clone());
     put("parsable", o.parsable.then(|| "set".to_string()));
@@ -550,6 +554,17 @@ pub fn slurm_defined_options(o: &SbatchOptions, cwd: &std::path::Path) -> BTreeM
                 None => s.count.to_string(),
             }),
             "output" | "error" => Some(cwd.join(v.as_str()).to_string_lossy().into_owned()),
+            // Slurm prints the mode's letter.
+            "open-mode" => v.get(..1).map(str::to_string),
+            // Resolved as Slurm prints it: local time, seconds.
+            "begin" => {
+                let now = jiff::Zoned::now();
+                muster_crds::slurm::begin::parse(v, &now).ok().map(|t| {
+                    t.to_zoned(now.time_zone().clone())
+                        .strftime("%Y-%m-%dT%H:%M:%S")
+                        .to_string()
+                })
+            }
             _ => None,
         };
         if let Some(s) = shown {

@@ -187,3 +187,42 @@ pub fn switches(s: &str) -> Result<String, String> {
 pub fn gpu_bind(s: &str) -> Result<String, String> {
     GpuBind::parse(s).map(|_| s.to_string()).map_err(why)
 }
+
+/// `--open-mode`: as Slurm, the first letter decides (`a`/`A` append, `t`/`T` truncate);
+/// kept as `append` or `truncate`.
+pub fn open_mode(s: &str) -> Result<String, String> {
+    match s.chars().next().map(|c| c.to_ascii_lowercase()) {
+        Some('a') => Ok("append".into()),
+        Some('t') => Ok("truncate".into()),
+        _ => Err("expected append or truncate".into()),
+    }
+}
+
+/// `--account`: a Slurm account name.
+pub fn account(s: &str) -> Result<String, String> {
+    non_empty(s, "the account")?;
+    if s.len() > 64
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.@+-".contains(&b))
+    {
+        return Err(
+            "the account must be at most 64 letters, digits and _ . @ + - (a Slurm account name)"
+                .into(),
+        );
+    }
+    Ok(s.to_string())
+}
+
+/// `--begin`: one of Slurm's time forms (resolved against the clock when the job is built).
+pub fn begin(s: &str) -> Result<String, String> {
+    muster_crds::slurm::begin::parse(s, &jiff::Zoned::now()).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
+/// `--signal`: `[{R|B}:]SIG[@TIME]`.
+pub fn signal(s: &str) -> Result<String, String> {
+    muster_crds::slurm::WarnSignal::parse(s)
+        .map(|w| w.to_string())
+        .map_err(|e| e.to_string())
+}

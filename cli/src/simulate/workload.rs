@@ -120,6 +120,10 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         pending.nice = tj.nice;
         pending.priority = tj.priority;
         pending.hold = tj.hold;
+        // On the replay's clock, as submit times are.
+        pending.begin_time = tj
+            .begin
+            .map(|b| ((b - first) as f64 / speed).round() as i64);
         pending.dependency = tj.dependency.clone();
         pending.user = tj.user.clone();
         let mut min_gpus = 0;

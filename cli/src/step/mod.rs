@@ -73,6 +73,8 @@
 //! | `MUSTER_STEP_PORT` | TCP port of the daemons (default 6829); the same on every node | all |
 //! | `MUSTER_STEP_KEY_FILE` | credential path (default `/var/run/muster/step/key`) | all |
 //! | `SLURM_JOB_NAME`, `SLURM_JOB_PARTITION`, `SLURM_SUBMIT_DIR`, `SLURM_SUBMIT_HOST`, `SLURM_CLUSTER_NAME`, array variables … | what sbatch gives a batch script | scripts |
+//! | `MUSTER_STEP_STDOUT`, `MUSTER_STEP_STDERR`, `MUSTER_STEP_STDOUT_DEFAULT`, `MUSTER_STEP_OPEN_MODE`, `MUSTER_STEP_SHARED_DIRS` | batch host: the expanded `--output`/`--error` names, whether the output name is sbatch's default, `append`/`truncate`, the partition's writable shared mount paths (`:`-joined) | the output files ([`stdio`]) |
+//! | `MUSTER_STEP_SIGNAL`, `MUSTER_STEP_END_TIME` | `--signal` (`[B:]SIG[@SECS]`) and the time limit's end (epoch seconds), on every node | the warning signal ([`warn`]) |
 //!
 //! What each step task then gets on top of srun's environment (after `--export`): this
 //! node's values of [`job::NODE_VARS`], `SLURM_STEP_ID`/`SLURM_STEPID`, `SLURM_PROCID`,
@@ -99,6 +101,8 @@ pub mod opts;
 pub mod proto;
 mod reaper;
 pub mod srun;
+pub mod stdio;
+pub mod warn;
 
 use std::path::Path;
 

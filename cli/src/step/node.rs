@@ -30,6 +30,9 @@ pub const DEFAULT_NODE_WAIT: u64 = 600;
 /// (`MUSTER_STEP_KILL_WAIT`; Slurm's `KillWait` defaults to 30).
 pub const DEFAULT_KILL_WAIT: u64 = 30;
 
+/// The batch step's key among the steps (no `srun` step has this id).
+const BATCH_KEY: (u32, u64) = (u32::MAX, 0);
+
 /// `muster-step node` arguments.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeArgs {
@@ -189,6 +192,9 @@ async fn run(args: NodeArgs) -> i32 {
         conn_seq: Default::default(),
     });
     tokio::spawn(accept_loop(d.clone(), listener));
+    if let Some(w) = super::warn::from_env(|k| std::env::var(k).ok()) {
+        tokio::spawn(d.clone().warn_before_limit(w));
+    }
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => return fail(&format!("installing the SIGTERM handler: {e}")),
@@ -281,6 +287,49 @@ impl Daemon {
         }
     }
 
+    /// `--signal`: at the warning time, `B:` signals the batch shell alone; otherwise every
+    /// step task on this node (their process groups), not the batch shell — as Slurm does.
+    async fn warn_before_limit(self: Arc<Self>, w: super::warn::Warning) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let wait = (w.at as f64 - now).max(0.0);
+        tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        let Ok(sig) = Signal::try_from(w.signal) else {
+            eprintln!("muster-step: --signal: {} is no signal here", w.signal);
+            return;
+        };
+        // The job's clock starts at admission, its pods somewhat later: when nothing is there
+        // to warn yet (the batch script or a step still starting), the first to appear gets
+        // the warning, so a late start still hears that the limit is near.
+        loop {
+            let targets: Vec<i32> = {
+                let st = self.state.lock().expect("state");
+                if st.terminating {
+                    return;
+                }
+                st.steps
+                    .iter()
+                    .filter(|(k, _)| (**k == BATCH_KEY) == w.batch_only)
+                    .flat_map(|(_, t)| t.pgids.iter().copied())
+                    .collect()
+            };
+            if !targets.is_empty() {
+                for pid in targets {
+                    if w.batch_only {
+                        // The batch shell only: its pid (the group leader), not its group.
+                        let _ = kill(Pid::from_raw(pid), sig);
+                    } else {
+                        signal_group(pid, sig);
+                    }
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     async fn wait_idle(&self) {
         loop {
             if self.state.lock().expect("state").steps.is_empty() {
@@ -333,20 +382,45 @@ impl Daemon {
         }
         let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         self.add_bin_dir(&mut env);
-        let mut c = Command::new(&cmd[0]);
-        c.args(&cmd[1..])
-            .env_clear()
-            .envs(env)
-            .stdin(Stdio::null())
-            .process_group(0);
-        let mut child = match c.spawn() {
+        // The output files (--output/--error) beside the pod log.
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let mut files = super::stdio::plan(|k| std::env::var(k).ok(), &cwd);
+        let wiring = match super::stdio::wire(&mut files) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                files.notices.push(format!("cannot tee the output: {e}"));
+                None
+            }
+        };
+        for n in &files.notices {
+            eprintln!("muster-step: {n}");
+        }
+        let spawned = {
+            // The command holds the pipes' write ends until dropped: dropped right after the
+            // spawn, so the copiers see the end of the output when the batch step's
+            // processes are gone.
+            let mut c = Command::new(&cmd[0]);
+            c.args(&cmd[1..])
+                .env_clear()
+                .envs(env)
+                .stdin(Stdio::null())
+                .process_group(0);
+            let wiring = wiring.map(|mut w| {
+                c.stdout(std::mem::replace(&mut w.stdout, Stdio::inherit()));
+                c.stderr(std::mem::replace(&mut w.stderr, Stdio::inherit()));
+                w
+            });
+            (c.spawn(), wiring)
+        };
+        let (spawned, wiring) = spawned;
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("muster-step: starting the batch step {:?}: {e}", cmd[0]);
                 return 127;
             }
         };
-        let key = (u32::MAX, 0);
+        let key = BATCH_KEY;
         if let Some(pid) = child.id() {
             self.state
                 .lock()
@@ -359,6 +433,9 @@ impl Daemon {
         }
         let status = child.wait().await;
         self.state.lock().expect("state").steps.remove(&key);
+        if let Some(w) = wiring {
+            w.finish(self.kill_wait.max(Duration::from_secs(1))).await;
+        }
         match status {
             Ok(s) => match (s.code(), s.signal()) {
                 (Some(c), _) => c,

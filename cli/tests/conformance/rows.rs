@@ -900,6 +900,68 @@ pub fn rows() -> Vec<Row> {
                 env: vec![(0, "FROM_TEMPLATE", "yes")],
             },
         ),
+        // ---- directives of other sites' scripts, output files ----
+        row(
+            "account",
+            &["account"],
+            job(
+                &["-A", "proj-a", "-n", "1"],
+                json!({"account": "proj-a", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![(0, "SLURM_JOB_ACCOUNT", "proj-a")],
+            },
+        ),
+        row(
+            "begin: not started before its time",
+            &["begin"],
+            // sbatch resolves --begin in the submitter's time zone; the spec is absolute.
+            spec_only(json!({"begin": "2099-01-01T00:00:00Z", "ntasks": 1})),
+            Expect::Waits {
+                reason: "BeginTime",
+                words: "--begin time has not come",
+            },
+        ),
+        row(
+            "signal: the warning reaches the node pods",
+            &["signal"],
+            job(
+                &["--signal=B:USR1@90", "-n", "1"],
+                json!({"signal": "B:USR1@90", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![(0, "MUSTER_STEP_SIGNAL", "B:USR1@90")],
+            },
+        ),
+        row(
+            "output, error and openMode reach the batch host",
+            &["output", "error", "openMode"],
+            job(
+                &[
+                    "-o",
+                    "/shared/%x-%j.out",
+                    "-e",
+                    "/shared/err.txt",
+                    "--open-mode=append",
+                    "-n",
+                    "1",
+                ],
+                json!({"output": "/shared/%x-%j.out", "error": "/shared/err.txt",
+                       "openMode": "append", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![
+                    (0, "MUSTER_STEP_STDERR", "/shared/err.txt"),
+                    (0, "MUSTER_STEP_OPEN_MODE", "append"),
+                ],
+            },
+        ),
         // ---- refusals ----
         row(
             "nodelist and exclude naming one node",

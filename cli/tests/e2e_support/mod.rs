@@ -19,7 +19,7 @@ use muster_crds::v1alpha1::{BatchJob, Partition};
 use muster_e2e::apiserver::auth::UserInfo;
 use muster_e2e::operator::InProcessOperator;
 use muster_e2e::{TestCluster, TestClusterOptions};
-use muster_operator::controller::Settings;
+use muster_operator::controller::{Clock, Settings};
 use muster_operator::core::cluster_spec::ClusterSpec;
 use serde_json::json;
 
@@ -92,6 +92,16 @@ impl Sim {
         exec: Option<muster_e2e::exec::ExecOptions>,
         partition: serde_json::Value,
     ) -> Sim {
+        Sim::start_clock(operator, exec, partition, Clock::system()).await
+    }
+
+    /// [`Sim::start_opts`] with the operator's clock (a shifted one moves time for it alone).
+    pub async fn start_clock(
+        operator: bool,
+        exec: Option<muster_e2e::exec::ExecOptions>,
+        partition: serde_json::Value,
+        clock: Clock,
+    ) -> Sim {
         if let Ok(f) = std::env::var("MUSTER_TEST_LOG") {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(f))
@@ -142,6 +152,7 @@ impl Sim {
                 identity: "cli-e2e".into(),
                 cycle_interval: Duration::from_millis(300),
                 debounce: Duration::from_millis(5),
+                clock,
                 ..Settings::default()
             };
             s.plan.status_refresh_secs = 1;

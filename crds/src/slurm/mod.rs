@@ -20,6 +20,8 @@
 //! | [`tasks`] | `SLURM_TASKS_PER_NODE` | [`TasksPerNode`] |
 //! | [`script`] | `#SBATCH` lines of a batch script | [`script::read`] |
 //! | [`fname`] | `--output`/`--error` filename patterns | [`fname::expand`] |
+//! | [`begin`] | `--begin` | [`begin::parse`] |
+//! | [`signal`] | `--signal` | [`WarnSignal`] |
 //! | [`getopt`] | sbatch's option table and `getopt_long` | [`getopt::SBATCH_OPTIONS`], [`getopt::getopt`] |
 //!
 //! Policy, applied in every module: every form Slurm documents is accepted and means what it
@@ -30,6 +32,7 @@
 //! allocate without bound (hostlist expansion and GPU binding lists are capped).
 
 pub mod array;
+pub mod begin;
 pub mod constraint;
 pub mod dependency;
 pub mod fname;
@@ -40,6 +43,7 @@ pub mod hostlist;
 pub mod mem;
 pub mod nodes;
 pub mod script;
+pub mod signal;
 pub mod switches;
 pub mod tasks;
 pub mod time;
@@ -52,6 +56,7 @@ pub use gres::{GpuCount, GresItem, gpus_from_gres, parse_gres};
 pub use hostlist::HostList;
 pub use mem::MemSize;
 pub use nodes::NodeRange;
+pub use signal::WarnSignal;
 pub use switches::Switches;
 pub use tasks::TasksPerNode;
 pub use time::TimeLimit;

@@ -237,6 +237,49 @@ pub struct BatchJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<bool>,
 
+    /// `--account` / `-A`: the account the job is charged to, shown by squeue (`%a`) and sacct
+    /// (`Account`). Fair share is per namespace; the account is recorded and shown.
+    /// Omitted: the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(rules::ACCOUNT, rules::ACCOUNT_MSG))]
+    #[schemars(length(min = 1, max = 64))]
+    pub account: Option<String>,
+
+    /// `--begin` / `-b`: the job is not started before this time (squeue reason `BeginTime`
+    /// until then). sbatch resolves Slurm's forms (`now+1hour`, `16:00`, `tomorrow`, ...)
+    /// into this timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<Time>,
+
+    /// `--signal`: `[{R|B}:]SIG[@TIME]`: send SIG TIME seconds (default 60) before the time
+    /// limit to every step's tasks, or with `B:` to the batch script only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(rules::SIGNAL, rules::SIGNAL_MSG))]
+    #[schemars(length(max = 32))]
+    pub signal: Option<String>,
+
+    /// `--output` / `-o`: the batch script's standard output file, a Slurm filename pattern
+    /// (`%j`, `%x`, `%A`, `%a`, `%N`, `%u`, `%%`, ...); relative to the working directory.
+    /// Written by the batch step when the path lies on a shared filesystem of the
+    /// partition (`jobEnvironment.volumes`), besides the pod log. Omitted: `slurm-%j.out`
+    /// (`slurm-%A_%a.out` for an array element) in the working directory, when that lies on
+    /// one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub output: Option<String>,
+
+    /// `--error` / `-e`: the batch script's standard error file, same rules as `output`.
+    /// Omitted: standard error goes where standard output goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub error: Option<String>,
+
+    /// `--open-mode`: `truncate` (the default, as Slurm's `JobFileAppend=0`) or `append` to
+    /// an existing output or error file. As in Slurm, a requeued job's new run truncates too
+    /// unless `append` is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_mode: Option<OpenMode>,
+
     /// Set by `scancel`: stop the job and keep its record as CANCELLED. Cannot be undone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<bool>,
@@ -253,6 +296,19 @@ pub struct BatchJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::pod_template")]
     pub template: Option<PodTemplateSpec>,
+}
+
+/// `spec.openMode`: how the output and error files are opened.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum OpenMode {
+    /// Empty an existing file first (Slurm's default).
+    #[default]
+    Truncate,
+    /// Add to an existing file.
+    Append,
 }
 
 /// `spec.exclusive`: `false`, `true` or `"user"` (a boolean, or Slurm's `--exclusive=user`).

@@ -134,6 +134,19 @@ pub const DNS_SUBDOMAIN: &str =
 /// A Kubernetes label key: optional DNS prefix and `/`, then a name of at most 63 characters.
 pub const LABEL_KEY: &str = "self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')";
 
+/// `--account`: a Slurm account name (no spaces, commas or colons; sacct and squeue print it
+/// in one column).
+pub const ACCOUNT: &str = "self.matches('^[A-Za-z0-9_.@+-]+$')";
+/// Message for [`ACCOUNT`].
+pub const ACCOUNT_MSG: &str =
+    "account must be letters, digits and _ . @ + - (a Slurm account name)";
+
+/// `--signal`: `[{R|B}:]SIG[@TIME]` (the grammar is `slurm::signal`; this is its shape).
+pub const SIGNAL: &str = "self.matches('^([RrBb]{1,2}:)?([A-Za-z0-9]+)(@[0-9]{1,5})?$')";
+/// Message for [`SIGNAL`].
+pub const SIGNAL_MSG: &str =
+    "signal must be [{R|B}:]SIGNAL[@SECONDS], e.g. USR1, B:USR1@90 or 10@120";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -444,6 +444,7 @@ struct PodSource {
     gang: Option<GangRef>,
     step: StepSettings,
     node_gpus: Vec<String>,
+    limit_end: Option<i64>,
     /// Computed by the first pod built (and dropped with the plan once written).
     layout: std::sync::OnceLock<pods::JobLayout>,
 }
@@ -519,6 +520,7 @@ impl PodsToCreate {
                 step: ctx.step.clone(),
                 node_gpus,
                 layout: std::sync::OnceLock::new(),
+                limit_end: ctx.limit_end,
             })),
             nodes,
             claim_nodes,
@@ -606,6 +608,7 @@ impl PodsToCreate {
             gpu_binding: s.gpu_binding,
             step: &s.step,
             node_gpus: &s.node_gpus,
+            limit_end: s.limit_end,
         };
         pods::build_pod_in(&ctx, s.layout(), node)
     }
@@ -1615,6 +1618,7 @@ fn step_job(
                     gpu_binding,
                     step: &cfg.step,
                     node_gpus: &[],
+                    limit_end: pods::limit_end(&w.st),
                 };
                 let gang = bind.gang_ref(&w.name, attempt);
                 let built = match PodsToCreate::new(
@@ -1950,6 +1954,7 @@ fn admit(
         gpu_binding,
         step: &cfg.step,
         node_gpus: &[],
+        limit_end: pods::limit_end(&w.st),
     };
     let node_ranks = pods::node_ranks(&w.st.tasks);
     let npods = node_ranks.len();

@@ -35,12 +35,14 @@
 //! `SLURM_NTASKS`/`SLURM_NPROCS`, `SLURM_TASKS_PER_NODE`, `SLURM_JOB_CPUS_PER_NODE`,
 //! `SLURM_NODEID`, `SLURM_PROCID`/`SLURM_LOCALID` (0), `SLURMD_NODENAME` (this pod's name in
 //! the nodelist), `SLURM_CPUS_ON_NODE`, `SLURM_JOB_PARTITION`, `SLURM_SUBMIT_DIR`,
+//! `SLURM_JOB_ACCOUNT` (`--account`, else the namespace),
 //! `SLURM_CPUS_PER_TASK`/`SLURM_NTASKS_PER_NODE`/`SLURM_GPU_BIND` (when asked),
 //! `SLURM_ARRAY_JOB_ID`/`SLURM_ARRAY_TASK_ID` (array elements), `SLURM_GPUS_PER_NODE` /
 //! `SLURM_GPUS_PER_TASK` (echoing the request), `SLURM_GPUS_ON_NODE` and `SLURM_JOB_GPUS`
 //! (the job's GPUs on this node: count and NVML indices). The step runtime's:
 //! `MUSTER_NODE_GPUS`, `MUSTER_POD_IP`, `MUSTER_STEP_PORT`, `MUSTER_STEP_KEY_FILE`,
-//! `MUSTER_STEP_KILL_WAIT`. Rendezvous for launchers that read them: `MASTER_ADDR` (node 0's
+//! `MUSTER_STEP_KILL_WAIT`, and the batch step's output files and `--signal`'s warning
+//! (`MUSTER_STEP_STDOUT`, `MUSTER_STEP_SIGNAL`, ...: see `stdio_env`). Rendezvous for launchers that read them: `MASTER_ADDR` (node 0's
 //! host name), `WORLD_SIZE` (tasks), `NODE_RANK`, `LOCAL_WORLD_SIZE` (tasks on this node).
 //!
 //! `MASTER_PORT` is the exception: it defaults to 29500 and may be changed by the BatchJob
@@ -111,6 +113,7 @@ pub const BINDING_VARS: &[&str] = &[
     "SLURMD_NODENAME",
     "SLURM_JOB_PARTITION",
     "SLURM_SUBMIT_DIR",
+    "SLURM_JOB_ACCOUNT",
     "SLURM_CPUS_PER_TASK",
     "SLURM_GPU_BIND",
     "SLURM_ARRAY_JOB_ID",
@@ -132,6 +135,13 @@ pub const BINDING_VARS: &[&str] = &[
     step::ENV_PORT,
     step::ENV_KEY_FILE,
     step::ENV_KILL_WAIT,
+    step::ENV_STDOUT,
+    step::ENV_STDERR,
+    step::ENV_STDOUT_DEFAULT,
+    step::ENV_OPEN_MODE,
+    step::ENV_SHARED_DIRS,
+    step::ENV_SIGNAL,
+    step::ENV_END_TIME,
 ];
 
 /// Why a pod cannot be built from the job (reported on the job; the allocation is released).
@@ -217,6 +227,80 @@ pub struct JobContext<'a> {
     /// `MUSTER_NODE_GPUS` per node index, with the GPUs' topology (NUMA, NVLink peers) as the
     /// scheduler saw it; a node missing here gets its GPUs' indices and UUIDs only.
     pub node_gpus: &'a [String],
+    /// When the admission's time limit ends (seconds since the epoch; `None`: unlimited), for
+    /// `--signal`'s warning ([`limit_end`]).
+    pub limit_end: Option<i64>,
+}
+
+/// When the time limit of the admission in `st` ends: its start plus its limit.
+pub fn limit_end(st: &muster_crds::v1alpha1::BatchJobStatus) -> Option<i64> {
+    let start = st.start_time.as_ref()?.0.as_second();
+    let limit = muster_crds::slurm::TimeLimit::parse(st.time_limit.as_deref()?).ok()?;
+    let secs = i64::try_from(limit.seconds()?).ok()?;
+    start.checked_add(secs)
+}
+
+/// The batch step's output files and open mode (node 0), and the warning signal (every
+/// node): the step runtime's variables ([`step::ENV_STDOUT`] ...). The file names are
+/// expanded here with the same fields `scontrol show job` uses, so the file lands where
+/// `StdOut=` says.
+fn stdio_env(ctx: &JobContext<'_>, batch_host: bool) -> Vec<(String, String)> {
+    use muster_crds::slurm::fname;
+    let spec = &ctx.job.spec;
+    let mut env = Vec::new();
+    if let (Some(sig), Some(end)) = (spec.signal.as_deref(), ctx.limit_end) {
+        env.push((step::ENV_SIGNAL.into(), sig.to_string()));
+        env.push((step::ENV_END_TIME.into(), end.to_string()));
+    }
+    if !batch_host {
+        return env;
+    }
+    let user = ctx
+        .job
+        .annotations()
+        .get(labels::USER)
+        .cloned()
+        .unwrap_or_default();
+    let first = ctx
+        .tasks
+        .iter()
+        .find(|t| t.node_rank == node_ranks(ctx.tasks).first().copied().unwrap_or(0))
+        .map(|t| t.node.clone());
+    let fields = fname::StdioFields {
+        job_id: ctx.job_id,
+        array: ctx.array,
+        job_name: ctx.job.job_name(),
+        user: &user,
+        first_node: first.as_deref(),
+        work_dir: None,
+    };
+    let out = fname::output_pattern(spec.output.as_deref(), ctx.array.is_some());
+    env.push((step::ENV_STDOUT.into(), fname::expand(out, &fields)));
+    if spec.output.as_deref().is_none_or(str::is_empty) {
+        env.push((step::ENV_STDOUT_DEFAULT.into(), "1".into()));
+    }
+    if let Some(e) = spec.error.as_deref().filter(|e| !e.is_empty()) {
+        env.push((step::ENV_STDERR.into(), fname::expand(e, &fields)));
+    }
+    // A requeued run truncates too unless --open-mode=append: checked with Slurm 22.05 (a
+    // requeued job's file holds only its last run).
+    let append = spec.open_mode == Some(muster_crds::v1alpha1::OpenMode::Append);
+    env.push((
+        step::ENV_OPEN_MODE.into(),
+        if append { "append" } else { "truncate" }.into(),
+    ));
+    let dirs: Vec<&str> = ctx
+        .partition
+        .map(|p| super::jobenv::shared_volumes(&p.spec))
+        .unwrap_or_default()
+        .iter()
+        .filter(|v| v.read_only != Some(true))
+        .map(|v| v.mount_path.as_str())
+        .collect();
+    if !dirs.is_empty() {
+        env.push((step::ENV_SHARED_DIRS.into(), dirs.join(":")));
+    }
+    env
 }
 
 /// How node pods reach the step runtime.
@@ -572,6 +656,15 @@ pub fn node_env_in(
         ("SLURM_CPUS_ON_NODE".into(), cpus[here].to_string()),
         ("SLURM_JOB_PARTITION".into(), ctx.partition_name.to_string()),
         ("SLURM_SUBMIT_DIR".into(), submit_dir),
+        (
+            "SLURM_JOB_ACCOUNT".into(),
+            ctx.job
+                .spec
+                .account
+                .clone()
+                .or_else(|| ctx.job.namespace())
+                .unwrap_or_default(),
+        ),
     ];
     if let Some(c) = ctx.job.spec.cpus_per_task {
         env.push(("SLURM_CPUS_PER_TASK".into(), c.to_string()));
@@ -612,6 +705,7 @@ pub fn node_env_in(
             g.saturating_sub(KILL_MARGIN_SECS).max(1).to_string(),
         ));
     }
+    env.extend(stdio_env(ctx, here == 0));
     env.extend([
         ("MASTER_ADDR".into(), hosts[0].clone()),
         ("WORLD_SIZE".into(), ntasks.to_string()),
@@ -1211,7 +1305,83 @@ mod tests {
             gpu_binding: GpuBinding::Env,
             step: step_settings(),
             node_gpus: &[],
+            limit_end: None,
         }
+    }
+
+    /// The batch host gets the expanded output files, the open mode and the partition's
+    /// writable shared directories; every node gets the warning signal and the limit's end;
+    /// the account is `--account`, else the namespace.
+    #[test]
+    fn output_files_signal_and_account_reach_the_step_runtime() {
+        let mut j = job(
+            "train",
+            BatchJobSpec {
+                job_name: Some("tr".into()),
+                output: Some("/scratch/%x-%j-%N-%u.out".into()),
+                error: Some("e-%j.err".into()),
+                open_mode: Some(muster_crds::v1alpha1::OpenMode::Append),
+                signal: Some("B:USR1@90".into()),
+                account: Some("physics".into()),
+                ..Default::default()
+            },
+        );
+        j.annotations_mut()
+            .insert(labels::USER.into(), "alice".into());
+        let tasks = gang();
+        let mut p = partition();
+        p.spec.job_environment = Some(
+            serde_json::from_value(serde_json::json!({"volumes": [
+                {"name": "scratch", "mountPath": "/scratch", "claimName": "s"},
+                {"name": "data", "mountPath": "/data", "claimName": "d", "readOnly": true},
+                {"name": "home", "mountPath": "/home", "hostPath": "/home"}]}))
+            .unwrap(),
+        );
+        let mut c = ctx(&j, &tasks, Some(&p));
+        c.limit_end = Some(5000);
+        let env0: BTreeMap<String, String> = node_env(&c, 0).unwrap().into_iter().collect();
+        assert_eq!(env0[step::ENV_STDOUT], "/scratch/tr-1234-gpu001-alice.out");
+        assert_eq!(env0[step::ENV_STDERR], "e-1234.err");
+        assert_eq!(env0[step::ENV_OPEN_MODE], "append");
+        assert_eq!(env0[step::ENV_SHARED_DIRS], "/scratch:/home");
+        assert_eq!(env0[step::ENV_SIGNAL], "B:USR1@90");
+        assert_eq!(env0[step::ENV_END_TIME], "5000");
+        assert_eq!(env0["SLURM_JOB_ACCOUNT"], "physics");
+        assert!(!env0.contains_key(step::ENV_STDOUT_DEFAULT));
+        let env1: BTreeMap<String, String> = node_env(&c, 1).unwrap().into_iter().collect();
+        assert!(
+            !env1.contains_key(step::ENV_STDOUT),
+            "only the batch host writes files"
+        );
+        assert_eq!(env1[step::ENV_SIGNAL], "B:USR1@90");
+
+        // Defaults: slurm-%j.out, truncate, no signal without one; the namespace as account.
+        let j = job("plain", BatchJobSpec::default());
+        let env: BTreeMap<String, String> = node_env(&ctx(&j, &tasks, None), 0)
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(env[step::ENV_STDOUT], "slurm-1234.out");
+        assert_eq!(env[step::ENV_STDOUT_DEFAULT], "1");
+        assert_eq!(env[step::ENV_OPEN_MODE], "truncate");
+        assert!(!env.contains_key(step::ENV_SIGNAL));
+        assert!(!env.contains_key(step::ENV_SHARED_DIRS));
+        assert_eq!(env["SLURM_JOB_ACCOUNT"], "ml");
+    }
+
+    #[test]
+    fn the_limit_ends_at_start_plus_limit() {
+        let st = muster_crds::v1alpha1::BatchJobStatus {
+            start_time: Some(crate::controller::translate::time(1000)),
+            time_limit: Some("1:00:00".into()),
+            ..Default::default()
+        };
+        assert_eq!(limit_end(&st), Some(4600));
+        let unlimited = muster_crds::v1alpha1::BatchJobStatus {
+            time_limit: Some("UNLIMITED".into()),
+            ..st
+        };
+        assert_eq!(limit_end(&unlimited), None);
     }
 
     #[test]

@@ -386,6 +386,13 @@ pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
         &mut errs,
     );
     req.gpu_bind = parse_str("spec.gpuBind", &spec.gpu_bind, GpuBind::parse, &mut errs);
+    // Read by the step runtime (the warning before the time limit); checked here once.
+    parse_str(
+        "spec.signal",
+        &spec.signal,
+        muster_crds::slurm::WarnSignal::parse,
+        &mut errs,
+    );
 
     if errs.is_empty() {
         Ok(ParsedJob {
@@ -861,6 +868,7 @@ pub fn pending_job(
         eligible_time,
         request: parsed.request.clone(),
         hold: parsed.hold,
+        begin_time: job.spec.begin.as_ref().map(|t| t.0.as_second()),
         nice: parsed.nice,
         priority: parsed.priority,
         array,

@@ -197,7 +197,7 @@
 //!
 //! # Reasons
 //!
-//! In the order they are checked: `JobHeldUser`; `Dependency` / `DependencyNeverSatisfied`
+//! In the order they are checked: `JobHeldUser`; `BeginTime` (`--begin` not reached); `Dependency` / `DependencyNeverSatisfied`
 //! ([`deps`]); `PartitionConfig` (no such partition); `AccountNotAllowed` (namespace not in
 //! `allowed_namespaces`); `PartitionDown`; `PartitionInactive`; `PartitionTimeLimit`;
 //! `PartitionNodeLimit`; `BadConstraints` (a contradictory request); `JobArrayTaskLimit`

@@ -325,6 +325,10 @@ pub struct PendingJob {
     /// `--hold`: stays pending with reason `JobHeldUser`.
     #[serde(default)]
     pub hold: bool,
+    /// `--begin`: not started before this time (seconds since the epoch); reason `BeginTime`
+    /// until then.
+    #[serde(default)]
+    pub begin_time: Option<i64>,
     /// `--nice`: subtracted from the priority.
     #[serde(default)]
     pub nice: i32,
@@ -628,6 +632,8 @@ pub enum Reason {
     DependencyNeverSatisfied,
     /// Held by the user.
     JobHeldUser,
+    /// `--begin` has not come yet.
+    BeginTime,
     /// The array's `%N` limit is reached.
     JobArrayTaskLimit,
     /// The partition is Down.
@@ -658,6 +664,7 @@ impl Reason {
             Reason::Dependency => "Dependency",
             Reason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
             Reason::JobHeldUser => "JobHeldUser",
+            Reason::BeginTime => "BeginTime",
             Reason::JobArrayTaskLimit => "JobArrayTaskLimit",
             Reason::PartitionDown => "PartitionDown",
             Reason::PartitionInactive => "PartitionInactive",

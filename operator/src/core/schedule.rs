@@ -358,6 +358,14 @@ impl<'a> Cycle<'a> {
         if job.hold {
             return Err((Reason::JobHeldUser, "held".into()));
         }
+        if job.begin_time.is_some_and(|b| b > self.now) {
+            // No clock time in the message: a replay's clock is not the wall's (the time is
+            // the job's spec.begin).
+            return Err((
+                Reason::BeginTime,
+                "its --begin time has not come yet".into(),
+            ));
+        }
         if let (Some(spec), Some(index)) = (&job.dependency, &self.deps) {
             match deps::evaluate(spec, &Asker::of(job), index, self.now) {
                 DepState::Satisfied => {}

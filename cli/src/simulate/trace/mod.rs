@@ -105,6 +105,8 @@ pub struct TraceJob {
     pub priority: Option<u32>,
     /// `--hold`: never released in a replay, so the job never starts.
     pub hold: bool,
+    /// `--begin` (native traces): not started before this time, in the trace's seconds.
+    pub begin: Option<i64>,
     /// `--dependency` (native traces).
     pub dependency: Option<DependencySpec>,
     /// The submitting user (native traces), for `--exclusive=user`.
@@ -144,6 +146,7 @@ impl TraceJob {
             nice: 0,
             priority: None,
             hold: false,
+            begin: None,
             dependency: None,
             user: None,
             array: None,

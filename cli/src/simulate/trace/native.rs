@@ -249,6 +249,7 @@ fn job(nj: &NativeJob, i: usize) -> Result<Vec<TraceJob>, String> {
         nice: parsed.nice,
         priority: parsed.priority,
         hold: parsed.hold,
+        begin: nj.spec.begin.as_ref().map(|t| t.0.as_second()),
         dependency: parsed.dependency,
         user: nj.user.clone(),
         array: None,

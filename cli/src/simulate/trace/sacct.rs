@@ -189,6 +189,7 @@ fn row(
         nice: 0,
         priority: None,
         hold: false,
+        begin: None,
         dependency: None,
         user: None,
         array: None,

@@ -1,0 +1,279 @@
+//! Directives of other sites' scripts with their Slurm meaning, end to end: `muster sbatch`
+//! with no YAML against the test control plane with the real operator, checked where the user
+//! sees it. In the kubelet's exec mode (pods run as local processes, `muster-step` the real
+//! step runtime) the partition's shared filesystem is a directory of this machine: `--output`
+//! files land at their expanded path there, `--signal` reaches the script before its time
+//! limit. `--begin` holds a job (`BeginTime`) until the operator's clock passes it.
+
+mod e2e_support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use e2e_support::Sim;
+use muster_operator::controller::Clock;
+use serde_json::json;
+
+fn submitted(out: &str) -> u64 {
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("sbatch --parsable printed {out:?}"))
+}
+
+/// A cluster in exec mode whose partition mounts `shared` at `/shared`; the job image is this
+/// machine's root (its bash, sleep and date).
+async fn exec_sim(shared: &Path, image: &Path) -> Sim {
+    let exec = muster_e2e::exec::ExecOptions {
+        images: vec![("busybox".into(), image.to_path_buf())],
+        ..Default::default()
+    };
+    Sim::start_opts(
+        true,
+        Some(exec),
+        json!({"jobEnvironment": {
+            "volumes": [{"name": "shared", "mountPath": "/shared",
+                         "hostPath": shared.to_str().unwrap()}]}}),
+    )
+    .await
+}
+
+async fn submit_script(sim: &Sim, dir: &Path, name: &str, body: &str) -> (u64, String) {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    let (ok, out, err) = sim
+        .run(&["sbatch", "--parsable", path.to_str().unwrap()])
+        .await;
+    assert!(ok, "{err}");
+    (submitted(&out), err)
+}
+
+fn ended(o: &str, id: u64) -> bool {
+    o.lines().any(|l| {
+        l.starts_with(&format!("{id}|")) && !l.contains("|PENDING|") && !l.contains("|RUNNING|")
+    })
+}
+
+async fn until_ended(sim: &Sim, id: u64) -> String {
+    sim.until_sacct(&id.to_string(), "JobID,State,ExitCode,Account", |o| {
+        ended(o, id)
+    })
+    .await
+}
+
+/// Polls sacct until the job ended, for at most `secs` seconds (jobs that run a while).
+async fn until_ended_within(sim: &Sim, id: u64, secs: u64) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let (ok, out, err) = sim
+            .run(&[
+                "sacct",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "JobID,State,ExitCode",
+            ])
+            .await;
+        assert!(ok, "{err}");
+        if ended(&out, id) {
+            return out;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} did not end in {secs} s: {out}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// `--output` with Slurm's patterns lands at the expanded path on the partition's shared
+/// filesystem with the script's standard output and error in order (as real Slurm 22.05 writes
+/// them for the same script); `scontrol show job` names that file; `muster logs` still has the
+/// output; `--error` splits the streams; a file off the shared filesystems is announced by
+/// sbatch and the job still runs; `--open-mode=append` keeps what was there, the default
+/// truncates; `--account` shows in squeue, sacct and the job's environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_files_land_where_slurm_puts_them() {
+    let shared = tempfile::tempdir().unwrap();
+    let image = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    std::fs::create_dir(shared.path().join("logs")).unwrap();
+    let sim = exec_sim(shared.path(), image.path()).await;
+
+    // Merged: the file has both streams in the order written.
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "merged.sh",
+        "#!/bin/bash\n#SBATCH -J mergedjob\n#SBATCH -o /shared/logs/%x-%j-%u-%%.out\n#SBATCH -A proj-x\n\
+         echo \"out line 1\"\necho \"err line 1\" >&2\necho \"out line 2 account=$SLURM_JOB_ACCOUNT\"\n",
+    )
+    .await;
+    let done = until_ended(&sim, id).await;
+    assert!(
+        done.lines()
+            .any(|l| l == format!("{id}|COMPLETED|0:0|proj-x")),
+        "{done}"
+    );
+    let file = shared
+        .path()
+        .join(format!("logs/mergedjob-{id}-dana-%.out"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; logs dir has {:?}",
+            file.display(),
+            std::fs::read_dir(shared.path().join("logs"))
+                .unwrap()
+                .collect::<Vec<_>>()
+        )
+    });
+    assert_eq!(text, "out line 1\nerr line 1\nout line 2 account=proj-x\n");
+    let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("StdOut=/shared/logs/mergedjob-{id}-dana-%.out")),
+        "{out}"
+    );
+    let (ok, out, err) = sim
+        .run(&[
+            "squeue",
+            "-h",
+            "-t",
+            "all",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "%a",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "proj-x");
+    let (ok, out, err) = sim.run(&["logs", &id.to_string()]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("out line 1") && out.contains("out line 2"),
+        "{out}"
+    );
+
+    // Split, and an --error off the shared filesystem: announced, not written, the job runs.
+    let (id, warn) = submit_script(
+        &sim,
+        scripts.path(),
+        "split.sh",
+        "#!/bin/bash\n#SBATCH -o /shared/split-%j.out\n#SBATCH -e /tmp/split-%j.err\n\
+         echo to stdout\necho to stderr >&2\n",
+    )
+    .await;
+    assert!(
+        warn.contains("sbatch: warning: --error=/tmp/split-%j.err: /tmp/split-%j.err is on no shared filesystem (the shared filesystems of partition blackwell are /shared)"),
+        "{warn}"
+    );
+    let done = until_ended(&sim, id).await;
+    assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    let out = std::fs::read_to_string(shared.path().join(format!("split-{id}.out"))).unwrap();
+    assert_eq!(out, "to stdout\n");
+
+    // Truncate (the default), then append.
+    let fixed = shared.path().join("fixed.out");
+    std::fs::write(&fixed, "from an earlier run\n").unwrap();
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "one.sh",
+        "#!/bin/bash\n#SBATCH -o /shared/fixed.out\necho one\n",
+    )
+    .await;
+    until_ended(&sim, id).await;
+    assert_eq!(std::fs::read_to_string(&fixed).unwrap(), "one\n");
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "two.sh",
+        "#!/bin/bash\n#SBATCH -o /shared/fixed.out\n#SBATCH --open-mode=append\necho two\n",
+    )
+    .await;
+    until_ended(&sim, id).await;
+    assert_eq!(std::fs::read_to_string(&fixed).unwrap(), "one\ntwo\n");
+    sim.stop().await;
+}
+
+/// `--signal=B:USR1@105` with a two-minute limit: the batch script gets SIGUSR1 about 15
+/// seconds after the job starts (and, as in Slurm, its steps do not); `--signal=USR1@105`
+/// reaches a step's tasks instead. The margin leaves room for a loaded machine to start the
+/// pods; the test ends as soon as both jobs do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warning_signal_comes_before_the_time_limit() {
+    let shared = tempfile::tempdir().unwrap();
+    let image = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let sim = exec_sim(shared.path(), image.path()).await;
+    let (batch, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "batch.sh",
+        "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --signal=B:USR1@105\n#SBATCH -o /shared/batch-%j.out\n\
+         trap 'echo batch got USR1; exit 0' USR1\necho started\n\
+         for i in $(seq 1 400); do sleep 0.25; done\necho no signal\nexit 3\n",
+    )
+    .await;
+    let (steps, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "steps.sh",
+        "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --signal=USR1@105\n#SBATCH -o /shared/steps-%j.out\n\
+         trap 'echo the batch shell got USR1' USR1\n\
+         srun bash -c 'trap \"echo step got USR1; exit 0\" USR1; for i in $(seq 1 400); do sleep 0.25; done; exit 4'\n\
+         echo srun exited $?\n",
+    )
+    .await;
+    for id in [batch, steps] {
+        let done = until_ended_within(&sim, id, 90).await;
+        assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    }
+    let b = std::fs::read_to_string(shared.path().join(format!("batch-{batch}.out"))).unwrap();
+    assert_eq!(b, "started\nbatch got USR1\n");
+    let s = std::fs::read_to_string(shared.path().join(format!("steps-{steps}.out"))).unwrap();
+    // The tasks' whole process group gets it, as Slurm signals every process of a step: bash
+    // may also report its `sleep` child killed by the signal.
+    assert!(
+        s.contains("step got USR1\n") && s.ends_with("srun exited 0\n"),
+        "{s:?}"
+    );
+    assert!(!s.contains("the batch shell got USR1"), "{s:?}");
+    sim.stop().await;
+}
+
+/// `--begin=now+1hour`: pending with reason `BeginTime` (as squeue shows it in Slurm); once
+/// the operator's clock passes the time, the job starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_does_not_start_before_its_begin_time() {
+    let offset = Arc::new(AtomicI64::new(0));
+    let sim = Sim::start_clock(true, None, json!({}), Clock::shifted(offset.clone())).await;
+    let (ok, out, err) = sim
+        .run(&[
+            "sbatch",
+            "--parsable",
+            "--begin=now+1hour",
+            "-n",
+            "1",
+            "--wrap=sleep 600",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let id = submitted(&out);
+    let line = sim
+        .until_squeue(id, "%T %r", |l| l == "PENDING BeginTime")
+        .await;
+    assert_eq!(line, "PENDING BeginTime");
+    // Other cycles do not start it.
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    let (ok, out, _) = sim
+        .run(&["squeue", "-h", "-j", &id.to_string(), "-o", "%T %r"])
+        .await;
+    assert!(ok);
+    assert_eq!(out.trim(), "PENDING BeginTime");
+    offset.store(3700, Ordering::SeqCst);
+    sim.until_state(id, "RUNNING").await;
+    sim.stop().await;
+}
