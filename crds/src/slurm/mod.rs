@@ -20,6 +20,7 @@
 //! | [`tasks`] | `SLURM_TASKS_PER_NODE` | [`TasksPerNode`] |
 //! | [`script`] | `#SBATCH` lines of a batch script | [`script::read`] |
 //! | [`fname`] | `--output`/`--error` filename patterns | [`fname::expand`] |
+//! | [`pyxis`] | pyxis's `--container-*` options | [`pyxis::mounts`], [`pyxis::image`] |
 //! | [`getopt`] | sbatch's option table and `getopt_long` | [`getopt::SBATCH_OPTIONS`], [`getopt::getopt`] |
 //!
 //! Policy, applied in every module: every form Slurm documents is accepted and means what it
@@ -39,6 +40,7 @@ pub mod gres;
 pub mod hostlist;
 pub mod mem;
 pub mod nodes;
+pub mod pyxis;
 pub mod script;
 pub mod switches;
 pub mod tasks;
