@@ -73,6 +73,34 @@ async fn rdma(sim: &Sim, nodes: &[&str], n: Option<u32>) {
     }
 }
 
+/// Waits until the operator's admission accepts (`admit`) or refuses a `nodes`-node job (a
+/// server-side dry run): its caches have seen the nodes' new allocatable. Node changes reach
+/// the operator through its watch, after the API server has them.
+async fn until_admission(sim: &Sim, nodes: u32, admit: bool) {
+    let job: BatchJob = serde_json::from_value(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+        "metadata": {"name": "probe", "namespace": "default"},
+        "spec": {"nodes": nodes, "script": "true"}}))
+    .unwrap();
+    let api = Api::<BatchJob>::namespaced(sim.cluster.client(), "default");
+    let pp = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = api.create(&pp, &job).await;
+        if r.is_ok() == admit {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "admission of a {nodes}-node job: still {r:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A script with pyxis's directives, run for real over two nodes: the image is the node pods'
 /// (the enroot URI as an image reference), the mounts are the partition's filesystems (a path
 /// inside one as a `subPath`, one by name read-only, a tmpfs), the script starts in the
@@ -281,6 +309,7 @@ spec: {nodes: 1, script: "true"}
     // Two nodes get it: a two-node job runs on exactly those; a three-node job is refused.
     let with: Vec<&str> = nodes[..2].iter().map(String::as_str).collect();
     rdma(&sim, &with, Some(4)).await;
+    until_admission(&sim, 2, true).await;
     let (ok, out, err) = sim
         .run(&["sbatch", "--parsable", "-N", "2", "--wrap", "sleep 1000"])
         .await;
@@ -311,6 +340,7 @@ spec: {nodes: 1, script: "true"}
     assert!(ok, "{err}");
     let held = submitted(&out);
     rdma(&sim, &with, None).await;
+    until_admission(&sim, 1, false).await;
     let (ok, _, err) = sim.run(&["scontrol", "release", &held.to_string()]).await;
     assert!(ok, "{err}");
     let line = sim
@@ -338,6 +368,7 @@ spec: {nodes: 1, script: "true"}
     assert_eq!(stalled.status, "True");
     assert!(stalled.message.contains("rdma/ib"), "{}", stalled.message);
     rdma(&sim, &with, Some(4)).await;
+    until_admission(&sim, 1, true).await;
 
     // --container-mounts naming what the partition lacks: the list of what it has.
     let (ok, _, err) = sim
