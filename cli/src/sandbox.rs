@@ -490,44 +490,21 @@ mod tests {
         s.stop().await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn exec_sandbox_runs_a_job_for_real() {
-        use muster_crds::v1alpha1::{BatchJob, JobState};
+    /// (A job running for real under `--exec` is `cli/tests/sandbox_exec.rs`: it needs the
+    /// cargo-built muster-step.)
+    #[tokio::test]
+    async fn exec_needs_the_step_binary() {
         let dir = tempfile::tempdir().unwrap();
-        // The unit-test binary has no muster-step beside it: any executable stands in.
-        let (s, text) = start_in(dir.path(), &["--exec", "--step-binary", "/bin/true"]).await;
-        let s = s.unwrap();
-        assert!(text.contains("Pods run for real"), "{text}");
-        let jobs: Api<BatchJob> = Api::namespaced(s.cluster.client(), "default");
-        let job: BatchJob = serde_json::from_value(serde_json::json!({
-            "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
-            "metadata": {"name": "real", "namespace": "default"},
-            "spec": {"nodes": 1, "script": "echo \"hello from $(hostname)\"; exit 3"}
-        }))
-        .unwrap();
-        jobs.create(&PostParams::default(), &job).await.unwrap();
-        let mut st = None;
-        for _ in 0..300 {
-            st = jobs.get("real").await.unwrap().status;
-            if st
-                .as_ref()
-                .and_then(|s| s.state)
-                .is_some_and(|s| s == JobState::Failed)
-            {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        let st = st.unwrap();
-        assert_eq!(st.state, Some(JobState::Failed), "{st:?}");
-        assert_eq!(st.exit_code, Some(3), "the script really ran: {st:?}");
-        s.stop().await;
         let e = start_in(dir.path(), &["--exec", "--step-binary", "missing"])
             .await
             .0
             .err()
             .unwrap();
-        assert!(format!("{e:#}").contains("muster-step"), "{e:#}");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("muster-step") && msg.contains("--step-binary"),
+            "{msg}"
+        );
     }
 
     #[tokio::test]

@@ -157,12 +157,11 @@ async fn howto_script_runs_to_completion() {
         "train blackwell RUNNING 8 1792 gres:gpu:8 gpu[001-008]"
     );
 
-    // Every rank exits 0: one pod per node, each running the script.
+    // One pod per node; the script runs on the first (the batch host), and its exit 0 is the
+    // job's: the operator then stops the other nodes' pods, whose daemons only wait for steps.
     let pods = sim.pods_of(id).await;
     assert_eq!(pods.len(), 8, "{pods:?}");
-    for p in &pods {
-        sim.finish(p, 0).await;
-    }
+    sim.finish(&pods[0], 0).await;
     let acct = sim
         .until_sacct(
             &id.to_string(),
@@ -176,6 +175,7 @@ async fn howto_script_runs_to_completion() {
             "JobID|JobName|State|ExitCode|NNodes|NodeList\n{id}|train|COMPLETED|0:0|8|gpu[001-008]\n"
         )
     );
+    sim.until_stopped(&pods[1..]).await;
     sim.stop().await;
 }
 

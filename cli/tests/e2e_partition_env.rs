@@ -88,6 +88,7 @@ async fn a_partitions_job_environment_reaches_every_pod() {
             "-N",
             "2",
             "--gpus-per-node=8",
+            "--mem=64G",
             "--wrap",
             "sleep 1000",
         ])
@@ -107,14 +108,22 @@ async fn a_partitions_job_environment_reaches_every_pod() {
             scratch.persistent_volume_claim.as_ref().unwrap().claim_name,
             "scratch"
         );
+        let c = &spec.containers[0];
+        // The volume at /dev/shm (node pods have other emptyDirs: the step binary's).
+        let shm_name = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == "/dev/shm")
+            .map(|m| m.name.clone())
+            .expect("a /dev/shm mount");
         let shm = vols
             .iter()
-            .find(|v| v.empty_dir.is_some())
-            .expect("a /dev/shm volume");
-        let ed = shm.empty_dir.as_ref().unwrap();
+            .find(|v| v.name == shm_name)
+            .expect("the /dev/shm volume");
+        let ed = shm.empty_dir.as_ref().expect("an emptyDir at /dev/shm");
         assert_eq!(ed.medium.as_deref(), Some("Memory"));
         assert_eq!(ed.size_limit.as_ref().unwrap().0, "32Gi");
-        let c = &spec.containers[0];
         let mounts: Vec<(&str, &str)> = c
             .volume_mounts
             .iter()
@@ -127,6 +136,8 @@ async fn a_partitions_job_environment_reaches_every_pod() {
             "{mounts:?}"
         );
         let r = c.resources.as_ref().unwrap();
+        // The node pod holds the job's share of its node: `--mem` is per node in Slurm.
+        assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "65536Mi");
         assert_eq!(r.requests.as_ref().unwrap()["rdma/ib"].0, "1");
         assert_eq!(r.limits.as_ref().unwrap()["rdma/ib"].0, "1");
         let caps = c.security_context.as_ref().unwrap().capabilities.as_ref();
@@ -199,11 +210,12 @@ async fn train_and_eval_share_a_checkpoint_through_the_partitions_filesystem() {
         std::fs::write(&p, body).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     };
-    // torchrun ... train.py --save DIR: each node writes its shard of the checkpoint.
+    // srun torchrun ... train.py --save DIR: each node's torchrun (one srun task per node)
+    // writes its shard of the checkpoint.
     write(
         "torchrun",
         "#!/bin/sh\nset -e\nwhile [ $# -gt 0 ]; do [ \"$1\" = --save ] && dir=$2; shift; done\n\
-         mkdir -p \"$dir\"\necho \"node $NODE_RANK of $SLURM_NNODES\" > \"$dir/shard-$NODE_RANK.pt\"\n",
+         mkdir -p \"$dir\"\necho \"node $SLURM_NODEID of $SLURM_NNODES\" > \"$dir/shard-$SLURM_NODEID.pt\"\n",
     );
     // python eval.py --checkpoint DIR --report FILE: reads every shard, writes the report.
     write(

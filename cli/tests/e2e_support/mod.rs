@@ -52,6 +52,16 @@ pub fn howto(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A directory holding `usr/local/bin/muster-step` (a link to the cargo-built binary), as the
+/// operator image does.
+pub fn step_image() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let bin = dir.path().join("usr/local/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_muster-step"), bin.join("muster-step")).unwrap();
+    dir
+}
+
 /// The test cluster, the operator, and a way to run commands.
 pub struct Sim {
     /// The simulated cluster.
@@ -59,6 +69,8 @@ pub struct Sim {
     operator: Option<InProcessOperator>,
     /// The kubeconfig of the user `dana`, who runs the commands.
     pub kubeconfig: PathBuf,
+    /// In exec mode: the directory standing in for the operator image (`muster-step`).
+    _step_image: Option<tempfile::TempDir>,
 }
 
 impl Sim {
@@ -88,7 +100,15 @@ impl Sim {
         }
         let spec = ClusterSpec::from_yaml(SPEC).expect("spec");
         let mut opts = TestClusterOptions::new(spec);
-        opts.exec = exec;
+        // In exec mode node pods install `muster-step` from the operator image: the cargo-built
+        // binary stands in for the image's copy.
+        let step_image = exec.as_ref().map(|_| step_image());
+        opts.exec = exec.map(|mut e| {
+            let dir = step_image.as_ref().unwrap().path().to_path_buf();
+            e.images
+                .push((muster_cli::sandbox::STEP_IMAGE.to_string(), dir));
+            e
+        });
         let cluster = TestCluster::simulated(opts)
             .await
             .expect("test cluster starts");
@@ -141,6 +161,7 @@ impl Sim {
             cluster,
             operator,
             kubeconfig,
+            _step_image: step_image,
         }
     }
 
@@ -233,29 +254,57 @@ impl Sim {
         panic!("sacct -j {ids} still says {last:?} after {WAIT:?}");
     }
 
-    /// The task pods a job's status names, by rank.
+    /// The node pods a job's status names, in node order (the batch host's first).
     pub async fn pods_of(&self, id: u64) -> Vec<String> {
         self.pods_where(|j| j.status.as_ref().and_then(|s| s.job_id) == Some(id))
             .await
             .unwrap_or_else(|| panic!("no BatchJob with id {id}"))
     }
 
-    /// The task pods of the first BatchJob `f` picks (empty until it runs), `None` if none.
+    /// The node pods of the first BatchJob `f` picks, in node order (the batch host's first;
+    /// empty until it runs), `None` if none.
     pub async fn pods_where(&self, f: impl Fn(&BatchJob) -> bool) -> Option<Vec<String>> {
         let jobs: Api<BatchJob> = Api::namespaced(self.cluster.client(), "default");
         let list = jobs.list(&Default::default()).await.unwrap();
         let job = list.items.into_iter().find(|j| f(j))?;
-        Some(
-            job.status
-                .unwrap_or_default()
-                .tasks
-                .into_iter()
-                .filter_map(|t| t.pod)
-                .collect(),
-        )
+        let mut tasks = job.status.unwrap_or_default().tasks;
+        tasks.sort_by_key(|t| (t.node_rank, t.rank));
+        let mut pods: Vec<String> = Vec::new();
+        for p in tasks.into_iter().filter_map(|t| t.pod) {
+            if !pods.contains(&p) {
+                pods.push(p);
+            }
+        }
+        Some(pods)
     }
 
-    /// Make a task pod exit with `code` (the simulated kubelet's `finish_pod`), waiting for
+    /// Waits until each of `pods` is gone or being deleted (the operator stops a job's other
+    /// node pods when its batch host's ends).
+    pub async fn until_stopped(&self, pods: &[String]) {
+        use k8s_openapi::api::core::v1::Pod;
+        let api: Api<Pod> = Api::namespaced(self.cluster.client(), "default");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let mut live = Vec::new();
+            for p in pods {
+                if let Some(pod) = api.get_opt(p).await.unwrap()
+                    && pod.metadata.deletion_timestamp.is_none()
+                {
+                    live.push(p.as_str());
+                }
+            }
+            if live.is_empty() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pods {live:?} still run {WAIT:?} after their job ended"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Make a node pod exit with `code` (the simulated kubelet's `finish_pod`), waiting for
     /// the pod to exist: the operator records an allocation before it creates the pods.
     pub async fn finish(&self, pod: &str, code: u8) {
         let deadline = tokio::time::Instant::now() + WAIT;
