@@ -448,14 +448,12 @@ spec: {nodes: 1, script: "true", containerMounts: "scratch:/a,,tmpfs:/b", contai
     assert!(ok, "{err}");
     submitted(&out);
 
-    // pyxis options a pod cannot honour: refused, each with its reason, in one run.
+    // pyxis options a pod cannot honour: refused, each with its reason (both in one run).
     let (ok, _, err) = sim
         .run(&[
             "sbatch",
             "--container-save=/scratch/img.sqsh",
             "--container-remap-root",
-            "--container-unshare=net",
-            "--container-image=/lustre/images/pytorch.sqsh",
             "--wrap",
             "true",
         ])
@@ -464,9 +462,22 @@ spec: {nodes: 1, script: "true", containerMounts: "scratch:/a,,tmpfs:/b", contai
     for words in [
         "--container-save (pyxis) is not supported by Muster: Kubernetes cannot save a running container",
         "--container-remap-root (pyxis) is not supported by Muster: the user inside a pod",
-        "a job's network is its partition's",
-        "a squashfs file cannot be a pod's image",
     ] {
+        assert!(err.contains(words), "{words:?} not in {err}");
+    }
+    // Values a pod cannot take (the command line stops at its first bad value, as clap does).
+    for (arg, words) in [
+        (
+            "--container-unshare=net",
+            "a job's network is its partition's",
+        ),
+        (
+            "--container-image=/lustre/images/pytorch.sqsh",
+            "a squashfs file cannot be a pod's image",
+        ),
+    ] {
+        let (ok, _, err) = sim.run(&["sbatch", arg, "--wrap", "true"]).await;
+        assert!(!ok);
         assert!(err.contains(words), "{words:?} not in {err}");
     }
     // Those a pod honours anyway are accepted.
