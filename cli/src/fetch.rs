@@ -57,6 +57,27 @@ pub async fn gpunodes(cluster: &Cluster) -> Vec<GpuNode> {
     }
 }
 
+/// The access modes of the PersistentVolumeClaims of the cluster's namespace (what submission
+/// judges partition filesystems by); empty when they cannot be listed (RBAC): no claim is
+/// judged then, as the admission webhook judges them anyway.
+pub async fn volume_claims(
+    cluster: &Cluster,
+) -> Vec<muster_operator::controller::validate::ClaimModes> {
+    let api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    match api.list(&ListParams::default()).await {
+        Ok(l) => l
+            .items
+            .iter()
+            .map(muster_operator::controller::validate::ClaimModes::of)
+            .collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot list PersistentVolumeClaims");
+            Vec::new()
+        }
+    }
+}
+
 /// The operator's persisted fair-share usage (ConfigMap `muster-fairshare` in the operator's
 /// namespace `operator_ns`). `None` when it cannot be read (not there yet, or RBAC):
 /// priorities are then computed without usage.

@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Api;
 use kube::api::PostParams;
 use muster_crds::slurm::hostlist;
-use muster_crds::v1alpha1::{Partition, PartitionSpec};
+use muster_crds::v1alpha1::{JobEnvironment, Partition, PartitionSpec};
 use muster_e2e::exec::ExecOptions;
 use muster_e2e::kubelet::{ENV_EXIT_CODE, ENV_RUN_SECONDS, EXIT_CODE, RUN_SECONDS};
 use muster_e2e::{TestCluster, TestClusterOptions};
@@ -23,6 +24,18 @@ use crate::Io;
 pub const DEFAULT_SPEC: &str = include_str!("../../examples/clusters/sandbox.yaml");
 /// The default Partition's image (never pulled: the kubelet is simulated).
 pub const SANDBOX_IMAGE: &str = "busybox:1.36";
+/// The `/dev/shm` size of the default Partition, the chart's default
+/// (`partition.jobEnvironment.shmSize` in charts/muster/values.yaml).
+pub const SANDBOX_SHM_SIZE: &str = "16Gi";
+
+/// The default Partition's job environment: the chart default's (a memory-backed `/dev/shm`).
+pub fn sandbox_job_environment() -> JobEnvironment {
+    JobEnvironment {
+        shm_size: Some(Quantity(SANDBOX_SHM_SIZE.into())),
+        ..JobEnvironment::default()
+    }
+}
+
 /// Where the kubeconfig goes by default.
 pub const DEFAULT_KUBECONFIG: &str = "muster-sandbox.kubeconfig";
 
@@ -173,6 +186,9 @@ pub async fn start(args: &SandboxArgs, io: &mut Io<'_>) -> anyhow::Result<Sandbo
                 default: Some(true),
                 // Simulated kubelets pull nothing; a default spares `--image` on every sbatch.
                 default_image: Some(SANDBOX_IMAGE.into()),
+                // As the chart's default Partition: scripts see the same /dev/shm here as on
+                // a default install.
+                job_environment: Some(sandbox_job_environment()),
                 ..PartitionSpec::default()
             },
         );
@@ -345,6 +361,16 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;
     use kube::api::ListParams;
+
+    /// The sandbox's default Partition gives jobs what the chart's default install does.
+    #[test]
+    fn the_sandbox_partition_has_the_charts_job_environment() {
+        let values: serde_yaml::Value =
+            serde_yaml::from_str(include_str!("../../charts/muster/values.yaml")).unwrap();
+        let chart = &values["partitions"]["gpu"]["jobEnvironment"];
+        let chart: JobEnvironment = serde_yaml::from_value(chart.clone()).unwrap();
+        assert_eq!(sandbox_job_environment(), chart);
+    }
 
     fn args(extra: &[&str]) -> SandboxArgs {
         use clap::Parser;

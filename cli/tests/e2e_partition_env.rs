@@ -38,6 +38,26 @@ async fn advertise_rdma(sim: &Sim, n: u32) {
             .await
             .unwrap();
     }
+    // The operator's admission judges placement on its own cache of the nodes: wait until it
+    // has seen them (a server-side dry run is accepted).
+    let job: muster_crds::v1alpha1::BatchJob = serde_json::from_value(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+        "metadata": {"name": "probe", "namespace": "default"},
+        "spec": {"nodes": 1, "script": "true"}}))
+    .unwrap();
+    let api = Api::namespaced(sim.cluster.client(), "default");
+    let pp = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while let Err(e) = api.create(&pp, &job).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "admission never saw rdma/ib: {e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// A Partition with a shared volume, `/dev/shm`, an RDMA resource, `IPC_LOCK`, a Multus

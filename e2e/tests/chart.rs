@@ -706,7 +706,7 @@ fn expect(list: &[(&str, &str, &[&str], &str)]) -> BTreeSet<Perm> {
 }
 
 /// The operator's API calls (operator/src/controller: reflectors on partitions, batchjobs,
-/// pods, nodes and gpunodes; kube_api.rs, leader.rs, jobids.rs, usage.rs): any change to the
+/// pods, nodes, gpunodes and persistentvolumeclaims; kube_api.rs, leader.rs, jobids.rs, usage.rs): any change to the
 /// chart's RBAC must change this list too.
 fn operator_cluster_perms() -> BTreeSet<Perm> {
     expect(&[
@@ -725,6 +725,7 @@ fn operator_cluster_perms() -> BTreeSet<Perm> {
         // Each job's step credential Secret, in the job's namespace: create only, never read.
         ("", "secrets", &["create"], "*"),
         ("", "nodes", &["list", "watch"], "*"),
+        ("", "persistentvolumeclaims", &["list", "watch"], "*"),
         ("", "events", &["create", "patch"], "*"),
         (
             "resource.k8s.io",

@@ -10,7 +10,7 @@ use muster_crds::labels;
 use muster_crds::slurm::{GpuCount, gpus_from_gres, parse_gres};
 use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, Exclusive, OpenMode};
 
-use super::parse::{Merged, SbatchError};
+use super::parse::{Merged, Origin, SbatchError};
 use super::values;
 
 /// The name of the task container in the pod template.
@@ -226,6 +226,21 @@ pub fn check(merged: &Merged) -> Vec<SbatchError> {
         ));
     }
 
+    // pyxis's options Muster refuses, given on the command line (directives are refused as
+    // they are read).
+    for why in o.pyxis.refusals() {
+        errors.push(SbatchError::at(Origin::CommandLine, why));
+    }
+    if o.image.is_some() && o.container_image.is_some() {
+        errors.push(SbatchError::at(
+            merged.origin("container-image"),
+            format!(
+                "--image ({}) and --container-image both set the job's image: give one of them",
+                merged.origin("image")
+            ),
+        ));
+    }
+
     if let Some(p) = &o.partition {
         let name = partition_object_name(p);
         if !is_dns_subdomain(&name) {
@@ -239,6 +254,50 @@ pub fn check(merged: &Merged) -> Vec<SbatchError> {
         }
     }
     errors
+}
+
+/// pyxis's `--container-env`: each named variable set in the submitting environment `env`
+/// is given to the job's container with that value (over the image's); an unset one is left
+/// to the image, as pyxis leaves it.
+pub fn add_container_env(
+    job: &mut BatchJob,
+    names: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) {
+    let mut vars: Vec<EnvVar> = Vec::new();
+    for list in names {
+        // Checked when parsed.
+        for name in muster_crds::slurm::pyxis::env_names(list).unwrap_or_default() {
+            if vars.iter().any(|v| v.name == name) {
+                continue;
+            }
+            if let Some(value) = env(&name) {
+                vars.push(EnvVar {
+                    name,
+                    value: Some(value),
+                    ..EnvVar::default()
+                });
+            }
+        }
+    }
+    if vars.is_empty() {
+        return;
+    }
+    let template = job.spec.template.get_or_insert_with(Default::default);
+    let spec = template.spec.get_or_insert_with(Default::default);
+    if spec.containers.is_empty() {
+        spec.containers.push(Container {
+            name: TASK_CONTAINER.to_string(),
+            ..Container::default()
+        });
+    }
+    let env_list = spec.containers[0].env.get_or_insert_with(Vec::new);
+    for v in vars {
+        // --container-env wins over --export's value of the same variable, as pyxis's
+        // variables are set last.
+        env_list.retain(|e| e.name != v.name);
+        env_list.push(v);
+    }
 }
 
 /// Build the BatchJob for a submission. [`check`] must have passed.
@@ -347,6 +406,9 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         }),
         cancel: None,
         script: Some(source.script.clone()),
+        container_image: o.container_image.clone(),
+        container_mounts: (!o.container_mounts.is_empty()).then(|| o.container_mounts.join(",")),
+        container_workdir: o.container_workdir.clone(),
         template,
     };
 

@@ -222,6 +222,7 @@ pub fn prepare(
 
     let env_layer = parse::parse_env(env, &mut warnings, &mut errors);
     let mut merged = parse::merge(cli, env_layer, directives);
+    pyxis_environment(&mut merged, env, &mut errors);
     errors.extend(manifest::check(&merged));
     if !errors.is_empty() {
         // Script lines in order, then the environment's and the command line's problems.
@@ -280,13 +281,52 @@ pub fn prepare(
             ));
         }
     }
-    let job = manifest::build(&merged, &source, who);
+    let mut job = manifest::build(&merged, &source, who);
+    manifest::add_container_env(&mut job, &merged.options.container_env, env);
+    if let Some(n) = &merged.options.container_name {
+        warnings.push(format!(
+            "--container-name={n}: every step of the job runs in its node pods' containers already; none is kept after the job ends"
+        ));
+    }
     Ok(Prepared {
         job,
         merged,
         warnings,
         dry_run,
     })
+}
+
+/// pyxis's `PYXIS_CONTAINER_*` variables: each gives its option when no option did (pyxis's
+/// precedence: the command line and directives over the environment).
+fn pyxis_environment(
+    merged: &mut Merged,
+    env: &dyn Fn(&str) -> Option<String>,
+    errors: &mut Vec<SbatchError>,
+) {
+    const VARS: &[(&str, &str)] = &[
+        ("PYXIS_CONTAINER_IMAGE", "container-image"),
+        ("PYXIS_CONTAINER_MOUNTS", "container-mounts"),
+        ("PYXIS_CONTAINER_WORKDIR", "container-workdir"),
+        ("PYXIS_CONTAINER_NAME", "container-name"),
+        ("PYXIS_CONTAINER_ENV", "container-env"),
+        ("PYXIS_CONTAINER_UNSHARE", "container-unshare"),
+    ];
+    for (var, long) in VARS {
+        if merged.origins.contains_key(*long) {
+            continue;
+        }
+        let Some(value) = env(var) else { continue };
+        let at = parse::Origin::Env((*var).to_string());
+        match options::apply(&mut merged.options, long, Some(&value)) {
+            Ok(_) => {
+                merged.origins.insert((*long).to_string(), at);
+            }
+            Err(why) => errors.push(SbatchError::at(
+                at,
+                format!("invalid value '{value}' for --{long}: {why}"),
+            )),
+        }
+    }
 }
 
 /// The node names of a `-w FILE` / `-x FILE` file (relative to `cwd`), as sbatch reads them:
@@ -528,12 +568,14 @@ async fn print_test_only(
     let operator_ns =
         (io.env)("MUSTER_OPERATOR_NAMESPACE").unwrap_or_else(|| "muster-system".to_string());
     let usage = crate::fetch::fair_share_usage(cluster, &operator_ns).await;
+    let volume_claims = crate::fetch::volume_claims(cluster).await;
     let world = test_only::World {
         partitions: &partitions,
         nodes: &nodes,
         gpunodes: &gpunodes,
         jobs: &jobs,
         usage: usage.as_ref(),
+        volume_claims: &volume_claims,
     };
     // The submitter, as the admission webhook would record it (`--exclusive=user` needs it).
     let mut job = job.clone();

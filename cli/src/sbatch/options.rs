@@ -4,7 +4,8 @@
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
-use muster_crds::slurm::getopt::{HasArg, SBATCH_OPTIONS, SbatchOption};
+use muster_crds::slurm::getopt::{HasArg, SBATCH_OPTIONS, SbatchOption, Source};
+use muster_crds::slurm::pyxis;
 
 use super::values;
 
@@ -199,6 +200,40 @@ pub struct SbatchOptions {
     #[arg(long, value_name = "IMAGE", allow_hyphen_values = true, value_parser = values::image)]
     pub image: Option<String>,
 
+    /// pyxis: the image of the job's container, `[REGISTRY#]IMAGE[:TAG]` (an enroot URI) or
+    /// a Kubernetes image reference.
+    #[arg(long = "container-image", value_name = "[REGISTRY#]IMAGE[:TAG]", allow_hyphen_values = true, value_parser = values::container_image)]
+    pub container_image: Option<String>,
+
+    /// pyxis: mounts of the partition's shared filesystems, `SRC[:DST[:FLAGS]][,...]` (SRC a
+    /// path on one of them, a volume's name, or tmpfs; flags joined by '+'). Given several
+    /// times, the mounts add up.
+    #[arg(long = "container-mounts", value_name = "SRC:DST[:FLAGS][,SRC:DST...]", action = ArgAction::Append, allow_hyphen_values = true, value_parser = values::container_mounts)]
+    pub container_mounts: Vec<String>,
+
+    /// pyxis: working directory of the job's container (where the script starts).
+    #[arg(long = "container-workdir", value_name = "PATH", allow_hyphen_values = true, value_parser = values::container_workdir)]
+    pub container_workdir: Option<String>,
+
+    /// pyxis: variables whose values the job's container takes from this environment
+    /// (unset ones are left to the image). Given several times, the names add up.
+    #[arg(long = "container-env", value_name = "NAME[,NAME...]", action = ArgAction::Append, allow_hyphen_values = true, value_parser = values::container_env)]
+    pub container_env: Vec<String>,
+
+    /// pyxis: a container name. Accepted: every step of a job runs in its node pods'
+    /// containers already; none is kept after the job.
+    #[arg(long = "container-name", value_name = "NAME[:FLAG]", allow_hyphen_values = true, value_parser = values::container_name)]
+    pub container_name: Option<String>,
+
+    /// pyxis: namespaces of the container's own (ipc and uts: a pod has its own).
+    #[arg(long = "container-unshare", value_name = "NS[,NS...]", allow_hyphen_values = true, value_parser = values::container_unshare)]
+    pub container_unshare: Option<String>,
+
+    /// pyxis's other options: accepted where a pod does that anyway, refused with the reason
+    /// otherwise.
+    #[command(flatten)]
+    pub pyxis: PyxisOther,
+
     /// Slurm options Muster reads and that have no effect (each gets one warning).
     #[command(flatten)]
     pub no_effect: NoEffect,
@@ -259,6 +294,16 @@ impl SbatchOptions {
             wait: self.wait || lower.wait,
             export: self.export.or(lower.export),
             image: self.image.or(lower.image),
+            container_image: self.container_image.or(lower.container_image),
+            // pyxis adds mounts and variables up over every occurrence.
+            container_mounts: [lower.container_mounts, self.container_mounts].concat(),
+            container_workdir: self.container_workdir.or(lower.container_workdir),
+            container_env: [lower.container_env, self.container_env].concat(),
+            container_name: self.container_name.or(lower.container_name),
+            container_unshare: self.container_unshare.or(lower.container_unshare),
+            pyxis: PyxisOther {
+                given: [self.pyxis.given, lower.pyxis.given].concat(),
+            },
             no_effect: NoEffect {
                 given: [self.no_effect.given, lower.no_effect.given].concat(),
             },
@@ -478,6 +523,66 @@ impl Args for NoEffect {
     }
 }
 
+/// The refusal of pyxis option `long`, with the reason.
+pub fn pyxis_refusal(long: &str, why: &str) -> String {
+    format!("--{long} (pyxis) is not supported by Muster: {why}")
+}
+
+/// pyxis's options that are neither a field of [`SbatchOptions`] nor take a value Muster
+/// keeps: those a pod honours anyway ([`pyxis::already`]) and those Muster refuses
+/// ([`pyxis::refusal`]), as given on the command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PyxisOther {
+    /// Long names given, with clap's index of each.
+    pub given: Vec<(&'static str, usize)>,
+}
+
+impl PyxisOther {
+    /// The refusals among them, in the order given.
+    pub fn refusals(&self) -> impl Iterator<Item = String> + '_ {
+        self.given
+            .iter()
+            .filter_map(|(l, _)| pyxis::refusal(l).map(|why| pyxis_refusal(l, why)))
+    }
+}
+
+fn pyxis_other_options() -> impl Iterator<Item = &'static SbatchOption> {
+    SBATCH_OPTIONS.iter().filter(|o| {
+        o.source == Source::Pyxis
+            && (pyxis::already(o.long).is_some() || pyxis::refusal(o.long).is_some())
+    })
+}
+
+impl FromArgMatches for PyxisOther {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut given = Vec::new();
+        for o in pyxis_other_options() {
+            if m.try_contains_id(o.long).unwrap_or(false)
+                && m.value_source(o.long) == Some(clap::parser::ValueSource::CommandLine)
+            {
+                given.push((o.long, m.index_of(o.long).unwrap_or(0)));
+            }
+        }
+        given.sort_by_key(|&(_, i)| i);
+        Ok(PyxisOther { given })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for PyxisOther {
+    fn augment_args(cmd: Command) -> Command {
+        pyxis_other_options().fold(cmd, |cmd, o| cmd.arg(no_effect_arg(o)))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
 /// getopt_long's behaviour, applied to any command that carries [`SbatchOptions`].
 pub fn getopt_rules(cmd: Command) -> Command {
     cmd.infer_long_args(true).args_override_self(true)
@@ -565,6 +670,19 @@ pub fn apply(o: &mut SbatchOptions, long: &str, value: Option<&str>) -> Result<A
         "wait" => o.wait = true,
         "export" => o.export = Some(values::export(v)?),
         "image" => o.image = Some(values::image(v)?),
+        "container-image" => o.container_image = Some(values::container_image(v)?),
+        "container-mounts" => o.container_mounts.push(values::container_mounts(v)?),
+        "container-workdir" => o.container_workdir = Some(values::container_workdir(v)?),
+        "container-env" => o.container_env.push(values::container_env(v)?),
+        "container-name" => o.container_name = Some(values::container_name(v)?),
+        "container-unshare" => o.container_unshare = Some(values::container_unshare(v)?),
+        other if pyxis::already(other).is_some() => {}
+        other if pyxis::refusal(other).is_some() => {
+            return Err(pyxis_refusal(
+                other,
+                pyxis::refusal(other).unwrap_or_default(),
+            ));
+        }
         other => {
             return no_effect_reason(other)
                 .map(Applied::NoEffect)
@@ -668,6 +786,12 @@ mod tests {
             ("signal", "B:USR1@90"),
             ("export", "ALL,A=1"),
             ("image", "busybox"),
+            ("container-image", "nvcr.io#nvidia/pytorch:24.01-py3"),
+            ("container-mounts", "/scratch/a:/a:ro,tmpfs:/t"),
+            ("container-workdir", "/work"),
+            ("container-env", "A,B"),
+            ("container-name", "dev:exec"),
+            ("container-unshare", "ipc,uts"),
         ];
         let cmd = clap_command();
         for (long, value) in cases {
@@ -715,6 +839,76 @@ mod tests {
             let mut ours = SbatchOptions::default();
             assert_eq!(apply(&mut ours, long, Some(value)), Err(why), "{arg}");
         }
+    }
+
+    /// pyxis's options as pyxis takes them: mounts and variables add up over occurrences
+    /// (directives, then the command line); the rest refuse or accept with the reason.
+    #[test]
+    fn pyxis_options() {
+        let cmd = clap_command();
+        let m = cmd
+            .clone()
+            .try_get_matches_from([
+                "--container-mounts=/a:/a",
+                "--container-mounts",
+                "tmpfs:/t",
+                "--container-env=X",
+                "--container-env=Y,X",
+            ])
+            .unwrap();
+        let o = SbatchOptions::from_arg_matches(&m).unwrap();
+        assert_eq!(o.container_mounts, ["/a:/a", "tmpfs:/t"]);
+        assert_eq!(o.container_env, ["X", "Y,X"]);
+        let mut d = SbatchOptions::default();
+        apply(&mut d, "container-mounts", Some("scratch:/s")).unwrap();
+        assert_eq!(
+            o.clone().over(d).container_mounts,
+            ["scratch:/s", "/a:/a", "tmpfs:/t"]
+        );
+
+        let mut o = SbatchOptions::default();
+        for flag in [
+            "container-writable",
+            "no-container-entrypoint",
+            "no-container-mount-home",
+        ] {
+            assert_eq!(apply(&mut o, flag, None), Ok(Applied::Set), "{flag}");
+        }
+        assert_eq!(o, SbatchOptions::default());
+        for (flag, value, words) in [
+            (
+                "container-save",
+                Some("/x.sqsh"),
+                "cannot save a running container",
+            ),
+            ("container-mount-home", None, "no home directory"),
+            ("container-remap-root", None, "securityContext.runAsUser"),
+            ("no-container-remap-root", None, "securityContext.runAsUser"),
+            ("container-entrypoint", None, "ENTRYPOINT never runs"),
+            ("container-entrypoint-log", None, "ENTRYPOINT never runs"),
+            ("container-readonly", None, "readOnlyRootFilesystem"),
+        ] {
+            let e = apply(&mut o, flag, value).unwrap_err();
+            assert!(
+                e.starts_with(&format!("--{flag} (pyxis) is not supported by Muster: "))
+                    && e.contains(words),
+                "{e}"
+            );
+        }
+        // On the command line the refused ones are recorded for one error each.
+        let m = cmd
+            .try_get_matches_from(["--container-remap-root", "--container-writable"])
+            .unwrap();
+        let o = SbatchOptions::from_arg_matches(&m).unwrap();
+        let r: Vec<String> = o.pyxis.refusals().collect();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].starts_with("--container-remap-root (pyxis)"), "{r:?}");
+        // Values are checked as given.
+        let mut o = SbatchOptions::default();
+        let e = apply(&mut o, "container-mounts", Some("./x:/x")).unwrap_err();
+        assert!(e.contains("relative source"), "{e}");
+        let e = apply(&mut o, "container-image", Some("img.sqsh")).unwrap_err();
+        assert!(e.contains("squashfs"), "{e}");
     }
 
     #[test]

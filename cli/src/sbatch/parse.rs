@@ -497,6 +497,18 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("wait", o.wait.then(|| "set".to_string()));
     put("export", o.export.clone());
     put("image", o.image.clone());
+    put("container-image", o.container_image.clone());
+    put(
+        "container-mounts",
+        (!o.container_mounts.is_empty()).then(|| o.container_mounts.join(",")),
+    );
+    put("container-workdir", o.container_workdir.clone());
+    put(
+        "container-env",
+        (!o.container_env.is_empty()).then(|| o.container_env.join(",")),
+    );
+    put("container-name", o.container_name.clone());
+    put("container-unshare", o.container_unshare.clone());
     m
 }
 

@@ -87,6 +87,8 @@ pub struct World<'a> {
     pub jobs: &'a [BatchJob],
     /// The operator's persisted fair-share usage, when readable.
     pub usage: Option<&'a usage::Record>,
+    /// The claims of the job's namespace, with their access modes.
+    pub volume_claims: &'a [validate::ClaimModes],
 }
 
 /// The cluster's nodes (with their GpuNodes), as the operator translates them.
@@ -112,6 +114,8 @@ pub struct ClusterView {
     pub nodes: Vec<Node>,
     /// Every GpuNode.
     pub gpunodes: Vec<GpuNode>,
+    /// The claims of the job's namespace, with their access modes.
+    pub volume_claims: Vec<validate::ClaimModes>,
 }
 
 impl ClusterView {
@@ -127,6 +131,7 @@ impl ClusterView {
                 partitions: &table,
                 partition_objects: &objs,
                 nodes: &nodes,
+                volume_claims: &self.volume_claims,
             },
         )
     }
@@ -138,6 +143,7 @@ pub async fn read_world(cluster: &crate::cluster::Cluster) -> anyhow::Result<Clu
         partitions: crate::fetch::partitions(cluster).await?,
         nodes: crate::fetch::nodes(cluster).await?,
         gpunodes: crate::fetch::gpunodes(cluster).await,
+        volume_claims: crate::fetch::volume_claims(cluster).await,
     })
 }
 
@@ -155,6 +161,7 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
                 partitions: &table,
                 partition_objects: &objs,
                 nodes: &nodes,
+                volume_claims: world.volume_claims,
             },
         )
         .map_err(TestOnlyError::Refused)?;

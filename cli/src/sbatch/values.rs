@@ -226,3 +226,38 @@ pub fn signal(s: &str) -> Result<String, String> {
         .map(|w| w.to_string())
         .map_err(|e| e.to_string())
 }
+
+fn pyxis_value(r: Result<impl Sized, SyntaxError>, s: &str) -> Result<String, String> {
+    // The option is named in the caller's message; keep pyxis's reason.
+    r.map(|_| s.to_string()).map_err(|e| e.message)
+}
+
+/// `--container-image` (pyxis): an enroot URI or image reference; kept as written.
+pub fn container_image(s: &str) -> Result<String, String> {
+    pyxis_value(muster_crds::slurm::pyxis::image(s), s)
+}
+
+/// `--container-mounts` (pyxis): `SRC[:DST[:FLAGS]][,...]`; kept as written.
+pub fn container_mounts(s: &str) -> Result<String, String> {
+    pyxis_value(muster_crds::slurm::pyxis::mounts(s), s)
+}
+
+/// `--container-workdir` (pyxis): an absolute path.
+pub fn container_workdir(s: &str) -> Result<String, String> {
+    pyxis_value(muster_crds::slurm::pyxis::workdir(s), s)
+}
+
+/// `--container-env` (pyxis): `NAME[,NAME...]`.
+pub fn container_env(s: &str) -> Result<String, String> {
+    pyxis_value(muster_crds::slurm::pyxis::env_names(s), s)
+}
+
+/// `--container-name` (pyxis): `NAME[:auto|create|exec|no_exec]`.
+pub fn container_name(s: &str) -> Result<String, String> {
+    pyxis_value(muster_crds::slurm::pyxis::container_name(s), s)
+}
+
+/// `--container-unshare` (pyxis): `ipc` and `uts`.
+pub fn container_unshare(s: &str) -> Result<String, String> {
+    pyxis_value(muster_crds::slurm::pyxis::unshare(s), s)
+}

@@ -362,6 +362,16 @@ impl World {
                 .flatten()
                 .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
                 .collect();
+            // The image, working directory and mounts of the job's container, for the rows
+            // about pyxis's options.
+            env.insert("(image)".into(), c.image.clone().unwrap_or_default());
+            env.insert(
+                "(workingDir)".into(),
+                c.working_dir.clone().unwrap_or_default(),
+            );
+            for m in c.volume_mounts.iter().flatten() {
+                env.insert(format!("(mount {})", m.mount_path), m.name.clone());
+            }
             // The command the task runs, for rows about the script.
             env.insert(
                 "(command)".into(),
@@ -459,6 +469,7 @@ impl World {
             gpunodes: &gpunodes,
             jobs: &jobs,
             usage: None,
+            volume_claims: &[],
         };
         let now = self.now();
         match test_only::estimate(&bj, world, now) {

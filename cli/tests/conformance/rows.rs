@@ -962,6 +962,53 @@ pub fn rows() -> Vec<Row> {
                 ],
             },
         ),
+        // ---- pyxis's container options ----
+        row(
+            "containerImage",
+            &["containerImage"],
+            job(
+                &[
+                    "--container-image=nvcr.io#nvidia/pytorch:24.01-py3",
+                    "-n",
+                    "1",
+                ],
+                json!({"containerImage": "nvcr.io#nvidia/pytorch:24.01-py3", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![(0, "(image)", "nvcr.io/nvidia/pytorch:24.01-py3")],
+            },
+        ),
+        row(
+            "containerWorkdir",
+            &["containerWorkdir"],
+            job(
+                &["--container-workdir=/workspace", "-n", "1"],
+                json!({"containerWorkdir": "/workspace", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![
+                    (0, "(workingDir)", "/workspace"),
+                    (0, "SLURM_SUBMIT_DIR", "/workspace"),
+                ],
+            },
+        ),
+        row(
+            "containerMounts",
+            &["containerMounts"],
+            job(
+                &["--container-mounts=tmpfs:/fast", "-n", "1"],
+                json!({"containerMounts": "tmpfs:/fast", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![(0, "(mount /fast)", "muster-tmpfs-0")],
+            },
+        ),
         // ---- refusals ----
         row(
             "nodelist and exclude naming one node",

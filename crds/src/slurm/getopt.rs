@@ -30,6 +30,8 @@ pub enum Source {
     Slurm,
     /// Muster's own (`--image`).
     Muster,
+    /// NVIDIA pyxis's SPANK plugin (`--container-image`, …; see [`super::pyxis`]).
+    Pyxis,
 }
 
 /// One `sbatch` option.
@@ -79,9 +81,19 @@ const fn ext(long: &'static str, short: Option<char>, has_arg: HasArg) -> Sbatch
     }
 }
 
+const fn pyxis(long: &'static str, has_arg: HasArg) -> SbatchOption {
+    SbatchOption {
+        long,
+        short: None,
+        has_arg,
+        alias_of: None,
+        source: Source::Pyxis,
+    }
+}
+
 use HasArg::{No, Optional, Required};
 
-/// Every long option of Slurm 22.05's `sbatch`, and Muster's, sorted by name (prefixes are
+/// Every long option of Slurm 22.05's `sbatch`, pyxis's, and Muster's, sorted by name (prefixes are
 /// looked up by binary search).
 pub const SBATCH_OPTIONS: &[SbatchOption] = &[
     opt("account", Some('A'), Required, None),
@@ -98,6 +110,19 @@ pub const SBATCH_OPTIONS: &[SbatchOption] = &[
     opt("comment", None, Required, None),
     opt("constraint", Some('C'), Required, None),
     opt("container", None, Required, None),
+    pyxis("container-entrypoint", No),
+    pyxis("container-entrypoint-log", No),
+    pyxis("container-env", Required),
+    pyxis("container-image", Required),
+    pyxis("container-mount-home", No),
+    pyxis("container-mounts", Required),
+    pyxis("container-name", Required),
+    pyxis("container-readonly", No),
+    pyxis("container-remap-root", No),
+    pyxis("container-save", Required),
+    pyxis("container-unshare", Required),
+    pyxis("container-workdir", Required),
+    pyxis("container-writable", No),
     opt("context", None, Required, None),
     opt("contiguous", None, No, None),
     opt("core-spec", Some('S'), Required, None),
@@ -144,6 +169,9 @@ pub const SBATCH_OPTIONS: &[SbatchOption] = &[
     opt("mincpus", None, Required, None),
     opt("network", None, Required, None),
     opt("nice", None, Optional, None),
+    pyxis("no-container-entrypoint", No),
+    pyxis("no-container-mount-home", No),
+    pyxis("no-container-remap-root", No),
     opt("no-kill", Some('k'), Optional, None),
     opt("no-requeue", None, No, None),
     opt("nodefile", Some('F'), Required, None),

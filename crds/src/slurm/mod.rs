@@ -22,6 +22,7 @@
 //! | [`fname`] | `--output`/`--error` filename patterns | [`fname::expand`] |
 //! | [`begin`] | `--begin` | [`begin::parse`] |
 //! | [`signal`] | `--signal` | [`WarnSignal`] |
+//! | [`pyxis`] | pyxis's `--container-*` options | [`pyxis::mounts`], [`pyxis::image`] |
 //! | [`getopt`] | sbatch's option table and `getopt_long` | [`getopt::SBATCH_OPTIONS`], [`getopt::getopt`] |
 //!
 //! Policy, applied in every module: every form Slurm documents is accepted and means what it
@@ -42,6 +43,7 @@ pub mod gres;
 pub mod hostlist;
 pub mod mem;
 pub mod nodes;
+pub mod pyxis;
 pub mod script;
 pub mod signal;
 pub mod switches;

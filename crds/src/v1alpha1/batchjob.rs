@@ -290,6 +290,41 @@ pub struct BatchJobSpec {
     #[schemars(length(max = crate::slurm::script::SCRIPT_MAX_CHARS))]
     pub script: Option<String>,
 
+    /// pyxis's `--container-image`: the image every node pod of the job runs, as an enroot URI
+    /// (`nvcr.io#nvidia/pytorch:24.01-py3`) or a Kubernetes image reference. Overrides the
+    /// partition's `defaultImage`; the template's first container must then give no other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(
+        "!self.startsWith('/') && !self.startsWith('.') && !self.endsWith('.sqsh') && !self.endsWith('.sqfs') && !self.endsWith('.squashfs')",
+        "containerImage must be an image in a registry ([REGISTRY#]IMAGE[:TAG]); squashfs files cannot be a pod's image"
+    ))]
+    #[schemars(length(min = 1, max = 1024))]
+    pub container_image: Option<String>,
+
+    /// pyxis's `--container-mounts`: `SRC[:DST[:FLAGS]]` entries joined by `,`, flags joined
+    /// by `+` (`ro`, `rw`, `rslave`, …). SRC is a shared volume of the partition
+    /// (`spec.jobEnvironment.volumes`) by name, an absolute path inside one (under its
+    /// `mountPath`, or its `hostPath`), or `tmpfs`; mounted at DST in the job's container.
+    /// A SRC the partition does not provide is refused with the list of what it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(
+        "self.matches('^[^,:]+(:[^,:]+(:[^,]*)?)?(,[^,:]+(:[^,:]+(:[^,]*)?)?)*$')",
+        "containerMounts must be SRC[:DST[:FLAGS]] entries joined by ',' (pyxis's --container-mounts), e.g. scratch:/ckpt or /scratch/data:/data:ro"
+    ))]
+    #[schemars(length(min = 1, max = 4096))]
+    pub container_mounts: Option<String>,
+
+    /// pyxis's `--container-workdir`: the working directory of the job's container, where
+    /// the batch script starts (and `SLURM_SUBMIT_DIR`). The template's first container must
+    /// then give no other `workingDir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = rules::rule(
+        "self.startsWith('/')",
+        "containerWorkdir must be an absolute path"
+    ))]
+    #[schemars(length(min = 1, max = 4096))]
+    pub container_workdir: Option<String>,
+
     /// The pod template of one task. Its first container runs the task; Muster adds the
     /// placement (node affinity), the Slurm/torchrun environment and the GPU binding.
     /// Omitted containers get the partition's default image.

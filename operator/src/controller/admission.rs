@@ -450,6 +450,7 @@ mod tests {
             partitions: &table,
             partition_objects: &objs,
             nodes: &nodes,
+            volume_claims: &[],
         };
         let job = bj(json!({}), json!({"script": "x", "gpusPerNode": 9}));
         let r = validate_batchjob(

@@ -18,11 +18,20 @@
 //! - `hostNetwork`: set (with `dnsPolicy: ClusterFirstWithHostNet`) unless the job sets it.
 //! - `annotations`, `env`, `serviceAccountName`: added where the job (or Muster) has not set
 //!   the same key, variable or account.
+//!
+//! The job's pyxis mounts (`spec.containerMounts`) are resolved here too, against the same
+//! volumes: each mounts a shared filesystem of the partition (by name, or by a path inside
+//! it, as a `subPath`) or a `tmpfs` in the job's container (the first). A source the
+//! partition does not provide is refused with the list of what it does; so is a mount at a
+//! path the partition or the template already mounts, and `rw` of a read-only filesystem.
+//! A mount of a volume at its own `mountPath` (pyxis's `--container-mounts=/scratch`) only
+//! sets its flags.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, HostPathVolumeSource,
     PersistentVolumeClaimVolumeSource, Pod, SecurityContext, Volume, VolumeMount,
 };
+use muster_crds::slurm::pyxis::{ContainerMount, MountSource};
 use muster_crds::v1alpha1::{JobEnvironment, PartitionSpec, SharedVolume};
 
 /// The name of the `/dev/shm` volume the partition adds (the `muster-` prefix is reserved:
@@ -57,6 +66,14 @@ pub enum JobEnvError {
         /// The path.
         mount_path: String,
     },
+    /// A `containerMounts` (`--container-mounts`) entry the partition cannot give.
+    #[error("--container-mounts {entry}: {why}")]
+    ContainerMount {
+        /// The entry, in pyxis's grammar.
+        entry: String,
+        /// Why, with what the partition allows where the source is at fault.
+        why: String,
+    },
     /// A job container mounts something where the partition mounts a shared filesystem.
     #[error(
         "container {container:?} mounts volume {volume:?} at {mount_path}, where the partition mounts its shared filesystem {shared:?}: use another mountPath"
@@ -75,9 +92,16 @@ pub enum JobEnvError {
 
 /// The pod with the partition's job environment merged in (see the module docs for the
 /// rules); the pod unchanged when the partition declares none.
-pub fn apply(partition: &PartitionSpec, mut pod: Pod) -> Result<Pod, JobEnvError> {
-    let Some(env) = partition.job_environment.as_ref() else {
-        return Ok(pod);
+pub fn apply(
+    partition: &PartitionSpec,
+    container_mounts: &[ContainerMount],
+    mut pod: Pod,
+) -> Result<Pod, JobEnvError> {
+    let none = JobEnvironment::default();
+    let env = match partition.job_environment.as_ref() {
+        Some(env) => env,
+        None if container_mounts.is_empty() => return Ok(pod),
+        None => &none,
     };
     let spec = pod.spec.get_or_insert_with(Default::default);
 
@@ -119,8 +143,41 @@ pub fn apply(partition: &PartitionSpec, mut pod: Pod) -> Result<Pod, JobEnvError
             }
         }
     }
+    let job = resolve_mounts(&env.volumes, container_mounts)?;
+    let main_paths: Vec<&str> = spec
+        .containers
+        .first()
+        .into_iter()
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    for (entry, m) in &job.mounts {
+        if let Some(sv) = env
+            .volumes
+            .iter()
+            .find(|sv| same_path(&sv.mount_path, &m.mount_path))
+        {
+            return Err(JobEnvError::ContainerMount {
+                entry: entry.clone(),
+                why: format!(
+                    "{} is where the partition mounts its shared filesystem {:?}: choose another DST",
+                    m.mount_path, sv.name
+                ),
+            });
+        }
+        if main_paths.iter().any(|p| same_path(p, &m.mount_path)) {
+            return Err(JobEnvError::ContainerMount {
+                entry: entry.clone(),
+                why: format!(
+                    "the pod template's container already mounts a volume at {}: choose another DST",
+                    m.mount_path
+                ),
+            });
+        }
+    }
     let volumes = spec.volumes.get_or_insert_with(Vec::new);
     volumes.extend(env.volumes.iter().map(shared_volume));
+    volumes.extend(job.volumes.iter().cloned());
     let mut mounts: Vec<VolumeMount> = env
         .volumes
         .iter()
@@ -134,7 +191,11 @@ pub fn apply(partition: &PartitionSpec, mut pod: Pod) -> Result<Pod, JobEnvError
 
     // /dev/shm, unless the job brings its own.
     let job_shm = all_containers(&spec.containers, spec.init_containers.as_deref())
-        .any(|c| mounts_at(c, SHM_PATH));
+        .any(|c| mounts_at(c, SHM_PATH))
+        || job
+            .mounts
+            .iter()
+            .any(|(_, m)| same_path(&m.mount_path, SHM_PATH));
     if let Some(size) = &env.shm_size
         && !job_shm
     {
@@ -165,6 +226,22 @@ pub fn apply(partition: &PartitionSpec, mut pod: Pod) -> Result<Pod, JobEnvError
         }
         add_capabilities(c, &env.capabilities);
         add_env(c, &env.env);
+    }
+    if let Some(c) = spec.containers.first_mut() {
+        // The job's own mounts, and the flags it gives a shared filesystem at its own path.
+        for m in c.volume_mounts.iter_mut().flatten() {
+            if let Some((_, ro)) = job.own.iter().find(|(n, _)| *n == m.name) {
+                m.read_only = ro.filter(|r| *r).or(m.read_only);
+                if job.own_propagation.contains(&m.name) {
+                    m.mount_propagation = Some("HostToContainer".into());
+                }
+            }
+        }
+        if !job.mounts.is_empty() {
+            c.volume_mounts
+                .get_or_insert_with(Vec::new)
+                .extend(job.mounts.iter().map(|(_, m)| m.clone()));
+        }
     }
 
     if let Some(c) = spec.containers.first_mut() {
@@ -198,6 +275,155 @@ pub fn apply(partition: &PartitionSpec, mut pod: Pod) -> Result<Pod, JobEnvError
         }
     }
     Ok(pod)
+}
+
+/// The job's pyxis mounts resolved against the partition's volumes.
+#[derive(Default)]
+struct JobMounts {
+    /// Volumes of the job's own (`tmpfs`).
+    volumes: Vec<Volume>,
+    /// Mounts of the job's container, each with its entry in pyxis's grammar.
+    mounts: Vec<(String, VolumeMount)>,
+    /// Shared filesystems mounted at their own path: the read-only flag given.
+    own: Vec<(String, Option<bool>)>,
+    /// Shared filesystems mounted at their own path with `rslave`.
+    own_propagation: Vec<String>,
+}
+
+/// What the partition lets `--container-mounts` name, for refusals.
+fn allowed(vols: &[SharedVolume]) -> String {
+    if vols.is_empty() {
+        return "the partition has no shared filesystems (spec.jobEnvironment.volumes); only tmpfs can be mounted".into();
+    }
+    let list: Vec<String> = vols
+        .iter()
+        .map(|v| match &v.host_path {
+            Some(h) => format!("{} (at {}, node path {h})", v.name, v.mount_path),
+            None => format!("{} (at {})", v.name, v.mount_path),
+        })
+        .collect();
+    format!(
+        "the partition's shared filesystems are {}; a path inside one of them, its name, or tmpfs can be mounted",
+        list.join(", ")
+    )
+}
+
+/// `p` relative to `root` (both absolute), if `p` is `root` or lies under it.
+fn under<'a>(root: &str, p: &'a str) -> Option<&'a str> {
+    let root = root.trim_end_matches('/');
+    if p == root {
+        return Some("");
+    }
+    p.strip_prefix(root)?.strip_prefix('/')
+}
+
+fn resolve_mounts(
+    vols: &[SharedVolume],
+    mounts: &[ContainerMount],
+) -> Result<JobMounts, JobEnvError> {
+    let mut out = JobMounts::default();
+    let mut tmpfs = 0;
+    for m in mounts {
+        let entry = muster_crds::slurm::pyxis::format_mounts(std::slice::from_ref(m));
+        let refuse = |why: String| JobEnvError::ContainerMount {
+            entry: entry.clone(),
+            why,
+        };
+        if out
+            .mounts
+            .iter()
+            .any(|(_, o)| same_path(&o.mount_path, &m.target))
+        {
+            return Err(refuse(format!(
+                "another entry mounts at {} already: give each mount its own DST",
+                m.target
+            )));
+        }
+        let propagation = m.host_to_container.then(|| "HostToContainer".to_string());
+        let (volume, sub) = match &m.source {
+            MountSource::Tmpfs => {
+                let name = format!("muster-tmpfs-{tmpfs}");
+                tmpfs += 1;
+                out.volumes.push(Volume {
+                    name: name.clone(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        medium: Some("Memory".into()),
+                        size_limit: None,
+                    }),
+                    ..Default::default()
+                });
+                out.mounts.push((
+                    entry.clone(),
+                    VolumeMount {
+                        name,
+                        mount_path: m.target.clone(),
+                        read_only: m.read_only.filter(|r| *r),
+                        mount_propagation: propagation,
+                        ..Default::default()
+                    },
+                ));
+                continue;
+            }
+            MountSource::Volume(name) => match vols.iter().find(|v| v.name == *name) {
+                Some(v) => (v, String::new()),
+                None => {
+                    return Err(refuse(format!(
+                        "{name} is not a shared filesystem of the partition: {}",
+                        allowed(vols)
+                    )));
+                }
+            },
+            MountSource::Path(p) => {
+                // The longest root holding the path: a volume's mountPath (the path as jobs
+                // see it) or its hostPath (as the nodes do).
+                let best = vols
+                    .iter()
+                    .flat_map(|v| {
+                        std::iter::once(v.mount_path.as_str())
+                            .chain(v.host_path.as_deref())
+                            .filter_map(move |root| {
+                                under(root, p).map(|rest| (root.len(), v, rest))
+                            })
+                    })
+                    .max_by_key(|(len, _, _)| *len);
+                match best {
+                    Some((_, v, rest)) => (v, rest.to_string()),
+                    None => {
+                        return Err(refuse(format!(
+                            "{p} is not on a shared filesystem of the partition: {}",
+                            allowed(vols)
+                        )));
+                    }
+                }
+            }
+        };
+        let volume_ro = volume.read_only == Some(true);
+        if volume_ro && m.read_only == Some(false) {
+            return Err(refuse(format!(
+                "the partition's shared filesystem {:?} is read-only: drop rw",
+                volume.name
+            )));
+        }
+        if sub.is_empty() && same_path(&volume.mount_path, &m.target) {
+            out.own.push((volume.name.clone(), m.read_only));
+            if m.host_to_container {
+                out.own_propagation.push(volume.name.clone());
+            }
+            continue;
+        }
+        out.mounts.push((
+            entry.clone(),
+            VolumeMount {
+                name: volume.name.clone(),
+                mount_path: m.target.clone(),
+                sub_path: (!sub.is_empty()).then_some(sub),
+                read_only: (volume_ro || m.read_only == Some(true)).then_some(true),
+                mount_propagation: propagation,
+                ..Default::default()
+            },
+        ));
+    }
+    Ok(out)
 }
 
 /// The names of the partition's shared filesystems with their mount paths (for messages that
@@ -341,12 +567,12 @@ mod tests {
     #[test]
     fn no_environment_leaves_the_pod_as_it_is() {
         let p = two_containers();
-        assert_eq!(apply(&PartitionSpec::default(), p.clone()).unwrap(), p);
+        assert_eq!(apply(&PartitionSpec::default(), &[], p.clone()).unwrap(), p);
     }
 
     #[test]
     fn every_part_lands_in_the_pod() {
-        let p = apply(&fabric(), two_containers()).unwrap();
+        let p = apply(&fabric(), &[], two_containers()).unwrap();
         let s = p.spec.as_ref().unwrap();
         let vols = s.volumes.as_ref().unwrap();
         let names: Vec<_> = vols.iter().map(|v| v.name.as_str()).collect();
@@ -434,7 +660,7 @@ mod tests {
             )]
             .into(),
         );
-        let p = apply(&fabric(), p).unwrap();
+        let p = apply(&fabric(), &[], p).unwrap();
         let s = p.spec.as_ref().unwrap();
         let c = &s.containers[0];
         let hca: Vec<_> = c
@@ -483,7 +709,7 @@ mod tests {
             "containers": [{"name": "task", "image": "i",
                 "volumeMounts": [{"name": "mine", "mountPath": "/scratch/"}]}],
             "volumes": [{"name": "mine", "emptyDir": {}}]}));
-        let e = apply(&fabric(), p).unwrap_err();
+        let e = apply(&fabric(), &[], p).unwrap_err();
         assert_eq!(
             e,
             JobEnvError::MountPath {
@@ -501,7 +727,7 @@ mod tests {
                 "volumeMounts": [{"name": "mine", "mountPath": "/datasets"}]}],
             "volumes": [{"name": "mine", "emptyDir": {}}]}));
         assert!(matches!(
-            apply(&fabric(), p),
+            apply(&fabric(), &[], p),
             Err(JobEnvError::MountPath { container, .. }) if container == "fetch"
         ));
     }
@@ -513,6 +739,7 @@ mod tests {
             {"name": "b", "mountPath": "/scratch/", "hostPath": "/b"}]}));
         let e = apply(
             &p,
+            &[],
             pod(json!({"containers": [{"name": "task", "image": "i"}]})),
         );
         assert!(
@@ -525,7 +752,7 @@ mod tests {
         let p = pod(json!({
             "containers": [{"name": "task", "image": "i"}],
             "volumes": [{"name": "scratch", "emptyDir": {}}]}));
-        let e = apply(&fabric(), p).unwrap_err();
+        let e = apply(&fabric(), &[], p).unwrap_err();
         assert!(matches!(e, JobEnvError::VolumeName { ref volume, .. } if volume == "scratch"));
         assert!(e.to_string().contains("/scratch"), "{e}");
     }
@@ -534,6 +761,7 @@ mod tests {
     fn shm_alone_and_host_network_off_add_nothing_else() {
         let p = apply(
             &part(json!({"shmSize": "1Gi", "hostNetwork": false})),
+            &[],
             pod(json!({"containers": [{"name": "task", "image": "i"}]})),
         )
         .unwrap();
@@ -544,5 +772,139 @@ mod tests {
         assert!(s.containers[0].security_context.is_none());
         assert!(s.containers[0].env.is_none());
         assert!(p.metadata.annotations.is_none());
+    }
+
+    fn mounts(v: &str) -> Vec<ContainerMount> {
+        muster_crds::slurm::pyxis::mounts(v).unwrap()
+    }
+
+    /// (name, mountPath, subPath, readOnly, mountPropagation) of the main container's mounts.
+    type MountRow = (String, String, Option<String>, Option<bool>, Option<String>);
+
+    fn main_mounts(p: &Pod) -> Vec<MountRow> {
+        p.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    m.mount_path.clone(),
+                    m.sub_path.clone(),
+                    m.read_only,
+                    m.mount_propagation.clone(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pyxis_mounts_name_the_partitions_filesystems() {
+        let ms = mounts(
+            "scratch:/ckpt,/scratch/u/run1:/run,/lustre/datasets/imagenet:/data,tmpfs:/tmp/fast,/datasets:/datasets:rslave,/scratch:/scratch:ro",
+        );
+        let p = apply(&fabric(), &ms, two_containers()).unwrap();
+        let got = main_mounts(&p);
+        let s = |x: &str| x.to_string();
+        assert_eq!(
+            got,
+            [
+                (s("scratch"), s("/scratch"), None, Some(true), None),
+                (
+                    s("datasets"),
+                    s("/datasets"),
+                    None,
+                    Some(true),
+                    Some(s("HostToContainer"))
+                ),
+                (s(SHM_VOLUME), s("/dev/shm"), None, None, None),
+                (s("scratch"), s("/ckpt"), None, None, None),
+                (s("scratch"), s("/run"), Some(s("u/run1")), None, None),
+                (
+                    s("datasets"),
+                    s("/data"),
+                    Some(s("imagenet")),
+                    Some(true),
+                    None
+                ),
+                (s("muster-tmpfs-0"), s("/tmp/fast"), None, None, None),
+            ]
+        );
+        let spec = p.spec.as_ref().unwrap();
+        let tmp = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "muster-tmpfs-0")
+            .unwrap();
+        assert_eq!(
+            tmp.empty_dir.as_ref().unwrap().medium.as_deref(),
+            Some("Memory")
+        );
+        // Only the job's container takes them; the sidecar keeps the partition's alone.
+        assert_eq!(spec.containers[1].volume_mounts.as_ref().unwrap().len(), 3);
+        let side_scratch = &spec.containers[1].volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(side_scratch.read_only, None);
+    }
+
+    #[test]
+    fn pyxis_mounts_the_partition_cannot_give_are_refused_with_what_it_allows() {
+        let e = |m: &str| {
+            apply(&fabric(), &mounts(m), two_containers())
+                .unwrap_err()
+                .to_string()
+        };
+        let x = e("/home/u:/home/u");
+        assert_eq!(
+            x,
+            "--container-mounts /home/u:/home/u: /home/u is not on a shared filesystem of the partition: the partition's shared filesystems are scratch (at /scratch), datasets (at /datasets, node path /lustre/datasets); a path inside one of them, its name, or tmpfs can be mounted"
+        );
+        assert!(e("nosuch:/x").contains("nosuch is not a shared filesystem of the partition: the partition's shared filesystems are scratch"));
+        assert!(e("/datasets/x:/x:rw").contains("\"datasets\" is read-only: drop rw"));
+        assert!(e("scratch:/datasets").contains(
+            "/datasets is where the partition mounts its shared filesystem \"datasets\""
+        ));
+        assert!(e("scratch:/a,tmpfs:/a").contains("another entry mounts at /a"));
+        // A partition without shared filesystems allows tmpfs alone.
+        let x = apply(
+            &PartitionSpec::default(),
+            &mounts("/scratch:/s"),
+            two_containers(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(x.contains("the partition has no shared filesystems (spec.jobEnvironment.volumes); only tmpfs can be mounted"), "{x}");
+        let p = apply(
+            &PartitionSpec::default(),
+            &mounts("tmpfs:/dev/shm"),
+            two_containers(),
+        )
+        .unwrap();
+        assert_eq!(main_mounts(&p).len(), 1);
+        // The template's own mount at the same path.
+        let p = pod(json!({
+            "containers": [{"name": "task", "image": "i",
+                "volumeMounts": [{"name": "mine", "mountPath": "/ckpt"}]}],
+            "volumes": [{"name": "mine", "emptyDir": {}}]}));
+        let x = apply(&fabric(), &mounts("scratch:/ckpt"), p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            x.contains("the pod template's container already mounts a volume at /ckpt"),
+            "{x}"
+        );
+    }
+
+    #[test]
+    fn a_pyxis_tmpfs_at_dev_shm_replaces_the_partitions() {
+        let p = apply(&fabric(), &mounts("tmpfs:/dev/shm"), two_containers()).unwrap();
+        let s = p.spec.as_ref().unwrap();
+        assert!(!s.volumes.iter().flatten().any(|v| v.name == SHM_VOLUME));
+        let shm: Vec<_> = main_mounts(&p)
+            .into_iter()
+            .filter(|m| m.1 == "/dev/shm")
+            .collect();
+        assert_eq!(shm.len(), 1);
+        assert_eq!(shm[0].0, "muster-tmpfs-0");
     }
 }

@@ -63,7 +63,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, EnvVar, EnvVarSource, KeyToPath, NodeAffinity, NodeSelector,
     NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodDNSConfig,
-    ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceSpec, Volume, VolumeMount,
+    PodTemplateSpec, ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
@@ -195,6 +196,106 @@ pub enum BuildError {
     /// A pod's ResourceClaim cannot be built (`dra` mode).
     #[error(transparent)]
     Claim(#[from] dra::DraError),
+    /// A pyxis field (`containerImage`, `containerMounts`, …) does not parse.
+    #[error("spec.{field}: {source}")]
+    Pyxis {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        source: muster_crds::slurm::SyntaxError,
+    },
+    /// A pyxis field and the template's first container give different values.
+    #[error(
+        "spec.{field} ({ours:?}) and spec.template.spec.containers[0].{template_field} ({theirs:?}) differ: give one of them"
+    )]
+    PyxisConflict {
+        /// The pyxis field.
+        field: &'static str,
+        /// The container's field.
+        template_field: &'static str,
+        /// The pyxis field's value.
+        ours: String,
+        /// The container's.
+        theirs: String,
+    },
+}
+
+/// The job's task template with pyxis's `containerImage` and `containerWorkdir` given to its
+/// first container (created when the template has none): the one place these fields become
+/// the pod's, for building, for the buildability check and for `SLURM_SUBMIT_DIR`.
+pub fn task_template(job: &BatchJob) -> Result<PodTemplateSpec, BuildError> {
+    let mut t = job.spec.template.clone().unwrap_or_default();
+    let image = job
+        .spec
+        .container_image
+        .as_deref()
+        .map(|i| {
+            muster_crds::slurm::pyxis::image(i).map_err(|source| BuildError::Pyxis {
+                field: "containerImage",
+                source,
+            })
+        })
+        .transpose()?;
+    let workdir = job
+        .spec
+        .container_workdir
+        .as_deref()
+        .map(|w| {
+            muster_crds::slurm::pyxis::workdir(w).map_err(|source| BuildError::Pyxis {
+                field: "containerWorkdir",
+                source,
+            })
+        })
+        .transpose()?;
+    if let Some(m) = job.spec.container_mounts.as_deref() {
+        muster_crds::slurm::pyxis::mounts(m).map_err(|source| BuildError::Pyxis {
+            field: "containerMounts",
+            source,
+        })?;
+    }
+    if image.is_none() && workdir.is_none() {
+        return Ok(t);
+    }
+    let spec = t.spec.get_or_insert_with(Default::default);
+    if spec.containers.is_empty() {
+        spec.containers.push(Container {
+            name: TASK_CONTAINER.into(),
+            ..Default::default()
+        });
+    }
+    let c = &mut spec.containers[0];
+    for (field, template_field, ours, theirs) in [
+        ("containerImage", "image", image, &mut c.image),
+        (
+            "containerWorkdir",
+            "workingDir",
+            workdir,
+            &mut c.working_dir,
+        ),
+    ] {
+        let Some(ours) = ours else { continue };
+        match theirs.as_deref().filter(|t| !t.is_empty()) {
+            Some(t) if t != ours => {
+                return Err(BuildError::PyxisConflict {
+                    field,
+                    template_field,
+                    ours,
+                    theirs: t.to_string(),
+                });
+            }
+            _ => *theirs = Some(ours),
+        }
+    }
+    Ok(t)
+}
+
+/// The job's `containerMounts`, parsed (checked by [`task_template`]).
+fn container_mounts(job: &BatchJob) -> Vec<muster_crds::slurm::pyxis::ContainerMount> {
+    job.spec
+        .container_mounts
+        .as_deref()
+        .and_then(|m| muster_crds::slurm::pyxis::mounts(m).ok())
+        .unwrap_or_default()
 }
 
 /// Everything the pods of one admission are built from.
@@ -627,6 +728,9 @@ pub fn node_env_in(
     let (ranks, counts, cpus, hosts) = (&layout.ranks, &layout.counts, &layout.cpus, &layout.hosts);
     let ntasks = ctx.tasks.len();
     let hl = layout.hostlist.clone();
+    // The batch script starts in the container's working directory, which is what
+    // SLURM_SUBMIT_DIR names in Slurm (the directory the script started in); pyxis's
+    // --container-workdir sets it.
     let main = ctx
         .job
         .spec
@@ -634,8 +738,12 @@ pub fn node_env_in(
         .as_ref()
         .and_then(|t| t.spec.as_ref())
         .and_then(|s| s.containers.first());
-    let submit_dir = main
-        .and_then(|c| c.working_dir.clone())
+    let submit_dir = ctx
+        .job
+        .spec
+        .container_workdir
+        .clone()
+        .or_else(|| main.and_then(|c| c.working_dir.clone()))
         .unwrap_or_else(|| "/".into());
     let mut env: Vec<(String, String)> = vec![
         ("SLURM_JOB_ID".into(), ctx.job_id.to_string()),
@@ -829,7 +937,8 @@ pub fn check_buildable(
 ) -> Result<(), BuildError> {
     check_name(job)?;
     let has_default = partition.is_some_and(|p| p.spec.default_image.is_some());
-    let spec = job.spec.template.as_ref().and_then(|t| t.spec.as_ref());
+    let task = task_template(job)?;
+    let spec = task.spec.as_ref();
     let script = job
         .spec
         .script
@@ -856,15 +965,16 @@ pub fn check_buildable(
     if let Some(p) = partition {
         // The template as a pod: what conflicts with the partition's environment here
         // conflicts in every pod built from it.
-        let template = job.spec.template.clone().unwrap_or_default();
         let pod = Pod {
-            metadata: template.metadata.unwrap_or_default(),
-            spec: template.spec,
+            metadata: task.metadata.unwrap_or_default(),
+            spec: task.spec,
             status: None,
         };
-        super::jobenv::apply(&p.spec, pod).map_err(|source| BuildError::JobEnv {
-            partition: partition_name.to_string(),
-            source,
+        super::jobenv::apply(&p.spec, &container_mounts(job), pod).map_err(|source| {
+            BuildError::JobEnv {
+                partition: partition_name.to_string(),
+                source,
+            }
         })?;
     }
     Ok(())
@@ -873,7 +983,9 @@ pub fn check_buildable(
 /// The first task container (or init container) that gives no image, which then needs the
 /// partition's `defaultImage` ([`TASK_CONTAINER`] when the template has no containers).
 pub fn container_without_image(job: &BatchJob) -> Option<String> {
-    let spec = job.spec.template.as_ref().and_then(|t| t.spec.as_ref());
+    let task = task_template(job).ok();
+    let task = task.as_ref().or(job.spec.template.as_ref());
+    let spec = task.and_then(|t| t.spec.as_ref());
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
     if containers.is_empty() {
         return Some(TASK_CONTAINER.to_string());
@@ -942,7 +1054,7 @@ pub fn build_pod_in(
     let share = layout.share(node).ok_or(BuildError::NoSuchNode(node))?;
     let first = layout.ranks.first() == Some(&node);
     let name = ctx.job.name_any();
-    let template = ctx.job.spec.template.clone().unwrap_or_default();
+    let template = task_template(ctx.job)?;
     let mut meta = template.metadata.unwrap_or_default();
     let mut spec = template.spec.unwrap_or_default();
     let part_name = ctx.partition_name.to_string();
@@ -1155,9 +1267,11 @@ pub fn build_pod_in(
         status: None,
     };
     if let Some(p) = ctx.partition {
-        pod = super::jobenv::apply(&p.spec, pod).map_err(|source| BuildError::JobEnv {
-            partition: part_name.clone(),
-            source,
+        pod = super::jobenv::apply(&p.spec, &container_mounts(ctx.job), pod).map_err(|source| {
+            BuildError::JobEnv {
+                partition: part_name.clone(),
+                source,
+            }
         })?;
     }
     if ctx.gpu_binding == GpuBinding::Dra && !share.gpus.is_empty() {

@@ -77,6 +77,11 @@ fn value(q: &str) -> Result<f64, QuantityError> {
     Ok(v)
 }
 
+/// A count (extended resources such as `rdma/ib`, which are whole numbers), rounded down.
+pub fn count(q: &Quantity) -> Result<u64, QuantityError> {
+    Ok((value(&q.0)? + 1e-9).floor() as u64)
+}
+
 /// CPU in millicores, rounded down (a kubelet's `allocatable.cpu` of `"223500m"` is 223500).
 pub fn cpu_millis(q: &Quantity) -> Result<u64, QuantityError> {
     Ok((value(&q.0)? * 1000.0 + 1e-6).floor() as u64)

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -155,6 +155,10 @@ pub struct Stores {
     pub classes: Store<DeviceClass>,
     /// What discovery found (`None` until it first answers).
     pub caps: watch::Receiver<Option<Capabilities>>,
+    /// PersistentVolumeClaims of every namespace, trimmed to what submission reads (their
+    /// access modes). Not waited for: an operator without the right to list them judges no
+    /// claim rather than none at all.
+    pub volume_claims: Store<PersistentVolumeClaim>,
 }
 
 impl Stores {
@@ -210,6 +214,20 @@ pub fn trim_node(n: &mut Node) {
         if let Some(cs) = st.conditions.as_mut() {
             cs.retain(|c| c.type_ == "Ready");
         }
+    }
+}
+
+/// A claim as submission reads it: name, namespace and access modes.
+fn trim_volume_claim(c: &mut PersistentVolumeClaim) {
+    c.metadata.managed_fields = None;
+    c.metadata.annotations = None;
+    c.metadata.labels = None;
+    c.status = None;
+    if let Some(s) = c.spec.as_mut() {
+        *s = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            access_modes: s.access_modes.take(),
+            ..Default::default()
+        };
     }
 }
 
@@ -425,6 +443,14 @@ pub fn start_reflectors(
         notify.clone(),
         metrics.clone(),
     );
+    // Claims change nothing the scheduling cycle reads: no wake-up on their events.
+    let (volume_claims, t7) = reflect(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        wc(),
+        |e| Some(e.modify(trim_volume_claim)),
+        Arc::new(Notify::new()),
+        metrics.clone(),
+    );
     let (claims, wc1) = reflector::store();
     let (slices, ws) = reflector::store();
     let (classes, wd) = reflector::store();
@@ -447,8 +473,9 @@ pub fn start_reflectors(
             slices,
             classes,
             caps,
+            volume_claims,
         },
-        vec![t1, t2, t3, t4, t5, t6],
+        vec![t1, t2, t3, t4, t5, t6, t7],
     )
 }
 

@@ -554,6 +554,9 @@ pub fn partition(p: &Partition) -> Result<core::Partition, Vec<FieldError>> {
         MemSize::parse,
         &mut errs,
     );
+    let node_resources = node_resources(s)
+        .map_err(|e| errs.push(e))
+        .unwrap_or_default();
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -574,7 +577,28 @@ pub fn partition(p: &Partition) -> Result<core::Partition, Vec<FieldError>> {
         def_mem_per_gpu_mib: def_mem.map(|m| m.mib()),
         grace_time_secs: u64::from(s.grace_time_seconds.unwrap_or(0)),
         default_image: s.default_image.clone(),
+        node_resources,
     })
+}
+
+/// `spec.jobEnvironment.resources` as the core's per-node-pod counts (extended resources are
+/// whole numbers).
+pub fn node_resources(
+    s: &muster_crds::v1alpha1::PartitionSpec,
+) -> Result<BTreeMap<String, u64>, FieldError> {
+    let mut out = BTreeMap::new();
+    for (k, q) in s.job_environment.iter().flat_map(|e| e.resources.iter()) {
+        let field = format!("spec.jobEnvironment.resources[{k}]");
+        let n = quantity::count(q).map_err(|e| FieldError {
+            field: field.clone(),
+            message: e.to_string(),
+        })?;
+        if n == 0 {
+            continue;
+        }
+        out.insert(k.clone(), n);
+    }
+    Ok(out)
 }
 
 /// Every Partition, sorted by name, with the default resolved.
@@ -702,6 +726,12 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         gpus,
         gpu_links,
+        extended: alloc
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.contains('/'))
+            .filter_map(|(k, q)| Some((k.clone(), quantity::count(q).ok()?)))
+            .collect(),
     }
 }
 

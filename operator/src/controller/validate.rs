@@ -10,7 +10,13 @@
 //!   ([`core::feasible`](crate::core::feasible)): "Requested node configuration is not
 //!   available";
 //! - a partition that accepts no new jobs (Drain, Inactive), or that the job's namespace may
-//!   not use.
+//!   not use;
+//! - a job on more than one node in a partition whose shared filesystem is a claim (of the
+//!   job's namespace) that only one node can mount at a time: not ReadWriteMany (nor
+//!   ReadOnlyMany, mounted read-only). Its pods on the second node would wait forever for the
+//!   volume to attach. A job that may spread over nodes gets a warning instead. Judged on the
+//!   job, not on the Partition, because a partition names a claim that each namespace
+//!   provides for itself.
 //!
 //! Accepted with a warning: a partition that does not exist (yet), or no default partition;
 //! such a job waits, shown as stalled, until the partition exists (GitOps may apply the
@@ -56,6 +62,101 @@ pub struct World<'a> {
     pub partition_objects: &'a [&'a muster_crds::v1alpha1::Partition],
     /// Nodes with their GPUs, translated.
     pub nodes: &'a NodeTable,
+    /// The claims submission knows, with their access modes (those of the job's namespace
+    /// are enough; an unknown claim is not judged).
+    pub volume_claims: &'a [ClaimModes],
+}
+
+/// A PersistentVolumeClaim's access modes, as submission judges a partition's shared
+/// filesystem.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimModes {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.accessModes` (`ReadWriteOnce`, `ReadOnlyMany`, `ReadWriteMany`,
+    /// `ReadWriteOncePod`).
+    pub access_modes: Vec<String>,
+}
+
+impl ClaimModes {
+    /// The claim's.
+    pub fn of(c: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> ClaimModes {
+        use kube::ResourceExt;
+        ClaimModes {
+            namespace: c.namespace().unwrap_or_default(),
+            name: c.name_any(),
+            access_modes: c
+                .spec
+                .as_ref()
+                .and_then(|s| s.access_modes.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Refuses a job that needs more than one node of a partition whose shared filesystem is a
+/// claim only one node can mount; warns when the job may spread over nodes.
+fn check_claims(
+    spec: &muster_crds::v1alpha1::PartitionSpec,
+    namespace: &str,
+    claims: &[ClaimModes],
+    req: &crate::core::JobRequest,
+    cp: &crate::core::Partition,
+    warnings: &mut Vec<String>,
+) -> Result<(), Refusal> {
+    let Ok(d) = crate::core::shape::normalize(req, cp) else {
+        return Ok(());
+    };
+    if d.max_nodes <= 1 {
+        return Ok(());
+    }
+    for v in super::jobenv::shared_volumes(spec) {
+        let Some(claim) = v.claim_name.as_deref() else {
+            continue;
+        };
+        let Some(c) = claims
+            .iter()
+            .find(|c| c.namespace == namespace && c.name == claim)
+        else {
+            continue;
+        };
+        let has = |m: &str| c.access_modes.iter().any(|a| a == m);
+        let ro = v.read_only == Some(true);
+        if has("ReadWriteMany") || (ro && has("ReadOnlyMany")) {
+            continue;
+        }
+        let need = if ro {
+            "ReadWriteMany or ReadOnlyMany"
+        } else {
+            "ReadWriteMany"
+        };
+        let what = format!(
+            "partition {}'s shared filesystem {:?} is PersistentVolumeClaim {claim} of namespace {namespace}, which is {} (one node mounts it at a time)",
+            cp.name,
+            v.name,
+            if c.access_modes.is_empty() {
+                "without access modes".to_string()
+            } else {
+                c.access_modes.join(", ")
+            }
+        );
+        if d.min_nodes > 1 {
+            return Err(Refusal {
+                slurm: NODE_CONFIG_UNAVAILABLE,
+                detail: format!(
+                    "volume {}: {what}; a job on {} nodes needs it {need}: run on one node (--nodes=1) or have the claim made {need}",
+                    v.name, d.min_nodes
+                ),
+                resource: "volume",
+            });
+        }
+        warnings.push(format!(
+            "{what}: if the job is placed on more than one node, its pods on the others wait for the volume; give --nodes=1"
+        ));
+    }
+    Ok(())
 }
 
 /// Judges a job about to be submitted in `namespace`: `Ok` with warnings for the user, or the
@@ -129,6 +230,16 @@ pub fn submission(job: &BatchJob, namespace: &str, w: World<'_>) -> Result<Vec<S
             resource: "",
         });
     }
+    if let Some(p) = object {
+        check_claims(
+            &p.spec,
+            namespace,
+            w.volume_claims,
+            &parsed.request,
+            cp,
+            &mut warnings,
+        )?;
+    }
     let missing = pods::container_without_image(job);
     feasible::check(&parsed.request, cp, &w.nodes.nodes, missing.as_deref()).map_err(|e| {
         Refusal {
@@ -172,6 +283,73 @@ mod tests {
         Partition::new(name, spec)
     }
 
+    fn claims() -> Vec<ClaimModes> {
+        vec![
+            ClaimModes {
+                namespace: "ml".into(),
+                name: "rwo".into(),
+                access_modes: vec!["ReadWriteOnce".into()],
+            },
+            ClaimModes {
+                namespace: "ml".into(),
+                name: "rox".into(),
+                access_modes: vec!["ReadOnlyMany".into()],
+            },
+            ClaimModes {
+                namespace: "ml".into(),
+                name: "rwx".into(),
+                access_modes: vec!["ReadWriteMany".into()],
+            },
+        ]
+    }
+
+    #[test]
+    fn multi_node_jobs_need_claims_every_node_can_mount() {
+        let with = |claim: &str, ro: bool| {
+            let mut p = gpu();
+            p.spec.job_environment = Some(
+                serde_json::from_value(serde_json::json!({"volumes": [
+                    {"name": "scratch", "mountPath": "/scratch", "claimName": claim,
+                     "readOnly": ro}]}))
+                .unwrap(),
+            );
+            p
+        };
+        let two = || spec(|s| s.nodes = Some(IntOrString::Int(2)));
+        let e = judge(two(), &[with("rwo", false)]).unwrap_err();
+        assert_eq!(e.slurm, NODE_CONFIG_UNAVAILABLE);
+        assert_eq!(e.resource, "volume");
+        assert_eq!(
+            e.detail,
+            "volume scratch: partition gpu's shared filesystem \"scratch\" is PersistentVolumeClaim rwo of namespace ml, which is ReadWriteOnce (one node mounts it at a time); a job on 2 nodes needs it ReadWriteMany: run on one node (--nodes=1) or have the claim made ReadWriteMany"
+        );
+        assert_eq!(judge(two(), &[with("rwx", false)]), Ok(vec![]));
+        assert_eq!(judge(two(), &[with("rox", true)]), Ok(vec![]));
+        assert!(judge(two(), &[with("rox", false)]).is_err());
+        // An unknown claim (another namespace's, or not yet created) is not judged.
+        assert_eq!(judge(two(), &[with("elsewhere", false)]), Ok(vec![]));
+        // One node: nothing to say. A job that may spread: a warning.
+        assert_eq!(
+            judge(
+                spec(|s| s.nodes = Some(IntOrString::Int(1))),
+                &[with("rwo", false)]
+            ),
+            Ok(vec![])
+        );
+        let w = judge(
+            spec(|s| {
+                s.ntasks = Some(4);
+                s.gpus_per_task = Some(IntOrString::Int(1));
+            }),
+            &[with("rwo", false)],
+        );
+        assert!(
+            w.as_ref()
+                .is_ok_and(|w| w.len() == 1 && w[0].contains("give --nodes=1")),
+            "{w:?}"
+        );
+    }
+
     fn judge(spec: BatchJobSpec, parts: &[Partition]) -> Result<Vec<String>, Refusal> {
         let (t, n) = world(parts);
         let objs: Vec<&Partition> = parts.iter().collect();
@@ -183,6 +361,7 @@ mod tests {
                 partitions: &t,
                 partition_objects: &objs,
                 nodes: &n,
+                volume_claims: &claims(),
             },
         )
     }

@@ -46,7 +46,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use super::admission;
 use super::runner::{NodeCache, Stores};
 use super::translate;
-use super::validate::World;
+use super::validate::{ClaimModes, World};
 
 /// Where and how the webhooks are served.
 #[derive(Clone, Debug)]
@@ -499,10 +499,18 @@ async fn validate_batchjobs(
             &st.stores.slices.state(),
         )
     };
+    let volume_claims: Vec<ClaimModes> = st
+        .stores
+        .volume_claims
+        .state()
+        .iter()
+        .map(|c| ClaimModes::of(c))
+        .collect();
     let world = World {
         partitions: &table,
         partition_objects: &objs,
         nodes: &nodes,
+        volume_claims: &volume_claims,
     };
     review_response(admission::validate_batchjob(
         &req,

@@ -327,6 +327,7 @@ impl NodeInfo {
                 })
                 .collect(),
             gpu_links,
+            extended: BTreeMap::new(),
         }
     }
 }

@@ -122,6 +122,18 @@ pub enum Shortfall {
         /// The most the job could get.
         largest: u64,
     },
+    /// No node of the partition has the extended resources its job environment gives every
+    /// node pod (`spec.jobEnvironment.resources`).
+    NodeResource {
+        /// The resource (`rdma/ib`).
+        name: String,
+        /// The amount every node pod requests.
+        asked: u64,
+        /// The most of it on one node of the partition (0: none has it).
+        largest: u64,
+        /// The extended resources the partition's nodes do have.
+        present: Vec<String>,
+    },
     /// More tasks in total than the partition's nodes hold (within the job's node limit).
     Tasks {
         /// Tasks asked for.
@@ -147,6 +159,7 @@ impl Shortfall {
             Shortfall::Memory { .. } => "memory",
             Shortfall::NodeShape { .. } => "node",
             Shortfall::Tasks { .. } => "tasks",
+            Shortfall::NodeResource { .. } => "resource",
         }
     }
 }
@@ -285,6 +298,27 @@ impl fmt::Display for Infeasible {
                 f,
                 "GPUs: {asked} requested, the most partition {p} can give the job is {largest}"
             ),
+            Shortfall::NodeResource {
+                name,
+                asked,
+                largest,
+                present,
+            } => {
+                write!(
+                    f,
+                    "resource {name}: partition {p}'s jobEnvironment gives every node pod {asked}, "
+                )?;
+                if *largest == 0 {
+                    write!(f, "no node of partition {p} has any")?;
+                } else {
+                    write!(f, "the most on one node of partition {p} is {largest}")?;
+                }
+                if present.is_empty() {
+                    write!(f, " (its nodes have no extended resources)")
+                } else {
+                    write!(f, " (its nodes have: {})", present.join(", "))
+                }
+            }
             Shortfall::Tasks { asked, largest } => write!(
                 f,
                 "tasks: {asked} requested, the most partition {p} can hold is {largest}"
@@ -295,8 +329,11 @@ impl fmt::Display for Infeasible {
 
 /// What the nodes a job may use are filtered by, for messages (`GPU type a100 and constraint
 /// ib and not excluded (gpu[001-002])`); empty for nothing.
-fn node_filter(req: &JobRequest) -> String {
+fn node_filter(req: &JobRequest, part: &Partition) -> String {
     let mut filter = Vec::new();
+    for k in part.node_resources.keys() {
+        filter.push(format!("resource {k}"));
+    }
     if let Some(t) = &req.gpu_type {
         filter.push(format!("GPU type {t}"));
     }
@@ -367,6 +404,31 @@ pub fn shortfall(
     if members.is_empty() {
         return Some(Shortfall::NoNodes);
     }
+    // The partition's per-node-pod resources: nodes without them are not the job's to have.
+    for (name, &asked) in &part.node_resources {
+        let largest = members
+            .iter()
+            .map(|n| n.extended.get(name).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        if largest < asked {
+            let present: BTreeSet<String> = members
+                .iter()
+                .flat_map(|n| n.extended.keys().cloned())
+                .collect();
+            return Some(Shortfall::NodeResource {
+                name: name.clone(),
+                asked,
+                largest,
+                present: present.into_iter().collect(),
+            });
+        }
+    }
+    let partition_nodes = members.len() as u32;
+    let members: Vec<&Node> = members
+        .into_iter()
+        .filter(|n| n.has_resources(&part.node_resources))
+        .collect();
     let ty = req.gpu_type.as_deref().unwrap_or("").to_ascii_lowercase();
     let matches = |n: &Node| match &req.constraint {
         None => true,
@@ -458,8 +520,8 @@ pub fn shortfall(
             asked: d.min_nodes,
             fitting: 0,
             matching: 0,
-            total: members.len() as u32,
-            filter: node_filter(req),
+            total: partition_nodes,
+            filter: node_filter(req, part),
         });
     }
     if units.is_empty() {
@@ -525,8 +587,8 @@ pub fn shortfall(
             } else {
                 cands.len() as u32
             },
-            total: members.len() as u32,
-            filter: node_filter(req),
+            total: partition_nodes,
+            filter: node_filter(req, part),
         });
     }
     if let Mode::Units { total, merge, .. } = d.mode {
@@ -852,5 +914,47 @@ mod tests {
         assert_eq!(mem(65536), "64G");
         assert_eq!(mem(2 * 1024 * 1024), "2T");
         assert_eq!(mem(1500), "1500M");
+    }
+
+    #[test]
+    fn a_partitions_node_resources_pick_its_nodes() {
+        let mut nodes = cluster();
+        for n in &mut nodes[..4] {
+            n.extended.insert("rdma/ib".into(), 8);
+        }
+        let mut p = gpu();
+        p.node_resources.insert("rdma/ib".into(), 1);
+        let r = |n: u32| JobRequest {
+            min_nodes: Some(n),
+            gpus_per_node: Some(8),
+            ..Default::default()
+        };
+        assert_eq!(check(&r(4), &p, &nodes, None), Ok(()));
+        let e = check(&r(5), &p, &nodes, None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "nodes: 5 requested, 4 of partition gpu's 16 nodes match resource rdma/ib"
+        );
+        // No node has it: the resource, what is asked and what the nodes have.
+        p.node_resources = [("rdma/roce".to_string(), 1)].into();
+        let e = check(&r(1), &p, &nodes, None).unwrap_err();
+        assert_eq!(e.shortfall.resource(), "resource");
+        assert_eq!(
+            e.to_string(),
+            "resource rdma/roce: partition gpu's jobEnvironment gives every node pod 1, no node of partition gpu has any (its nodes have: rdma/ib)"
+        );
+        p.node_resources = [("rdma/ib".to_string(), 16)].into();
+        let e = check(&r(1), &p, &nodes, None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the most on one node of partition gpu is 8"),
+            "{e}"
+        );
+        let e = check(&r(1), &p, &cluster(), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("(its nodes have no extended resources)"),
+            "{e}"
+        );
     }
 }

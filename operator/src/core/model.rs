@@ -96,6 +96,11 @@ pub struct Partition {
     /// (see [`feasible`](super::feasible)).
     #[serde(default)]
     pub default_image: Option<String>,
+    /// Extended resources every node pod of the partition's jobs requests
+    /// (`spec.jobEnvironment.resources`, e.g. `rdma/ib: 1`): only nodes whose allocatable
+    /// has them can take the partition's jobs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_resources: BTreeMap<String, u64>,
 }
 
 /// A Kubernetes-style label selector evaluated on plain maps.

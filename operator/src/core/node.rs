@@ -41,6 +41,11 @@ pub struct Node {
     /// each GPU's NUMA node and NVLink peers.
     #[serde(default)]
     pub gpu_links: Vec<Vec<Link>>,
+    /// Allocatable extended resources (`rdma/ib: 64`), as whole counts. A partition whose
+    /// job environment gives every node pod some (`spec.jobEnvironment.resources`) uses only
+    /// the nodes that have them ([`Node::has_resources`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended: BTreeMap<String, u64>,
 }
 
 fn yes() -> bool {
@@ -263,6 +268,12 @@ impl Node {
             (Some(_), Some(_)) => Link::Sys,
             _ => Link::Phb,
         }
+    }
+
+    /// Whether the node's allocatable holds `want` (resource → amount, for one pod).
+    pub fn has_resources(&self, want: &BTreeMap<String, u64>) -> bool {
+        want.iter()
+            .all(|(k, v)| self.extended.get(k).is_some_and(|have| have >= v))
     }
 
     /// Whether the node has feature `f` for `--constraint`: a label

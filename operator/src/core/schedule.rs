@@ -493,6 +493,11 @@ impl<'a> Cycle<'a> {
             excluded.sort_unstable();
             exclude_key = format!("|x:{}", excluded.join(","));
         }
+        // The partition's per-node-pod resources (`rdma/ib`): only nodes that have them.
+        let needs = &self.snap.partitions[pi as usize].node_resources;
+        for (k, v) in needs {
+            exclude_key.push_str(&format!("|r:{k}={v}"));
+        }
         let mut alts = Vec::with_capacity(alternatives.len());
         for alt in &alternatives {
             let mut key = alt.as_ref().map(|c| c.to_string()).unwrap_or_default();
@@ -500,6 +505,7 @@ impl<'a> Cycle<'a> {
             let fits = |n: &super::node::Node| {
                 alt.as_ref().is_none_or(|c| c.matches(|f| n.has_feature(f)))
                     && excluded.binary_search(&n.name.as_str()).is_err()
+                    && n.has_resources(needs)
             };
             let filter = if key.is_empty() {
                 self.e.filter(pi, gpu_type, "", &|_| true)

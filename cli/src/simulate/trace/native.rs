@@ -363,6 +363,8 @@ fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
             def_mem_per_gpu_mib: def_mem,
             grace_time_secs: u64::from(s.grace_time_seconds.unwrap_or(0)),
             default_image: s.default_image.clone(),
+            node_resources: muster_operator::controller::translate::node_resources(s)
+                .map_err(|e| format!("{}: {}", e.field, e.message))?,
         },
         s.default == Some(true),
     ))
