@@ -248,7 +248,7 @@ fn examples_cover_what_users_ask_for() {
     assert!(jobs.contains_key("train"));
     // Ray head and workers over one allocation.
     let r = s("ray-rl");
-    assert!(r.script.as_deref().unwrap().contains("ray start --head"));
+    assert!(r.script.as_deref().unwrap().contains("ray symmetric-run"));
     assert_eq!(int(&r.nodes).as_deref(), Some("4"));
     // An interactive gang of sleeping pods.
     let i = s("interactive");
