@@ -856,3 +856,73 @@ fn an_invalid_array_ends_and_a_cancelled_one_is_cancelled() {
         "no elements were created"
     );
 }
+
+#[test]
+fn reservations_reach_every_waiting_gang_through_the_planner() {
+    // The core's guard (`core_schedule::reservations_chain_for_every_waiting_job_up_to_the_
+    // limit`) through the operator: a full 16-node cluster, 20 waiting 4-node jobs, the
+    // default reservation budget (16). Each of the first 16 gets an estimated start in
+    // `status.startTime`, four at a time (one per leaf) 10 minutes apart.
+    let mut h = Harness::new();
+    h.cluster.add_nodes(16, 8, 4);
+    h.cluster.add_partition(partition("gpu", true));
+    for i in 0..16 {
+        let mut s = gpus(8);
+        s.time = int(60);
+        h.cluster.submit(job(&format!("fill{i:02}"), s, 3600, None));
+    }
+    h.cycle();
+    let t0 = h.now;
+    for i in 0..16 {
+        assert_eq!(h.cluster.state(&format!("fill{i:02}")), JobState::Running);
+    }
+    h.now += 1;
+    for i in 0..20 {
+        let mut s = gang(4, 1, 8);
+        s.time = int(10);
+        h.cluster.submit(job(&format!("wait{i:02}"), s, 600, None));
+        h.now += 1;
+    }
+    h.cycle();
+    h.step(1);
+    let start = |i: usize| {
+        let st = h.cluster.job(&format!("wait{i:02}")).status.unwrap();
+        assert_eq!(st.state, Some(JobState::Pending), "wait{i:02}");
+        st.start_time.map(|t| t.0.as_second())
+    };
+    for i in 0..20 {
+        let want = (i < 16).then(|| t0 + 3600 + 600 * (i as i64 / 4));
+        assert_eq!(start(i), want, "wait{i:02}");
+    }
+}
+
+#[test]
+fn waiting_gangs_without_a_time_limit_hold_their_leaf_for_good() {
+    // `muster sandbox`'s partition sets no time limits, so `sbatch` without `--time` is
+    // unlimited: a reservation then holds its room for ever, and jobs needing the same
+    // room get no estimated start (Slurm's backfill does the same with an INFINITE
+    // MaxTime). What looks like "reservations stop" in the sandbox is this, not a cap.
+    let mut h = Harness::new();
+    h.cluster.add_nodes(16, 8, 4);
+    h.cluster.add_partition(partition("gpu", true));
+    for i in 0..16 {
+        let mut s = gpus(8);
+        s.time = int(60);
+        h.cluster.submit(job(&format!("fill{i:02}"), s, 3600, None));
+    }
+    h.cycle();
+    let t0 = h.now;
+    h.now += 1;
+    for i in 0..8 {
+        h.cluster
+            .submit(job(&format!("wait{i}"), gang(4, 1, 8), 600, None));
+        h.now += 1;
+    }
+    h.cycle();
+    for i in 0..8 {
+        let st = h.cluster.job(&format!("wait{i}")).status.unwrap();
+        assert_eq!(st.state, Some(JobState::Pending), "wait{i}");
+        let want = (i < 4).then_some(t0 + 3600);
+        assert_eq!(st.start_time.map(|t| t.0.as_second()), want, "wait{i}");
+    }
+}
