@@ -1,7 +1,7 @@
 //! Another site's script submits with `muster sbatch` alone on the test control plane with
 //! the real operator: its unimplemented directives are read with one warning each, what
 //! Muster implements on the same lines takes effect (`-N 2`, `--requeue`, `--time=-1`,
-//! `--comment`), and the job runs to completion.
+//! `--comment`, `-A`, `--signal`, `--open-mode`), and the job runs to completion.
 
 mod e2e_support;
 
@@ -16,7 +16,23 @@ async fn other_sites_script_runs() {
     let (ok, out, err) = sim.run(&["sbatch", "--parsable", script]).await;
     assert!(ok, "{err}");
     let warnings: Vec<&str> = err.lines().collect();
-    assert_eq!(warnings.len(), 8, "{err}");
+    // --qos, --mail-type, --mail-user, --licenses, --chdir; -A, --signal and --open-mode have
+    // their Slurm meaning and no warning.
+    assert_eq!(warnings.len(), 5, "{err}");
+    for opt in [
+        "--qos",
+        "--mail-type",
+        "--mail-user",
+        "--licenses",
+        "--chdir",
+    ] {
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains(&format!(": {opt} has no effect"))),
+            "{opt}: {err}"
+        );
+    }
     assert!(
         warnings.iter().all(
             |w| w.starts_with(&format!("sbatch: warning: {script}: line "))
@@ -33,6 +49,7 @@ async fn other_sites_script_runs() {
     assert!(ok, "{err}");
     assert!(shown.contains("\n   Comment=nightly run\n"), "{shown}");
     assert!(shown.contains("\n   Requeue=1 "), "{shown}");
+    assert!(shown.contains("Account=myproject"), "{shown}");
 
     // The batch host's pod (node 0) ends the job with its exit.
     let pods = sim.pods_of(id).await;
