@@ -27,7 +27,7 @@ async fn single_gpu_job_runs_and_completes() {
     let st = j.status.clone().unwrap();
     assert_eq!(st.job_id, Some(1));
     assert_eq!(st.tasks.len(), 1);
-    let pods = env.pods_of("one").await;
+    let pods = env.until_pods("one", 1, 20).await;
     assert_eq!(pods.len(), 1);
     env.until_state("one", JobState::Completed, 20).await;
     // Metrics are recorded once the cycle's writes return.

@@ -101,7 +101,7 @@ async fn gres_per_node_split_between_tasks() {
     ))
     .await;
     env.until_state("mpirun", JobState::Running, 20).await;
-    let pods = env.pods_of("mpirun").await;
+    let pods = env.until_pods("mpirun", 2, 20).await;
     assert_eq!(pods.len(), 2, "one pod per node");
     let mut seen = BTreeSet::new();
     for p in &pods {
@@ -193,7 +193,7 @@ async fn exclusive_torchrun_gang_under_one_leaf() {
         .node
         .clone();
     assert!(st.tasks.iter().all(|t| t.node != small), "exclusive");
-    let pods = env.pods_of("train").await;
+    let pods = env.until_pods("train", 8, 20).await;
     assert_eq!(pods.len(), 8);
     let mut node_ranks = BTreeSet::new();
     for p in &pods {

@@ -387,6 +387,16 @@ impl Env {
             .items
     }
 
+    /// The job's pods once there are `n` (the operator records an allocation in the job's
+    /// status before it creates the pods, so RUNNING alone does not mean they exist yet).
+    pub async fn until_pods(&self, job: &str, n: usize, secs: u64) -> Vec<Pod> {
+        self.until(secs, &format!("{n} pod(s) of {job}"), || async {
+            self.pods_of(job).await.len() >= n
+        })
+        .await;
+        self.pods_of(job).await
+    }
+
     /// Waits (polling, up to `secs` seconds) until `f` holds, running the kubelet stand-in.
     pub async fn until<F, Fut>(&self, secs: u64, what: &str, mut f: F)
     where
