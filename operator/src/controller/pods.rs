@@ -336,8 +336,7 @@ pub struct JobContext<'a> {
 /// When the time limit of the admission in `st` ends: its start plus its limit.
 pub fn limit_end(st: &muster_crds::v1alpha1::BatchJobStatus) -> Option<i64> {
     let start = st.start_time.as_ref()?.0.as_second();
-    let limit = muster_crds::slurm::TimeLimit::parse(st.time_limit.as_deref()?).ok()?;
-    let secs = i64::try_from(limit.seconds()?).ok()?;
+    let secs = i64::try_from(super::translate::status_limit_secs(st)?).ok()?;
     start.checked_add(secs)
 }
 

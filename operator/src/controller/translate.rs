@@ -833,6 +833,13 @@ pub fn time(secs: i64) -> KubeTime {
 }
 
 /// A job holding an allocation (from its `status.tasks`) as a core running job.
+/// The time limit the admission recorded in `st` (`status.timeLimit`), in seconds; `None`
+/// when unlimited or not admitted. The scheduler's timeout and the step's `--signal` both
+/// read it here.
+pub fn status_limit_secs(st: &BatchJobStatus) -> Option<u64> {
+    TimeLimit::parse(st.time_limit.as_deref()?).ok()?.seconds()
+}
+
 /// `stopping_since` is set when the operator is stopping it (its resources stay busy until its
 /// pods are gone, at least the partition's grace time).
 pub fn running_job(
@@ -854,11 +861,7 @@ pub fn running_job(
             memory_mib: t.memory_mib,
         })
         .collect();
-    let time_limit = st
-        .time_limit
-        .as_deref()
-        .and_then(|t| TimeLimit::parse(t).ok())
-        .and_then(|t| t.seconds());
+    let time_limit = status_limit_secs(st);
     RunningJob {
         id,
         name: job.name_any(),
