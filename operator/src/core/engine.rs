@@ -477,6 +477,9 @@ pub struct PartState<'a> {
     pub new_events: Vec<Event>,
     /// Free healthy GPUs on schedulable nodes of the partition.
     pub free_gpus: u64,
+    /// Bumped with every `leaf_version` bump: equal values mean no leaf of the partition
+    /// changed in between (what the cycle's lookahead cache is keyed on).
+    pub version: u64,
 }
 
 /// A signed change of a node's free room at a time (for the reservation sweep).
@@ -940,6 +943,7 @@ impl<'a> Engine<'a> {
                     events: None,
                     new_events: Vec::new(),
                     free_gpus: part_free.get(pi).copied().unwrap_or(0),
+                    version: 0,
                 }
             })
             .collect();
@@ -1214,6 +1218,7 @@ impl<'a> Engine<'a> {
             let ps = &mut self.parts[p as usize];
             let leaf = ps.tree.leaf_of[pos as usize] as usize;
             ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
+            ps.version += 1;
             ps.changed.push(leaf as u32);
             ps.free_gpus = ps.free_gpus.saturating_sub(u64::from(gpus_taken));
         }
@@ -1241,6 +1246,7 @@ impl<'a> Engine<'a> {
             let at = starts.partition_point(|&t| t <= c.start);
             starts.insert(at, c.start);
             ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
+            ps.version += 1;
             if let Err(k) = ps.claimed_leaves.binary_search(&(leaf as u32)) {
                 ps.claimed_leaves.insert(k, leaf as u32);
             }
@@ -1709,6 +1715,32 @@ pub struct SelectInput<'t> {
     pub order: &'t [u32],
 }
 
+/// The best-fit leaf switch (`(slack, spare units, switch)`, least first) among the leaves
+/// of `aggs` that hold `need` units on `min_nodes` nodes whole, leaving out `tried`; with
+/// the leaves' total units and nodes.
+fn best_leaf(
+    aggs: impl Iterator<Item = LeafAgg>,
+    tree: &Tree,
+    need: u32,
+    min_nodes: u32,
+    tried: &[u32],
+) -> (Option<(u64, u64, u32)>, u64, u64) {
+    let mut best: Option<(u64, u64, u32)> = None;
+    let (mut tu, mut tn) = (0u64, 0u64);
+    for (a, &sid) in aggs.zip(&tree.leaves) {
+        tu += u64::from(a.units);
+        tn += u64::from(a.nodes);
+        if a.units < need || a.nodes < min_nodes {
+            continue;
+        }
+        let key = (a.slack, u64::from(a.units - need), sid);
+        if best.is_none_or(|b| key < b) && (tried.is_empty() || !tried.contains(&sid)) {
+            best = Some(key);
+        }
+    }
+    (best, tu, tn)
+}
+
 /// Chooses nodes for a gang: under the lowest switch that can hold it whole, best fit among
 /// candidates; within a switch, children that hold the rest whole (best fit) else the largest
 /// children whole. `node` gives `(units, slack)` for a tree position: units that fit and a
@@ -1729,15 +1761,6 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
     }
     let view = inp.leaf_aggs;
     let nl = view.len();
-    let (mut tu, mut tn) = (0u64, 0u64);
-    for l in 0..nl {
-        let a = view.get(l);
-        tu += u64::from(a.units);
-        tn += u64::from(a.nodes);
-    }
-    if tu < u64::from(need) || tn < u64::from(d.min_nodes) {
-        return None;
-    }
     // A switch's aggregate by summing its leaves (used below the leaf level only for the
     // few switches a placement descends into).
     let direct = |s: u32| -> (u64, u64) {
@@ -1748,19 +1771,27 @@ pub fn select(inp: &SelectInput<'_>, node: &dyn Fn(u32) -> (u32, u32)) -> Option
         })
     };
     // Leaves first, best fit found in one pass (sorting only if the best one fails).
-    let fits = |a: &LeafAgg| u64::from(a.units) >= u64::from(need) && a.nodes >= d.min_nodes;
+    // The first pass also sums the partition's room: a job it cannot hold is refused at
+    // once. One pass over the leaves (this runs for every job that starts), over the bare
+    // base when no leaf is patched.
     let mut tried: Vec<u32> = Vec::new();
+    let mut first = true;
     loop {
-        let mut best: Option<(u64, u64, u32)> = None;
-        for l in 0..nl {
-            let a = view.get(l);
-            if !fits(&a) {
-                continue;
-            }
-            let sid = inp.tree.leaves[l];
-            let key = (a.slack, u64::from(a.units - need), sid);
-            if best.is_none_or(|b| key < b) && !tried.contains(&sid) {
-                best = Some(key);
+        let (best, tu, tn) = if view.patch.is_empty() {
+            best_leaf(
+                view.base.iter().copied(),
+                inp.tree,
+                need,
+                d.min_nodes,
+                &tried,
+            )
+        } else {
+            best_leaf(view.iter(), inp.tree, need, d.min_nodes, &tried)
+        };
+        if first {
+            first = false;
+            if tu < u64::from(need) || tn < u64::from(d.min_nodes) {
+                return None;
             }
         }
         let Some((_, _, sid)) = best else { break };
@@ -1937,7 +1968,7 @@ impl Engine<'_> {
         &self,
         d: &Demand,
         sel: &Selection,
-        ahead: &[Ahead],
+        ahead: &[&Ahead],
         ps: &PartState<'_>,
     ) -> u64 {
         let Some(&(p0, _)) = sel.first() else {

@@ -102,6 +102,8 @@ struct Cycle<'a> {
     /// The cycle's gangs in queue order, for placements that look ahead (see
     /// [`Cycle::lookahead`]).
     gangs: Vec<Gang>,
+    /// Scratch patch of [`Cycle::ahead_of`].
+    ahead_buf: Vec<(u32, LeafAgg)>,
     /// Queue position of the job being considered.
     at: usize,
     /// Most GPUs on one node (a job asking more is a gang).
@@ -123,6 +125,12 @@ struct Gang {
     end: i64,
     /// Its user rule (see [`Engine::class`]).
     gate: Gate,
+    /// What [`Cycle::lookahead`] found for it: its aggregates per leaf, with the partition's
+    /// [`PartState::version`](super::engine::PartState::version) and length of its change
+    /// log they were read at. Kept current by reading only the leaves changed since (and
+    /// those with holds): every start changes a few leaves of the hundreds a later gang's
+    /// aggregates cover.
+    ahead: Option<(u64, usize, Ahead)>,
 }
 
 /// Later gangs a placement looks at.
@@ -216,6 +224,7 @@ pub(crate) fn run_cycle(
         messages: BTreeMap::new(),
         topology_checks: 0,
         gangs: Vec::new(),
+        ahead_buf: Vec::new(),
         at: 0,
         widest_node: snap
             .nodes
@@ -828,60 +837,122 @@ impl<'a> Cycle<'a> {
                 demand: d.clone(),
                 end: end_of(self.now, p.effective_limit(r.time_limit)),
                 gate: self.users.get(idx).map(|&u| (u, false)),
+                ahead: None,
             });
         }
         out
     }
 
     /// What the next later gangs of the job's partition hold now: per gang its class, need,
-    /// fewest nodes, per-leaf aggregates and how many leaves hold it whole. Built only for a
-    /// job with a choice of leaves.
-    fn lookahead(&mut self, part: u32) -> Vec<Ahead> {
+    /// fewest nodes, per-leaf aggregates and how many leaves hold it whole (the indices of
+    /// up to [`LOOKAHEAD`] gangs that fit some leaf; each gang's [`Gang::ahead`] is current).
+    /// Built only for a job with a choice of leaves.
+    fn lookahead(&mut self, part: u32) -> Vec<usize> {
         let mut out = Vec::new();
-        let mut buf = Vec::new();
         let start = self.gangs.partition_point(|g| g.pos <= self.at);
         let mut k = start;
         while k < self.gangs.len() && out.len() < LOOKAHEAD {
-            if self.gangs[k].part != part {
+            // Room only shrinks during a cycle: a gang no leaf held whole never fits one
+            // again this cycle (skipped without reading its leaves).
+            if self.gangs[k].part != part
+                || matches!(&self.gangs[k].ahead, Some((_, _, a)) if a.fitting == 0)
+            {
                 k += 1;
                 continue;
             }
-            let cid = match self.gangs[k].cid {
-                Some(c) => c,
-                None => {
-                    let f = self.e.filter(part, None, "", &|_| true);
-                    let d = self.gangs[k].demand.clone();
-                    let c = self.e.class(part, f, &d, None, self.gangs[k].gate);
-                    self.gangs[k].cid = Some(c);
-                    c
-                }
-            };
-            let end = self.gangs[k].end;
-            self.e.leaf_aggs_now(cid, end, &mut buf);
-            let d = &self.gangs[k].demand;
-            // The base copied whole and the few patched leaves written over it (this runs
-            // for up to LOOKAHEAD gangs whenever a gang has a choice of leaves).
-            let mut leaves: Vec<LeafAgg> = self.e.classes[cid as usize].base.clone();
-            for &(l, a) in &buf {
-                leaves[l as usize] = a;
-            }
-            let fitting = leaves
-                .iter()
-                .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
-                .count() as u32;
-            if fitting > 0 {
-                out.push(Ahead {
-                    cid,
-                    need: d.need(),
-                    min_nodes: d.min_nodes,
-                    end,
-                    leaves,
-                    fitting,
-                });
+            self.refresh_ahead(k, part);
+            if matches!(&self.gangs[k].ahead, Some((_, _, a)) if a.fitting > 0) {
+                out.push(k);
             }
             k += 1;
         }
         out
+    }
+
+    /// Brings gang `k`'s [`Gang::ahead`] up to date: nothing to do if no leaf of the
+    /// partition changed since it was read; else the leaves changed since and those with
+    /// holds (patched per window end) are read again; the first time, every leaf.
+    fn refresh_ahead(&mut self, k: usize, part: u32) {
+        let version = self.e.parts[part as usize].version;
+        if matches!(&self.gangs[k].ahead, Some((v, _, _)) if *v == version) {
+            return;
+        }
+        let cid = match self.gangs[k].cid {
+            Some(c) => c,
+            None => {
+                let f = self.e.filter(part, None, "", &|_| true);
+                let d = self.gangs[k].demand.clone();
+                let c = self.e.class(part, f, &d, None, self.gangs[k].gate);
+                self.gangs[k].cid = Some(c);
+                c
+            }
+        };
+        let end = self.gangs[k].end;
+        let mut buf = std::mem::take(&mut self.ahead_buf);
+        // Brings the class's base up to date and reads the leaves with holds.
+        self.e.leaf_aggs_now(cid, end, &mut buf);
+        let ps = &self.e.parts[part as usize];
+        let base = &self.e.classes[cid as usize].base;
+        let logged = ps.changed.len();
+        let g = &mut self.gangs[k];
+        let (need, min_nodes) = (g.demand.need(), g.demand.min_nodes);
+        let fits = |a: &LeafAgg| a.units >= need && a.nodes >= min_nodes;
+        match &mut g.ahead {
+            Some((v, seen, a)) => {
+                let mut set = |l: usize, new: LeafAgg| {
+                    let old = a.leaves[l];
+                    a.fitting = a.fitting - u32::from(fits(&old)) + u32::from(fits(&new));
+                    a.leaves[l] = new;
+                };
+                // Leaves without holds changed since: their base (leaves with holds are
+                // patched below; a leaf never loses its holds within a cycle).
+                for &l in &ps.changed[*seen..] {
+                    if ps.leaf_claims[l as usize].is_empty() {
+                        set(l as usize, base[l as usize]);
+                    }
+                }
+                for &(l, agg) in &buf {
+                    set(l as usize, agg);
+                }
+                *v = version;
+                *seen = logged;
+                // Test builds check the kept aggregates against a fresh read of every leaf.
+                #[cfg(debug_assertions)]
+                {
+                    let view = LeafView { base, patch: &buf };
+                    for (l, agg) in view.iter().enumerate() {
+                        debug_assert_eq!(a.leaves[l], agg, "lookahead kept leaf {l} stale");
+                    }
+                    debug_assert_eq!(a.fitting, view.iter().filter(fits).count() as u32);
+                }
+            }
+            None => {
+                let view = LeafView { base, patch: &buf };
+                let fitting = view.iter().filter(fits).count() as u32;
+                // A gang no leaf holds is never read again this cycle: its leaves are not
+                // kept (most gangs behind a busy queue are such).
+                let mut leaves = Vec::new();
+                if fitting > 0 {
+                    leaves = base.clone();
+                    for &(l, agg) in &buf {
+                        leaves[l as usize] = agg;
+                    }
+                }
+                g.ahead = Some((
+                    version,
+                    logged,
+                    Ahead {
+                        cid,
+                        need,
+                        min_nodes,
+                        end,
+                        leaves,
+                        fitting,
+                    },
+                ));
+            }
+        }
+        self.ahead_buf = buf;
     }
 
     /// Whether the one node filter `f` admits can take a unit of class `cid` with nothing
@@ -994,8 +1065,8 @@ impl<'a> Cycle<'a> {
                 self.buf = buf;
                 return Some(first);
             }
-            let ahead = self.lookahead(jc.part);
-            if ahead.is_empty() {
+            let ahead_ks = self.lookahead(jc.part);
+            if ahead_ks.is_empty() {
                 self.buf = buf;
                 return Some(first);
             }
@@ -1005,6 +1076,10 @@ impl<'a> Cycle<'a> {
             let e = &self.e;
             let c = &e.classes[cid as usize];
             let ps = &e.parts[part];
+            let ahead: Vec<&Ahead> = ahead_ks
+                .iter()
+                .filter_map(|&k| self.gangs[k].ahead.as_ref().map(|(_, _, a)| a))
+                .collect();
             let penalty = |s: &Selection| -> u64 { e.lookahead_penalty(d, s, &ahead, ps) };
             let inp = SelectInput {
                 tree: ps.tree,
