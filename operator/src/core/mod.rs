@@ -230,6 +230,7 @@ pub mod node;
 pub mod occupancy;
 pub mod priority;
 pub mod schedule;
+pub mod select;
 pub mod shape;
 pub mod synth;
 pub mod timeline;

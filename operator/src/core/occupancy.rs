@@ -26,10 +26,11 @@ use smallvec::SmallVec;
 
 use super::enforce;
 use super::engine::{
-    BaseEvents, Carried, Event, NEVER, NodeUsers, Placement, Prepared, base_nodes, part_free_gpus,
+    BaseEvents, Carried, Event, NEVER, NodeUsers, Prepared, base_nodes, part_free_gpus,
 };
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
+use super::select::Placement;
 use super::shape::Res;
 use super::util::FnvBuild;
 

@@ -8,7 +8,8 @@
 //! leaves the sliding window, so per-leaf aggregates are updated incrementally (O(1) per
 //! change); the topology placement runs only at times when the partition as a whole has room.
 
-use super::engine::{Engine, LeafAgg, LeafView, NEVER, SelectInput, Selection, select};
+use super::engine::{Engine, LeafAgg, LeafView, NEVER, Selection};
+use super::select::{SelectInput, select};
 use super::shape::{Demand, Res};
 
 impl Engine<'_> {
