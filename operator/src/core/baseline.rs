@@ -15,9 +15,9 @@
 //!   enough nodes, the tightest one; largest-first spill across leaves; nodes in order).
 //!   Preemption follows the caller's configuration.
 
-use super::engine::Prepared;
 use super::model::{Config, Decisions, Snapshot};
 use super::occupancy::{Occupancy, schedule_incremental_with};
+use super::prepared::Prepared;
 use super::select::Placement;
 
 /// A yardstick policy.

@@ -113,7 +113,7 @@
 //!   runs (its tasks still report only what they asked for). `--exclusive=user`
 //!   ([`JobRequest::exclusive_user`]): such a job starts only where every job is its user's
 //!   ([`PendingJob::user`]), and no other user's job starts where it runs — checked for
-//!   placements now ([`engine::NodeUsers`]); estimates and preemption plans do not see it
+//!   placements now ([`node_state::NodeUsers`]); estimates and preemption plans do not see it
 //!   (they may promise a start a user rule then delays, never one it forbids). A job of no
 //!   known user shares with no such job; its own `--exclusive=user` takes whole nodes.
 //! - **Named nodes**: `--nodelist` nodes are always in the placement (each a count of one,
@@ -227,7 +227,9 @@ pub mod feasible;
 pub mod gpus;
 pub mod model;
 pub mod node;
+pub mod node_state;
 pub mod occupancy;
+pub mod prepared;
 pub mod priority;
 pub mod schedule;
 pub mod select;
@@ -238,8 +240,8 @@ pub mod tree;
 pub mod util;
 
 pub use cluster_spec::{ClusterSpec, NodeInfo};
-pub use engine::Prepared;
 pub use model::*;
 pub use node::{Gpu, Link, Node, NodeId, Taint, TaintEffect, Toleration};
 pub use occupancy::{Occupancy, schedule_incremental};
+pub use prepared::Prepared;
 pub use schedule::{schedule, schedule_prepared};

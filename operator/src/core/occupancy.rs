@@ -25,11 +25,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use super::enforce;
-use super::engine::{
-    BaseEvents, Carried, Event, NEVER, NodeUsers, Prepared, base_nodes, part_free_gpus,
-};
+use super::engine::{BaseEvents, Carried, Event, NEVER};
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
+use super::node_state::{NodeUsers, base_nodes, part_free_gpus};
+use super::prepared::Prepared;
 use super::select::Placement;
 use super::shape::Res;
 use super::util::FnvBuild;

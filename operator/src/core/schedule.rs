@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
-use super::engine::{Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Prepared, Selection};
+use super::engine::{Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Selection};
 use super::feasible;
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
@@ -13,6 +13,7 @@ use super::model::{
 };
 use super::node::NodeId;
 use super::occupancy::{Occupancy, RunInfo};
+use super::prepared::Prepared;
 use super::priority::{PriorityInput, fair_share_factors, priority};
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};
