@@ -487,6 +487,7 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("output", o.output.clone());
     put("error", o.error.clone());
     put("open-mode", o.open_mode.clone());
+    put("chdir", o.chdir.clone());
     put("account", o.account.clone());
     put("begin", o.begin.clone());
     put("signal", o.signal.clone());
