@@ -216,14 +216,14 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     if let Some(m) = &r.mem {
         lines.push(format!("MinMemory={m}"));
     }
-    if let Some(c) = &r.comment {
-        lines.push(format!("Comment={c}"));
-    }
     // --chdir, when given (else the container's working directory, which Muster does not
     // know): relative output files are shown under it.
     let work_dir = r.work_dir.as_deref().filter(|d| d.starts_with('/'));
     if let Some(d) = &r.work_dir {
         lines.push(format!("WorkDir={d}"));
+    }
+    if let Some(c) = &r.comment {
+        lines.push(format!("Comment={c}"));
     }
     // Slurm's patterns (`%j`, `%x`, …) expanded as scontrol does. Without --output the task
     // logs are the pods' (`muster logs`), so no file is named.

@@ -35,10 +35,15 @@ jobs:
 "#;
 
 fn replay(cl: &Cluster) -> Vec<muster_cli::simulate::engine::JobOutcome> {
+    replay_until(cl, None)
+}
+
+fn replay_until(cl: &Cluster, until: Option<i64>) -> Vec<muster_cli::simulate::engine::JobOutcome> {
     let t = trace::parse("ib.yaml", TRACE, Format::Native, false).unwrap();
     let w = workload::build(&t, cl, &Rules::default());
     let opts = SimOptions {
         interval: 0,
+        until,
         ..SimOptions::default()
     };
     simulate(cl, &w, Policy::Muster, &opts, None).jobs
@@ -53,6 +58,9 @@ fn a_job_waits_for_the_rdma_a_running_job_holds() {
         Some(600),
         "one rdma/ib per node: the second job starts when the first ends"
     );
+    // Seen while it waits: the message names the resource.
+    let jobs = replay_until(&cluster(1), Some(300));
+    assert_eq!(jobs[1].outcome, Outcome::NeverStarted);
     assert!(
         jobs[1]
             .pending_message

@@ -918,7 +918,7 @@ mod tests {
     #[test]
     fn other_sites_options_have_no_effect() {
         let mut o = SbatchOptions::default();
-        for long in ["qos", "mail-type", "mail-user", "chdir"] {
+        for long in ["qos", "mail-type", "mail-user"] {
             assert!(
                 matches!(apply(&mut o, long, Some("x")), Ok(Applied::NoEffect(_))),
                 "{long}"

@@ -46,13 +46,12 @@ struct Holder {
 /// Extended resources held on every node during one cycle (see the [module docs](self)).
 #[derive(Clone, Debug, Default)]
 pub struct ExtUse {
-    /// Resource names some partition requests, sorted.
-    names: Vec<String>,
     /// Per partition: `(resource, amount per node pod)`.
     need: Vec<SmallVec<[(u16, u64); 2]>>,
-    /// Per node: allocatable of each resource of `names` (0 if absent).
+    /// Per node: allocatable of each resource some partition requests, by its index among
+    /// their sorted names (0 if absent).
     cap: Vec<SmallVec<[u64; 2]>>,
-    /// Per node: node pods holding some of `names`.
+    /// Per node: node pods holding some of those resources.
     held: Vec<SmallVec<[Holder; 2]>>,
 }
 
@@ -94,7 +93,6 @@ impl ExtUse {
             .collect();
         Some(ExtUse {
             held: vec![SmallVec::new(); snap.nodes.len()],
-            names,
             need,
             cap,
         })
