@@ -325,8 +325,7 @@ async fn chdir_moves_the_script_its_steps_and_its_output() {
     let done = until_ended_within(&sim, id, 120).await;
     assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
     let file = shared.path().join(format!("run/out-{id}.log"));
-    let text = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     assert_eq!(
         text,
         "script in /shared/run PWD=/shared/run submit=/\nstep in /shared/run\nown step in /shared\n"
@@ -334,7 +333,10 @@ async fn chdir_moves_the_script_its_steps_and_its_output() {
     let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
     assert!(ok, "{err}");
     assert!(out.contains("WorkDir=/shared/run"), "{out}");
-    assert!(out.contains(&format!("StdOut=/shared/run/out-{id}.log")), "{out}");
+    assert!(
+        out.contains(&format!("StdOut=/shared/run/out-{id}.log")),
+        "{out}"
+    );
 
     // A directory that is not there: /tmp, with slurmstepd's notice in the pod log.
     let (id, _) = submit_script(
@@ -349,8 +351,9 @@ async fn chdir_moves_the_script_its_steps_and_its_output() {
     let (ok, out, err) = sim.run(&["logs", &id.to_string()]).await;
     assert!(ok, "{err}");
     assert!(
-        out.contains("couldn't chdir to `/shared/nowhere': No such file or directory: going to /tmp instead")
-            && out.contains("in /tmp"),
+        out.contains(
+            "couldn't chdir to `/shared/nowhere': No such file or directory: going to /tmp instead"
+        ) && out.contains("in /tmp"),
         "{out}"
     );
     sim.stop().await;

@@ -656,7 +656,12 @@ pub async fn nodes_of(client: &Client) -> Result<Vec<NodeInfo>, ClusterError> {
             extended_resources: alloc
                 .iter()
                 .filter(|(k, _)| k.contains('/'))
-                .filter_map(|(k, q)| Some((k.clone(), u64::try_from(parse_milli(&q.0).ok()? / 1000).ok()?)))
+                .filter_map(|(k, q)| {
+                    Some((
+                        k.clone(),
+                        u64::try_from(parse_milli(&q.0).ok()? / 1000).ok()?,
+                    ))
+                })
                 .collect(),
         });
     }

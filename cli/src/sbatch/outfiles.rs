@@ -149,7 +149,10 @@ mod tests {
             .is_empty()
         );
         let w = warnings(&job(json!({"output": "o.out", "chdir": "/tmp"})), p);
-        assert!(w[0].contains("/tmp/o.out is on no shared filesystem"), "{w:?}");
+        assert!(
+            w[0].contains("/tmp/o.out is on no shared filesystem"),
+            "{w:?}"
+        );
         let w = warnings(&job(json!({"output": "o.out", "chdir": "run"})), p);
         assert!(w[0].contains("relative to --chdir=run"), "{w:?}");
         let none = [part(json!([]))];

@@ -256,10 +256,7 @@ mod tests {
         assert_eq!(batch_dir(&base, None), (base.clone(), None));
         assert_eq!(batch_dir(&base, Some("run")), (base.join("run"), None));
         let abs = base.join("run");
-        assert_eq!(
-            batch_dir(Path::new("/"), abs.to_str()),
-            (abs.clone(), None)
-        );
+        assert_eq!(batch_dir(Path::new("/"), abs.to_str()), (abs.clone(), None));
         let (d, notice) = batch_dir(&base, Some("nowhere"));
         assert_eq!(d, PathBuf::from("/tmp"));
         assert_eq!(

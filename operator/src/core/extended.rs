@@ -234,13 +234,19 @@ mod tests {
         let none = |_: u32| false;
         assert!(x.admits(0, 0, 0, 0, &none));
         assert!(!x.admits(0, 2, 0, 0, &none), "c has no rdma/ib");
-        assert!(x.admits(1, 2, 0, 0, &none), "the cpu partition asks nothing");
+        assert!(
+            x.admits(1, 2, 0, 0, &none),
+            "the cpu partition asks nothing"
+        );
         x.add(0, 0, 7, 100);
         x.add(0, 1, 8, 50); // a cpu-partition job takes no rdma/ib
         assert!(!x.admits(0, 0, 0, 0, &none), "a's only rdma/ib is held");
         assert!(!x.admits(0, 0, 99, 0, &none));
         assert!(x.admits(0, 0, 100, 0, &none), "back at its release");
-        assert!(x.admits(0, 0, 0, 0, &|j| j == 7), "an evicted job gives it back");
+        assert!(
+            x.admits(0, 0, 0, 0, &|j| j == 7),
+            "an evicted job gives it back"
+        );
         x.set_release(0, 7, 30);
         assert!(x.admits(0, 0, 30, 0, &none));
         // b holds two: a second pod fits, a third does not; one started now never goes early.
@@ -248,7 +254,10 @@ mod tests {
         assert!(x.admits(0, 1, 0, 0, &none));
         x.add(1, 0, 9, NEVER);
         assert!(!x.admits(0, 1, 0, 0, &|j| j == STARTED_NOW));
-        assert!(!x.admits(0, 1, i64::MAX - 1, 0, &none), "unlimited jobs never give back");
+        assert!(
+            !x.admits(0, 1, i64::MAX - 1, 0, &none),
+            "unlimited jobs never give back"
+        );
         assert!(x.admits(0, 1, 0, 0, &|j| j == 9));
         let msg = x.describe(0, &s.partitions[0], &[0, 1, 2], 0);
         assert!(
@@ -285,7 +294,8 @@ mod tests {
         assert_eq!((p.job, p.reason), (2, crate::core::Reason::Resources));
         assert!(
             p.message.contains("rdma/ib: 1")
-                && p.message.contains("running jobs hold on 2 of the 2 node(s)"),
+                && p.message
+                    .contains("running jobs hold on 2 of the 2 node(s)"),
             "{}",
             p.message
         );
@@ -306,11 +316,20 @@ mod tests {
         s.partitions.push(Partition::new("plain", vec![]));
         let mut plain = two_node_job(4, 3);
         plain.partition = Some(1);
-        s.pending = vec![two_node_job(1, 0), two_node_job(2, 1), two_node_job(3, 2), plain];
+        s.pending = vec![
+            two_node_job(1, 0),
+            two_node_job(2, 1),
+            two_node_job(3, 2),
+            plain,
+        ];
         let d = crate::core::schedule(&s, 10, &cfg);
         let mut started: Vec<u64> = d.starts.iter().map(|x| x.job).collect();
         started.sort_unstable();
-        assert_eq!(started, [1, 2, 4], "two rdma/ib per node; plain pods ask none");
+        assert_eq!(
+            started,
+            [1, 2, 4],
+            "two rdma/ib per node; plain pods ask none"
+        );
         assert_eq!(d.pending[0].job, 3);
     }
 

@@ -25,10 +25,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use super::enforce;
-use super::extended::ExtUse;
 use super::engine::{
     BaseEvents, Carried, Event, NEVER, NodeUsers, Placement, Prepared, base_nodes, part_free_gpus,
 };
+use super::extended::ExtUse;
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
 use super::shape::Res;
