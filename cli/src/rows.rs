@@ -100,6 +100,8 @@ pub struct JobRow {
     pub std_err: Option<String>,
     /// `--comment` as given.
     pub comment: Option<String>,
+    /// `--chdir` as given.
+    pub work_dir: Option<String>,
     /// Where rank 0 runs (Slurm's BatchHost).
     pub batch_host: Option<String>,
     /// Human-readable reason detail.
@@ -277,7 +279,12 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         node_list: st.node_list.clone().unwrap_or_default(),
         time_limit,
         submit_time: ts(&st.submit_time).or(bj.metadata.creation_timestamp.as_ref().map(|t| t.0)),
-        eligible_time: ts(&st.eligible_time),
+        // A job waiting for its --begin becomes eligible then (as Slurm shows it).
+        eligible_time: ts(&st.eligible_time).or_else(|| {
+            (state == JobState::Pending && st.reason.as_deref() == Some("BeginTime"))
+                .then(|| spec.begin.as_ref().map(|b| b.0))
+                .flatten()
+        }),
         start_time: start,
         end_time: end,
         elapsed_secs: elapsed,
@@ -304,6 +311,7 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
             .clone()
             .or_else(|| annotations.get(labels::ERROR).cloned()),
         comment: annotations.get(labels::COMMENT).cloned(),
+        work_dir: spec.chdir.clone(),
         batch_host: st
             .tasks
             .iter()

@@ -216,6 +216,12 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     if let Some(m) = &r.mem {
         lines.push(format!("MinMemory={m}"));
     }
+    // --chdir, when given (else the container's working directory, which Muster does not
+    // know): relative output files are shown under it.
+    let work_dir = r.work_dir.as_deref().filter(|d| d.starts_with('/'));
+    if let Some(d) = &r.work_dir {
+        lines.push(format!("WorkDir={d}"));
+    }
     if let Some(c) = &r.comment {
         lines.push(format!("Comment={c}"));
     }
@@ -227,7 +233,7 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
         job_name: &r.job_name,
         user: &r.user,
         first_node: r.batch_host.as_deref(),
-        work_dir: None,
+        work_dir,
     };
     let file = |p: Option<&str>| match p {
         Some(p) => muster_crds::slurm::fname::expand(p, &fields),

@@ -193,6 +193,80 @@ spec:
     sim.stop().await;
 }
 
+/// Node pods hold the partition's extended resources: with one `rdma/ib` per node, a job on
+/// every node leaves none, so a second job waits (reason `Resources`, its message naming
+/// `rdma/ib`) instead of getting a node pod kube-scheduler cannot bind beside a started rest;
+/// once the first job ends, it starts and its pod is bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waits_for_the_rdma_running_jobs_hold() {
+    let sim = Sim::start_opts(
+        true,
+        None,
+        json!({"jobEnvironment": {"resources": {"rdma/ib": 1}}}),
+    )
+    .await;
+    advertise_rdma(&sim, 1).await;
+    let sbatch = |nodes: &'static str| {
+        let sim = &sim;
+        async move {
+            let (ok, out, err) = sim
+                .run(&[
+                    "sbatch",
+                    "--parsable",
+                    "-N",
+                    nodes,
+                    "--gpus-per-node=1",
+                    "--wrap",
+                    "sleep 1000",
+                ])
+                .await;
+            assert!(ok, "{err}");
+            submitted(&out)
+        }
+    };
+    let first = sbatch("8").await;
+    sim.until_state(first, "RUNNING").await;
+    let second = sbatch("1").await;
+    sim.until_squeue(second, "%T %r", |l| l == "PENDING Resources")
+        .await;
+    let (ok, out, err) = sim
+        .run(&["scontrol", "show", "job", &second.to_string()])
+        .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("partition blackwell also requests rdma/ib: 1, which running jobs hold on 8 of the 8 node(s)"),
+        "{out}"
+    );
+    // Nothing of the second job was created: no pod left Pending by kube-scheduler.
+    assert!(sim.pods_of(second).await.is_empty());
+    let pods: Api<Pod> = Api::namespaced(sim.cluster.client(), "default");
+    for p in pods.list(&Default::default()).await.unwrap().items {
+        let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+        assert_ne!(phase.as_deref(), Some("Pending"), "{:?}", p.metadata.name);
+    }
+    let (ok, _, err) = sim.run(&["scancel", &first.to_string()]).await;
+    assert!(ok, "{err}");
+    sim.until_state(second, "RUNNING").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let names = sim.pods_of(second).await;
+        let mut running = !names.is_empty();
+        for n in &names {
+            let pod = pods.get(n).await.unwrap();
+            running &= pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        }
+        if running {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second job's pod was never bound: {names:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    sim.stop().await;
+}
+
 /// `examples/sbatch/train.sh` then `eval.sh` with `--dependency=afterok`, sbatch alone: the
 /// partition mounts the shared `/checkpoints` (a directory of the nodes) in every pod, the two
 /// training nodes write their shards there and the evaluation job reads them and writes its

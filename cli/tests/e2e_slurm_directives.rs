@@ -273,7 +273,88 @@ async fn a_job_does_not_start_before_its_begin_time() {
         .await;
     assert!(ok);
     assert_eq!(out.trim(), "PENDING BeginTime");
+    // scontrol shows it starting, and eligible, at its begin time (as Slurm does).
+    let (ok, out, err) = sim
+        .run(&["scontrol", "show", "job", &id.to_string(), "--oneliner"])
+        .await;
+    assert!(ok, "{err}");
+    let field = |k: &str| {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {out}"))
+            .to_string()
+    };
+    let (submit, start) = (field("SubmitTime="), field("StartTime="));
+    assert_eq!(field("EligibleTime="), start, "{out}");
+    let secs = |t: &str| {
+        let t: jiff::civil::DateTime = t.parse().unwrap();
+        t.to_zoned(jiff::tz::TimeZone::system())
+            .unwrap()
+            .timestamp()
+            .as_second()
+    };
+    let lead = secs(&start) - secs(&submit);
+    assert!((3595..=3605).contains(&lead), "{out}");
     offset.store(3700, Ordering::SeqCst);
     sim.until_state(id, "RUNNING").await;
+    sim.stop().await;
+}
+
+/// `--chdir` / `-D`: the batch script and its `srun` steps run in that directory (a step's own
+/// `--chdir` wins), relative output files land under it, `SLURM_SUBMIT_DIR` stays the
+/// container's directory, and `scontrol show job` shows `WorkDir=` and the file's full path;
+/// a directory that does not exist sends the script to `/tmp` with Slurm's notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chdir_moves_the_script_its_steps_and_its_output() {
+    let shared = tempfile::tempdir().unwrap();
+    let image = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    std::fs::create_dir(shared.path().join("run")).unwrap();
+    let sim = exec_sim(shared.path(), image.path()).await;
+    let (id, warn) = submit_script(
+        &sim,
+        scripts.path(),
+        "cd.sh",
+        "#!/bin/bash\n#SBATCH -D /shared/run\n#SBATCH -o out-%j.log\n\
+         echo \"script in $(pwd) PWD=$PWD submit=$SLURM_SUBMIT_DIR\"\n\
+         srun -n 1 bash -c 'echo \"step in $(pwd)\"'\n\
+         srun -n 1 --chdir=/shared bash -c 'echo \"own step in $(pwd)\"'\n",
+    )
+    .await;
+    assert!(!warn.contains("chdir"), "--chdir has an effect: {warn}");
+    let done = until_ended_within(&sim, id, 120).await;
+    assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    let file = shared.path().join(format!("run/out-{id}.log"));
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!(
+        text,
+        "script in /shared/run PWD=/shared/run submit=/\nstep in /shared/run\nown step in /shared\n"
+    );
+    let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("WorkDir=/shared/run"), "{out}");
+    assert!(
+        out.contains(&format!("StdOut=/shared/run/out-{id}.log")),
+        "{out}"
+    );
+
+    // A directory that is not there: /tmp, with slurmstepd's notice in the pod log.
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "gone.sh",
+        "#!/bin/bash\n#SBATCH --chdir=/shared/nowhere\necho \"in $(pwd)\"\n",
+    )
+    .await;
+    let done = until_ended_within(&sim, id, 120).await;
+    assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    let (ok, out, err) = sim.run(&["logs", &id.to_string()]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(
+            "couldn't chdir to `/shared/nowhere': No such file or directory: going to /tmp instead"
+        ) && out.contains("in /tmp"),
+        "{out}"
+    );
     sim.stop().await;
 }

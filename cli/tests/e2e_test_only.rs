@@ -115,6 +115,45 @@ async fn test_only_estimates_with_the_scheduling_core() {
     assert_eq!((procs.as_str(), nodes.as_str()), ("4", "gpu[001-002]"));
     assert_eq!(batchjob_count(&sim).await, 1, "still only the filler");
 
+    // --begin: never before it. An hour from now the filler is long gone: the begin time.
+    let before = jiff::Timestamp::now();
+    let (ok, _, err) = sim
+        .run(&[
+            "sbatch",
+            "--test-only",
+            "--begin=now+1hour",
+            "-n",
+            "4",
+            "--gpus-per-task=4",
+            "--wrap",
+            "hostname",
+        ])
+        .await;
+    let after = jiff::Timestamp::now();
+    assert!(ok, "{err}");
+    let (at, _, nodes, _) = parse_line(&err);
+    assert!(
+        at.as_second() >= before.as_second() + 3600 && at.as_second() <= after.as_second() + 3600,
+        "starts at its begin time: {at} vs {before}"
+    );
+    assert_eq!(nodes, "gpu[001-002]");
+    // Five minutes from now the filler still runs: when its 10 minutes end.
+    let (ok, _, err) = sim
+        .run(&[
+            "sbatch",
+            "--test-only",
+            "--begin=now+5minutes",
+            "-n",
+            "4",
+            "--gpus-per-task=4",
+            "--wrap",
+            "hostname",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let (at, _, _, _) = parse_line(&err);
+    assert_eq!(at.as_second(), started.as_second() + 600);
+
     // A request no node set can ever satisfy is refused as Slurm refuses it, naming the
     // resource and the largest that exists (the check sbatch and admission make).
     let (ok, _, err) = sim

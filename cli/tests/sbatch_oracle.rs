@@ -302,6 +302,7 @@ const EXPECTED: &[(&str, &str, Expect)] = &[
         "other_sites.sh",
         Accepted(&[
             ("account", "myproject"),
+            ("chdir", "/tmp"),
             ("comment", "nightly run"),
             ("nodes", "2"),
             ("open-mode", "a"),

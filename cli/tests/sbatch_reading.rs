@@ -48,13 +48,13 @@ fn other_sites_directives_are_read_with_one_warning_each() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("kind: BatchJob"), "{out}");
     let lines: Vec<&str> = err.lines().collect();
-    // --account, --signal and --open-mode have their Slurm meaning (below): no warning.
+    // --account, --signal, --open-mode and --chdir have their Slurm meaning (below): no
+    // warning.
     let want = [
         (2, "qos"),
         (3, "mail-type"),
         (3, "mail-user"),
         (6, "licenses"),
-        (6, "chdir"),
     ];
     assert_eq!(lines.len(), want.len(), "{err}");
     for (got, (line, long)) in lines.iter().zip(want) {
@@ -68,6 +68,7 @@ fn other_sites_directives_are_read_with_one_warning_each() {
     assert_eq!(p.job.spec.nodes, Some(IntOrString::Int(2)));
     assert_eq!(p.job.spec.requeue, Some(true));
     assert_eq!(p.job.spec.account.as_deref(), Some("myproject"));
+    assert_eq!(p.job.spec.chdir.as_deref(), Some("/tmp"));
     assert_eq!(p.job.spec.signal.as_deref(), Some("B:USR1"));
     assert_eq!(
         p.job.spec.open_mode,

@@ -56,6 +56,9 @@ pub const ENV_STDERR: &str = "MUSTER_STEP_STDERR";
 /// Environment variable (batch host): `1` when [`ENV_STDOUT`] is sbatch's default rather than
 /// asked for (then a path off the shared filesystems is skipped without a notice).
 pub const ENV_STDOUT_DEFAULT: &str = "MUSTER_STEP_STDOUT_DEFAULT";
+/// Environment variable (batch host): the batch script's working directory (`--chdir`),
+/// relative to the container's; unset: the container's.
+pub const ENV_CHDIR: &str = "MUSTER_STEP_CHDIR";
 /// Environment variable (batch host): `append` or `truncate` (`--open-mode`).
 pub const ENV_OPEN_MODE: &str = "MUSTER_STEP_OPEN_MODE";
 /// Environment variable (batch host): the mount paths of the partition's writable shared

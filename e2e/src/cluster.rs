@@ -653,6 +653,16 @@ pub async fn nodes_of(client: &Client) -> Result<Vec<NodeInfo>, ClusterError> {
             taints,
             gpus,
             topology: status.map(|s| s.topology).unwrap_or_default(),
+            extended_resources: alloc
+                .iter()
+                .filter(|(k, _)| k.contains('/'))
+                .filter_map(|(k, q)| {
+                    Some((
+                        k.clone(),
+                        u64::try_from(parse_milli(&q.0).ok()? / 1000).ok()?,
+                    ))
+                })
+                .collect(),
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));

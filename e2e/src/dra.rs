@@ -204,6 +204,7 @@ mod tests {
                 })
                 .collect(),
             topology: vec![],
+            extended_resources: Default::default(),
         }
     }
 

@@ -152,7 +152,7 @@ pub fn node_object(info: &NodeInfo, index: usize, now: Timestamp) -> Node {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     labels.extend(info.labels.clone());
-    let resources = json!({
+    let mut resources = json!({
         "cpu": format_cpu_milli(info.cpu_millis),
         "memory": format_mem_mib(info.memory_mib),
         "pods": MAX_PODS.to_string(),
@@ -160,6 +160,10 @@ pub fn node_object(info: &NodeInfo, index: usize, now: Timestamp) -> Node {
         "hugepages-1Gi": "0",
         "hugepages-2Mi": "0",
     });
+    // Extended resources a device plugin would advertise (`rdma/ib`).
+    for (k, v) in &info.extended_resources {
+        resources[k] = json!(v.to_string());
+    }
     let id = uuid_for(&info.name);
     let mut spec = json!({
         "podCIDR": pod_cidr(index),

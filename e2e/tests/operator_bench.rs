@@ -399,6 +399,7 @@ async fn api_cluster(nodes: usize, dra: bool) -> ApiServer {
                     })
                     .collect(),
                 topology: vec![],
+                extended_resources: Default::default(),
             })
             .collect();
         muster_e2e::dra::publish(&client, &infos, Default::default(), 64)

@@ -397,6 +397,7 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         signal: o.signal.clone(),
         output: o.output.clone(),
         error: o.error.clone(),
+        chdir: o.chdir.clone(),
         open_mode: o.open_mode.as_deref().map(|m| {
             if m == "append" {
                 OpenMode::Append

@@ -144,6 +144,11 @@ pub struct SbatchOptions {
     #[arg(short = 'e', long, value_name = "FILE", allow_hyphen_values = true, value_parser = values::path)]
     pub error: Option<String>,
 
+    /// The batch script's working directory (relative: to the container's); relative output
+    /// files are relative to it. SLURM_SUBMIT_DIR is unchanged.
+    #[arg(short = 'D', long, value_name = "DIRECTORY", allow_hyphen_values = true, value_parser = values::chdir)]
+    pub chdir: Option<String>,
+
     /// Open the output and error files in append or truncate (default) mode.
     #[arg(long = "open-mode", value_name = "append|truncate", allow_hyphen_values = true, value_parser = values::open_mode)]
     pub open_mode: Option<String>,
@@ -282,6 +287,7 @@ impl SbatchOptions {
             output: self.output.or(lower.output),
             error: self.error.or(lower.error),
             open_mode: self.open_mode.or(lower.open_mode),
+            chdir: self.chdir.or(lower.chdir),
             account: self.account.or(lower.account),
             begin: self.begin.or(lower.begin),
             signal: self.signal.or(lower.signal),
@@ -320,10 +326,6 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
     ("batch", "choose nodes by feature with --constraint"),
     ("bb", "burst buffers are not supported"),
     ("bbf", "burst buffers are not supported"),
-    (
-        "chdir",
-        "tasks start in the container image's working directory; cd in the script",
-    ),
     ("cluster", "choose the cluster with --context"),
     ("cluster-constraint", "choose the cluster with --context"),
     ("clusters", "choose the cluster with --context"),
@@ -658,6 +660,7 @@ pub fn apply(o: &mut SbatchOptions, long: &str, value: Option<&str>) -> Result<A
         "output" => o.output = Some(values::path(v)?),
         "error" => o.error = Some(values::path(v)?),
         "open-mode" => o.open_mode = Some(values::open_mode(v)?),
+        "chdir" => o.chdir = Some(values::chdir(v)?),
         "account" => o.account = Some(values::account(v)?),
         "begin" => o.begin = Some(values::begin(v)?),
         "signal" => o.signal = Some(values::signal(v)?),
@@ -781,6 +784,7 @@ mod tests {
             ("wrap", "hostname"),
             ("comment", "nightly run"),
             ("open-mode", "append"),
+            ("chdir", "/scratch/run"),
             ("account", "proj-a"),
             ("begin", "now+1hour"),
             ("signal", "B:USR1@90"),
@@ -914,7 +918,7 @@ mod tests {
     #[test]
     fn other_sites_options_have_no_effect() {
         let mut o = SbatchOptions::default();
-        for long in ["qos", "mail-type", "mail-user", "chdir"] {
+        for long in ["qos", "mail-type", "mail-user"] {
             assert!(
                 matches!(apply(&mut o, long, Some("x")), Ok(Applied::NoEffect(_))),
                 "{long}"

@@ -33,12 +33,23 @@ pub fn warnings(job: &BatchJob, partition: Option<&Partition>) -> Vec<String> {
         .collect();
     let workdir = job
         .spec
-        .template
-        .as_ref()
-        .and_then(|t| t.spec.as_ref())
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.working_dir.clone())
+        .container_workdir
+        .clone()
+        .or_else(|| {
+            job.spec
+                .template
+                .as_ref()
+                .and_then(|t| t.spec.as_ref())
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.working_dir.clone())
+        })
         .filter(|d| d.starts_with('/'));
+    // --chdir: relative files are relative to it (itself relative to the container's).
+    let workdir = match job.spec.chdir.as_deref().filter(|d| !d.is_empty()) {
+        Some(d) if d.starts_with('/') => Some(d.to_string()),
+        Some(d) => workdir.map(|w| format!("{}/{d}", w.trim_end_matches('/'))),
+        None => workdir,
+    };
     let shared = if dirs.is_empty() {
         format!("partition {pname} has no shared filesystem (spec.jobEnvironment.volumes)")
     } else {
@@ -65,7 +76,11 @@ pub fn warnings(job: &BatchJob, partition: Option<&Partition>) -> Vec<String> {
                 "--{opt}={v}: {f} is on no shared filesystem ({shared}); the job runs and its output is in the pod log only (muster logs)"
             )),
             None => out.push(format!(
-                "--{opt}={v} is relative to the container image's working directory: it is written only if that lies on a shared filesystem ({shared}); otherwise the output is in the pod log only (muster logs)"
+                "--{opt}={v} is relative to {}: it is written only if that lies on a shared filesystem ({shared}); otherwise the output is in the pod log only (muster logs)",
+                match job.spec.chdir.as_deref() {
+                    Some(d) => format!("--chdir={d}, itself relative to the container image's working directory"),
+                    None => "the container image's working directory".to_string(),
+                }
             )),
         }
     }
@@ -124,6 +139,22 @@ mod tests {
             w[0].contains("relative to the container image's working directory"),
             "{w:?}"
         );
+        // --chdir: relative files are relative to it.
+        assert!(warnings(&job(json!({"output": "o.out", "chdir": "/scratch/run"})), p).is_empty());
+        assert!(
+            warnings(
+                &job(json!({"output": "o.out", "chdir": "run", "containerWorkdir": "/scratch"})),
+                p
+            )
+            .is_empty()
+        );
+        let w = warnings(&job(json!({"output": "o.out", "chdir": "/tmp"})), p);
+        assert!(
+            w[0].contains("/tmp/o.out is on no shared filesystem"),
+            "{w:?}"
+        );
+        let w = warnings(&job(json!({"output": "o.out", "chdir": "run"})), p);
+        assert!(w[0].contains("relative to --chdir=run"), "{w:?}");
         let none = [part(json!([]))];
         let w = warnings(
             &job(json!({"output": "/scratch/o"})),

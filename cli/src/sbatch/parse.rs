@@ -487,6 +487,7 @@ pub fn defined_options(o: &SbatchOptions) -> BTreeMap<String, String> {
     put("output", o.output.clone());
     put("error", o.error.clone());
     put("open-mode", o.open_mode.clone());
+    put("chdir", o.chdir.clone());
     put("account", o.account.clone());
     put("begin", o.begin.clone());
     put("signal", o.signal.clone());
@@ -534,6 +535,11 @@ pub fn slurm_defined_options(o: &SbatchOptions, cwd: &std::path::Path) -> BTreeM
         None => "UNLIMITED".to_string(),
     };
     let mut m = defined_options(o);
+    // Slurm resolves --chdir against the current directory, and output files against it.
+    let base = m
+        .get("chdir")
+        .map(|d| cwd.join(d))
+        .unwrap_or_else(|| cwd.to_path_buf());
     for (k, v) in m.iter_mut() {
         let shown = match k.as_str() {
             "time" => TimeLimit::parse(v).ok().map(|t| time(&t)),
@@ -565,7 +571,8 @@ pub fn slurm_defined_options(o: &SbatchOptions, cwd: &std::path::Path) -> BTreeM
                 Some(w) => format!("{}@{}", s.count, time(&w)),
                 None => s.count.to_string(),
             }),
-            "output" | "error" => Some(cwd.join(v.as_str()).to_string_lossy().into_owned()),
+            "output" | "error" => Some(base.join(v.as_str()).to_string_lossy().into_owned()),
+            "chdir" => Some(base.to_string_lossy().into_owned()),
             // Slurm prints the mode's letter.
             "open-mode" => v.get(..1).map(str::to_string),
             // Resolved as Slurm prints it: local time, seconds.

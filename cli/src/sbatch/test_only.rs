@@ -242,6 +242,13 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
     // and its dependencies met — a hold or a dependency is not an answer about resources.
     pending.hold = false;
     pending.dependency = None;
+    // --begin: the cluster as it will be then (as Slurm, no start before it): the cycle runs
+    // at the begin time, without the running jobs whose time limits end by then.
+    let at = pending.begin_time.filter(|&b| b > now).unwrap_or(now);
+    if at > now {
+        snap.running
+            .retain(|r| r.end_time().is_none_or(|end| end > at));
+    }
     snap.pending.push(pending);
 
     // Every waiting job may get a reservation, so the one under test gets an estimate however
@@ -260,7 +267,7 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
             cfg.fair_share_half_life_secs,
         );
     }
-    let decisions = core::schedule(&snap, now, &cfg);
+    let decisions = core::schedule(&snap, at, &cfg);
     let part_name = table.name(part).to_string();
     let name_of = |n: &core::NodeId| {
         nodes
@@ -284,7 +291,7 @@ pub fn estimate(job: &BatchJob, world: World<'_>, now: i64) -> Result<Estimate, 
                 .div_ceil(1000)
         };
         return Ok(Estimate {
-            start: now,
+            start: at,
             nodes: hostlist::compress(s.nodes.iter().map(name_of)),
             processors,
             partition: part_name,

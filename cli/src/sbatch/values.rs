@@ -92,6 +92,14 @@ pub fn path(s: &str) -> Result<String, String> {
     non_empty(s, "the file name")
 }
 
+/// `--chdir`: a directory (absolute, or relative to the container's working directory).
+pub fn chdir(s: &str) -> Result<String, String> {
+    if s.contains('\0') {
+        return Err("expected a directory; a NUL byte is not allowed".into());
+    }
+    non_empty(s, "the directory")
+}
+
 /// `--image`: a container image reference.
 pub fn image(s: &str) -> Result<String, String> {
     if s.is_empty() || s.chars().any(char::is_whitespace) {

@@ -382,8 +382,17 @@ impl Daemon {
         }
         let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         self.add_bin_dir(&mut env);
+        // --chdir: the script's directory, where relative output files are too.
+        let (cwd, chdir_notice) = super::stdio::batch_dir(
+            &std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            std::env::var(muster_crds::step::ENV_CHDIR).ok().as_deref(),
+        );
+        if let Some(n) = chdir_notice {
+            eprintln!("muster-step: {n}");
+        }
+        env.retain(|(k, _)| k != "PWD");
+        env.push(("PWD".into(), cwd.clone().into_os_string()));
         // The output files (--output/--error) beside the pod log.
-        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         let mut files = super::stdio::plan(|k| std::env::var(k).ok(), &cwd);
         let wiring = match super::stdio::wire(&mut files) {
             Ok(w) => Some(w),
@@ -403,6 +412,7 @@ impl Daemon {
             c.args(&cmd[1..])
                 .env_clear()
                 .envs(env)
+                .current_dir(&cwd)
                 .stdin(Stdio::null())
                 .process_group(0);
             let wiring = wiring.map(|mut w| {

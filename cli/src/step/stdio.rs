@@ -38,6 +38,26 @@ pub struct Plan {
     pub notices: Vec<String>,
 }
 
+/// The batch script's working directory: `chdir` (`--chdir`, relative to the container's
+/// `cwd`), else `cwd`. A directory that does not exist gives `/tmp` and the notice Slurm's
+/// `slurmstepd` prints.
+pub fn batch_dir(cwd: &Path, chdir: Option<&str>) -> (PathBuf, Option<String>) {
+    let Some(d) = chdir.filter(|d| !d.is_empty()) else {
+        return (cwd.to_path_buf(), None);
+    };
+    let dir = cwd.join(d);
+    if dir.is_dir() {
+        return (dir, None);
+    }
+    (
+        PathBuf::from("/tmp"),
+        Some(format!(
+            "couldn't chdir to `{}': No such file or directory: going to /tmp instead",
+            dir.display()
+        )),
+    )
+}
+
 /// Decides the files from the environment `get` and the working directory `cwd`.
 pub fn plan(get: impl Fn(&str) -> Option<String>, cwd: &Path) -> Plan {
     let shared = get(contract::ENV_SHARED_DIRS).unwrap_or_default();
@@ -226,6 +246,27 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn chdir_is_relative_to_the_containers_directory_and_missing_ones_go_to_tmp() {
+        let tmp = std::env::temp_dir();
+        let base = tmp.join(format!("muster-chdir-{}", std::process::id()));
+        std::fs::create_dir_all(base.join("run")).unwrap();
+        assert_eq!(batch_dir(&base, None), (base.clone(), None));
+        assert_eq!(batch_dir(&base, Some("run")), (base.join("run"), None));
+        let abs = base.join("run");
+        assert_eq!(batch_dir(Path::new("/"), abs.to_str()), (abs.clone(), None));
+        let (d, notice) = batch_dir(&base, Some("nowhere"));
+        assert_eq!(d, PathBuf::from("/tmp"));
+        assert_eq!(
+            notice.unwrap(),
+            format!(
+                "couldn't chdir to `{}': No such file or directory: going to /tmp instead",
+                base.join("nowhere").display()
+            )
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

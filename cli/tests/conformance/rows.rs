@@ -925,6 +925,19 @@ pub fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "chdir: the batch host is told the script's directory",
+            &["chdir"],
+            job(
+                &["--chdir=/shared/run", "-n", "1"],
+                json!({"chdir": "/shared/run", "ntasks": 1}),
+            ),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![(0, "MUSTER_STEP_CHDIR", "/shared/run")],
+            },
+        ),
+        row(
             "signal: the warning reaches the node pods",
             &["signal"],
             job(

@@ -280,6 +280,15 @@ pub struct BatchJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_mode: Option<OpenMode>,
 
+    /// `--chdir` / `-D`: the directory the batch script runs in (and its `srun` steps, unless
+    /// they give their own `--chdir`); relative `output`/`error` files are relative to it. A
+    /// relative path is relative to the container's working directory, which stays what
+    /// `SLURM_SUBMIT_DIR` names. If it does not exist, the script runs in `/tmp` with a
+    /// notice, as Slurm's does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub chdir: Option<String>,
+
     /// Set by `scancel`: stop the job and keep its record as CANCELLED. Cannot be undone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<bool>,

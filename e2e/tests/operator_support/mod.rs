@@ -556,6 +556,7 @@ pub fn node_info(n: &NodeDef<'_>) -> muster_operator::core::cluster_spec::NodeIn
             })
             .collect(),
         topology: vec![],
+        extended_resources: Default::default(),
     }
 }
 

@@ -141,6 +141,7 @@ pub const BINDING_VARS: &[&str] = &[
     step::ENV_STDOUT_DEFAULT,
     step::ENV_OPEN_MODE,
     step::ENV_SHARED_DIRS,
+    step::ENV_CHDIR,
     step::ENV_SIGNAL,
     step::ENV_END_TIME,
 ];
@@ -374,6 +375,9 @@ fn stdio_env(ctx: &JobContext<'_>, batch_host: bool) -> Vec<(String, String)> {
         first_node: first.as_deref(),
         work_dir: None,
     };
+    if let Some(d) = spec.chdir.as_deref().filter(|d| !d.is_empty()) {
+        env.push((step::ENV_CHDIR.into(), d.to_string()));
+    }
     let out = fname::output_pattern(spec.output.as_deref(), ctx.array.is_some());
     env.push((step::ENV_STDOUT.into(), fname::expand(out, &fields)));
     if spec.output.as_deref().is_none_or(str::is_empty) {

@@ -18,6 +18,8 @@
 //!   gpuModel: NVIDIA H100 80GB HBM3
 //!   gpuMemoryMib: 81559
 //!   layout: dgx                  # dgx | pcie | none
+//!   extendedResources:           # allocatable extended resources (as a device plugin
+//!     rdma/ib: 1                 #   advertises them), whole counts; none by default
 //! labels: {}                     # extra labels on every node
 //! taints: []                     # [{key, value, effect}]
 //! overrides:                     # later entries win; `nodes` is a Slurm hostlist
@@ -122,6 +124,10 @@ pub struct NodeTemplate {
     /// NVLinks between two GPUs for the `dgx` layout (`NV18` on H100, `NV12` on A100).
     #[serde(default = "default_nvlinks")]
     pub nvlinks: u8,
+    /// Allocatable extended resources (`rdma/ib: 1`), as a device plugin advertises them:
+    /// what partitions' `jobEnvironment.resources` draw on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended_resources: BTreeMap<String, u64>,
 }
 
 fn default_nvlinks() -> u8 {
@@ -161,6 +167,9 @@ pub struct NodeOverride {
     /// Taints added to these nodes.
     #[serde(default)]
     pub taints: Vec<Taint>,
+    /// Extended resources added (or replaced; 0 removes one) on these nodes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended_resources: BTreeMap<String, u64>,
 }
 
 /// Intra-node GPU wiring presets.
@@ -275,6 +284,9 @@ pub struct NodeInfo {
     /// `nvidia-smi topo -m` matrix between the GPUs (`X`, `NV18`, `PIX`, `NODE`, `SYS`, …);
     /// empty for the `none` layout.
     pub topology: Vec<Vec<String>>,
+    /// Allocatable extended resources (`rdma/ib: 1`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extended_resources: BTreeMap<String, u64>,
 }
 
 /// One GPU in neutral form (the fields of the GpuNode CRD's `GpuInfo`).
@@ -327,7 +339,7 @@ impl NodeInfo {
                 })
                 .collect(),
             gpu_links,
-            extended: BTreeMap::new(),
+            extended: self.extended_resources.clone(),
         }
     }
 }
@@ -372,6 +384,7 @@ struct Hw {
     nvlinks: u8,
     labels: BTreeMap<String, String>,
     taints: Vec<Taint>,
+    extended: BTreeMap<String, u64>,
 }
 
 fn gpus_for(name: &str, hw: &Hw) -> (Vec<GpuInfo>, Vec<Vec<String>>) {
@@ -495,6 +508,7 @@ impl ClusterSpec {
                 gpu_memory_mib: 81559,
                 layout: GpuLayout::Dgx,
                 nvlinks: 18,
+                extended_resources: BTreeMap::new(),
             },
             labels: BTreeMap::new(),
             taints: Vec::new(),
@@ -557,6 +571,7 @@ impl ClusterSpec {
             return Err(invalid("nodeNamePrefix", "must not be empty"));
         }
         check_hw("node", self.node.gpus, &self.node.gpu_model)?;
+        check_extended("node.extendedResources", &self.node.extended_resources)?;
         for (i, o) in self.overrides.iter().enumerate() {
             if o.nodes.trim().is_empty() {
                 return Err(invalid(
@@ -567,6 +582,10 @@ impl ClusterSpec {
             let gpus = o.gpus.unwrap_or(self.node.gpus);
             let model = o.gpu_model.as_deref().unwrap_or(&self.node.gpu_model);
             check_hw(&format!("overrides[{i}]"), gpus, model)?;
+            check_extended(
+                &format!("overrides[{i}].extendedResources"),
+                &o.extended_resources,
+            )?;
         }
         // Building checks the override hostlists against the node names.
         self.build().map(|_| ())
@@ -588,6 +607,7 @@ impl ClusterSpec {
             nvlinks: self.node.nvlinks,
             labels: self.labels.clone(),
             taints: self.taints.clone(),
+            extended: self.node.extended_resources.clone(),
         };
         // Leaf switch index -> its label values at every level.
         let mut names = Vec::with_capacity(total as usize);
@@ -657,6 +677,13 @@ impl ClusterSpec {
                     t.labels
                         .extend(o.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
                     t.taints.extend(o.taints.iter().cloned());
+                    for (k, &v) in &o.extended_resources {
+                        if v == 0 {
+                            t.extended.remove(k);
+                        } else {
+                            t.extended.insert(k.clone(), v);
+                        }
+                    }
                 }
             }
         }
@@ -687,6 +714,7 @@ impl ClusterSpec {
                     taints: hw.taints.clone(),
                     gpus,
                     topology,
+                    extended_resources: hw.extended.clone(),
                     name,
                 }
             })
@@ -703,6 +731,34 @@ impl ClusterSpec {
     pub fn snapshot(&self) -> Result<Snapshot, SpecError> {
         Ok(Snapshot::with_nodes(self.nodes()?, self.topology()))
     }
+}
+
+/// Extended resource names as Kubernetes spells them: `<domain>/<name>` (`rdma/ib`,
+/// `nvidia.com/hostdev`), not GPUs (the spec's `gpus` describe those).
+fn check_extended(field: &str, res: &BTreeMap<String, u64>) -> Result<(), SpecError> {
+    for k in res.keys() {
+        let ok_chars = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        let valid = k
+            .split_once('/')
+            .is_some_and(|(domain, name)| ok_chars(domain) && ok_chars(name));
+        if !valid {
+            return Err(invalid(
+                format!("{field}[{k}]"),
+                "an extended resource is named <domain>/<name> (such as rdma/ib or nvidia.com/hostdev)",
+            ));
+        }
+        if k == "nvidia.com/gpu" {
+            return Err(invalid(
+                format!("{field}[{k}]"),
+                "GPUs are described by `gpus`, not as an extended resource",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_hw(field: &str, gpus: u32, model: &str) -> Result<(), SpecError> {

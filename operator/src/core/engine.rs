@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::extended::ExtUse;
 use super::gpus::GpuTree;
 use super::model::{Partition, Snapshot};
 use super::node::{Node, NodeId};
@@ -456,6 +457,9 @@ pub struct Engine<'a> {
     /// Who holds each node (by [`NodeId`]), when the cycle applies `--exclusive=user`; kept
     /// current with the cycle's starts (a class's [`Gate`] reads it).
     pub users: Option<Vec<NodeUsers>>,
+    /// Extended resources held on each node by the jobs' node pods, when some partition's
+    /// pods request one; kept current with the cycle's starts, stops and evictions.
+    pub ext: Option<ExtUse>,
 }
 
 impl<'a> Engine<'a> {
@@ -520,6 +524,7 @@ impl<'a> Engine<'a> {
             filters: Vec::new(),
             filter_keys: Vec::new(),
             users: None,
+            ext: None,
         }
     }
 
@@ -1020,6 +1025,11 @@ impl<'a> Engine<'a> {
         if let Some((user, excl)) = c.gate
             && let Some(users) = &self.users
             && !users[n as usize].admit(user, excl)
+        {
+            return (0, 0);
+        }
+        if let Some(x) = &self.ext
+            && !x.admits(c.part, n, self.now, self.now, &|_| false)
         {
             return (0, 0);
         }

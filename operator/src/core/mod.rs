@@ -210,6 +210,7 @@
 //!
 //! [`model`] (input and output types), [`cluster_spec`] (the shared cluster file format),
 //! [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
+//! [`extended`] (the partitions' per-node-pod extended resources as running jobs hold them),
 //! [`gpus`], [`engine`] (cycle state and placement),
 //! [`occupancy`] (running jobs' holds kept between cycles),
 //! [`timeline`] (earliest starts), [`schedule`](mod@schedule) (the cycle), [`priority`],
@@ -223,6 +224,7 @@ pub mod cluster_spec;
 pub mod deps;
 pub mod enforce;
 pub mod engine;
+pub mod extended;
 pub mod feasible;
 pub mod gpus;
 pub mod model;

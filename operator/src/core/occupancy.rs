@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 
 use super::enforce;
 use super::engine::{BaseEvents, Carried, Event, NEVER};
+use super::extended::ExtUse;
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
 use super::node_state::{NodeUsers, base_nodes, part_free_gpus};
@@ -69,6 +70,9 @@ pub(crate) struct RunInfo {
     pub user: u32,
     /// `--exclusive=user`.
     pub exclusive_user: bool,
+    /// Its partition (`None`: it no longer exists), for the extended resources its node pods
+    /// hold.
+    pub part: Option<u32>,
 }
 
 impl RunInfo {
@@ -231,6 +235,7 @@ impl Occupancy {
                     ns: 0,
                     user: 0,
                     exclusive_user: false,
+                    part: None,
                 });
                 self.run.len() as u32 - 1
             }
@@ -313,6 +318,7 @@ impl Occupancy {
             ns,
             user,
             exclusive_user,
+            part: j.partition,
         };
         self.user_locks += u32::from(exclusive_user);
         if let Some(a) = info.array {
@@ -576,6 +582,21 @@ impl Occupancy {
             }
         }
         out
+    }
+
+    /// The extended resources the running jobs' node pods hold (see [`ExtUse`]), when some
+    /// partition's pods request one.
+    pub(crate) fn ext_use(&self, snap: &Snapshot) -> Option<ExtUse> {
+        let mut x = ExtUse::new(snap)?;
+        for (slot, r) in self.run.iter().enumerate().filter(|(_, r)| r.live) {
+            let Some(p) = r.part.filter(|&p| x.requests(p)) else {
+                continue;
+            };
+            for h in &r.nodes {
+                x.add(h.node, p, slot as u32, r.release);
+            }
+        }
+        Some(x)
     }
 
     /// Running elements per array job.

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
 use super::engine::{Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Selection};
+use super::extended::STARTED_NOW;
 use super::feasible;
 use super::model::{
     Config, Constraint, Decisions, JobId, JobRequest, PartitionState, PendingInfo, PendingJob,
@@ -191,11 +192,13 @@ pub(crate) fn run_cycle(
         Vec::new()
     };
     let node_users = (!users.is_empty()).then(|| occ.node_users(snap.nodes.len()));
+    let ext = occ.ext_use(snap);
     let mut run = std::mem::take(&mut occ.run);
     let (carried, part_free) = occ.take_carried();
     let mut e = Engine::from_base(snap, prep, now, carried, part_free);
     e.placement = placement;
     e.users = node_users;
+    e.ext = ext;
     // Jobs this cycle stops give their resources back when their grace time ends.
     for &s in &stopped {
         let r = &mut run[s as usize];
@@ -204,6 +207,9 @@ pub(crate) fn run_cycle(
         stop_horizon = stop_horizon.max(release.max(now + 1));
         for h in &r.nodes {
             e.set_release(h.node, s, release);
+            if let Some(x) = &mut e.ext {
+                x.set_release(h.node, s, release);
+            }
         }
     }
     let mut cycle = Cycle {
@@ -296,6 +302,10 @@ impl<'a> Cycle<'a> {
             };
             match self.eligible(idx, job) {
                 Err((reason, message)) => {
+                    // Slurm shows a job waiting for its --begin as starting then.
+                    if reason == Reason::BeginTime {
+                        info.start_estimate = job.begin_time;
+                    }
                     info.reason = reason;
                     info.message = message;
                     self.out.pending.push(info);
@@ -464,14 +474,27 @@ impl<'a> Cycle<'a> {
         } else {
             Reason::Resources
         };
+        let ext = self.e.ext.as_ref().filter(|x| x.requests(jc.part));
+        let (snap, now, e) = (self.snap, self.now, &self.e);
         info.message = self
             .messages
             .entry((jc.alts[0].cid, jc.demand.need()))
             .or_insert_with(|| {
-                format!(
-                    "waiting for {}",
-                    describe(&jc.demand, job.request.gpu_type.as_deref())
-                )
+                let what = describe(&jc.demand, job.request.gpu_type.as_deref());
+                match ext {
+                    // Name the partition's extended resources: a node with room for the
+                    // GPUs may still have its `rdma/ib` held by another job's node pod.
+                    Some(x) => format!(
+                        "waiting for {what}; {}",
+                        x.describe(
+                            jc.part,
+                            &snap.partitions[part],
+                            &e.parts[part].tree.nodes,
+                            now
+                        )
+                    ),
+                    None => format!("waiting for {what}"),
+                }
             })
             .clone();
         let tier = self.snap.partitions[part].priority_tier;
@@ -830,6 +853,9 @@ impl<'a> Cycle<'a> {
             if let (Some((user, exclusive_user)), Some(users)) = (jc.user, &mut self.e.users) {
                 users[n as usize].count(user, exclusive_user, true);
             }
+            if let Some(x) = &mut self.e.ext {
+                x.add(n, jc.part, STARTED_NOW, end);
+            }
         }
         Some(Start {
             job: job.id,
@@ -927,6 +953,11 @@ impl<'a> Cycle<'a> {
                 return 0;
             }
             let early = |j: u32| moved.get(j as usize).copied().unwrap_or(false);
+            if let Some(x) = &self.e.ext
+                && !x.admits(c.part, n, t, now, &early)
+            {
+                return 0;
+            }
             let w = ns.window_if(t, end, now, &early);
             self.e.units_for_count(c, pos as u32, w, u64::MAX, ns.total)
         };
@@ -1066,6 +1097,9 @@ impl<'a> Cycle<'a> {
             for k in 0..self.run[v].nodes.len() {
                 let n = self.run[v].nodes[k].node;
                 self.e.move_release(n, v as u32, rel);
+                if let Some(x) = &mut self.e.ext {
+                    x.set_release(n, v as u32, rel);
+                }
             }
             self.stop_horizon = self.stop_horizon.max(rel);
         }

@@ -83,6 +83,12 @@ impl Engine<'_> {
             if !ns.sched {
                 return 0;
             }
+            // The partition's extended resources (`rdma/ib`) free at t, as jobs end.
+            if let Some(x) = &self.ext
+                && !x.admits(c.part, node, t, now, &|_| false)
+            {
+                return 0;
+            }
             let mut r = clamp(pos, raw);
             if inwin > 0 {
                 // A hold taking the whole node leaves nothing; else read the window exactly.
