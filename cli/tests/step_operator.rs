@@ -267,7 +267,10 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
         .get_opt("solo-step")
         .await
         .unwrap();
-    assert!(none.is_none(), "a one-node job has no step credential Secret");
+    assert!(
+        none.is_none(),
+        "a one-node job has no step credential Secret"
+    );
 
     let f = ended(&env, &ns, "fails", 120).await;
     let fs = f.status.unwrap();

@@ -62,10 +62,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodDNSConfig,
-    PodTemplateSpec, ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceSpec,
-    Volume, VolumeMount,
+    Affinity, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod,
+    PodDNSConfig, PodTemplateSpec, ResourceRequirements, Secret, SecretVolumeSource, Service,
+    ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -1927,10 +1927,11 @@ mod tests {
         );
         // Only the main container mounts it.
         assert!(
-            s.init_containers
+            s.init_containers.iter().flatten().all(|c| c
+                .volume_mounts
                 .iter()
                 .flatten()
-                .all(|c| c.volume_mounts.iter().flatten().all(|m| m.name != key.name))
+                .all(|m| m.name != key.name))
         );
     }
 
