@@ -163,6 +163,14 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
         json!({"nodes": 2, "ntasksPerNode": 2, "gres": "gpu:2", "script": SCRIPT}),
     )
     .await;
+    // One node: srun steps with a credential the pod made itself (no Secret).
+    submit(
+        &env,
+        &ns,
+        "solo",
+        json!({"nodes": 1, "ntasks": 2, "gpusPerTask": 1, "script": SCRIPT}),
+    )
+    .await;
     // A failing script: the job FAILED with its exit code.
     submit(
         &env,
@@ -240,6 +248,29 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
     let vis = visibility(&out);
     assert_eq!(vis.len(), 4, "{out}");
     assert!(vis.values().all(|v| v == "0,1"), "{out}");
+
+    let solo = ended(&env, &ns, "solo", 120).await;
+    let out = log(&env, &ns, "solo-0", "task").await;
+    assert_eq!(
+        solo.status.as_ref().unwrap().state,
+        Some(JobState::Completed),
+        "{out}"
+    );
+    assert_eq!(pods(&env, &ns, "solo").await.len(), 1);
+    let vis = visibility(&out);
+    assert_eq!(vis.keys().copied().collect::<Vec<_>>(), [0, 1], "{out}");
+    let mine: BTreeSet<&str> = vis.values().map(String::as_str).collect();
+    assert_eq!(mine, BTreeSet::from(["0", "1"]), "{out}");
+    assert!(out.contains("master=solo-0\n"), "{out}");
+    // No Secret: the key never left the pod.
+    let none = Api::<Secret>::namespaced(env.cluster.client(), &ns)
+        .get_opt("solo-step")
+        .await
+        .unwrap();
+    assert!(
+        none.is_none(),
+        "a one-node job has no step credential Secret"
+    );
 
     let f = ended(&env, &ns, "fails", 120).await;
     let fs = f.status.unwrap();

@@ -40,6 +40,18 @@ pub const ENV_POD_IP: &str = "MUSTER_POD_IP";
 pub const ENV_KILL_WAIT: &str = "MUSTER_STEP_KILL_WAIT";
 /// Environment variable: seconds the batch host waits for every node's daemon.
 pub const ENV_NODE_WAIT: &str = "MUSTER_STEP_NODE_WAIT";
+/// Environment variable: `1` in the pod of a one-node job. Its steps never leave the pod, so
+/// no credential is shared between pods and no Secret exists: the daemon makes the key
+/// itself at start (32 random bytes into the key file, unless one is there), on an in-memory
+/// `emptyDir` mounted at [`KEY_DIR`] in the main container only. Nothing outside the pod
+/// ever holds it.
+pub const ENV_LOCAL_KEY: &str = "MUSTER_STEP_LOCAL_KEY";
+
+/// Whether a job on `nodes` nodes makes its step credential in its pod ([`ENV_LOCAL_KEY`])
+/// rather than in a Secret: the one rule for the operator's Secret, volume and environment.
+pub fn key_in_pod(nodes: usize) -> bool {
+    nodes == 1
+}
 
 /// The credential Secret of a job: `<job>-step`.
 pub fn secret_name(job: &str) -> String {

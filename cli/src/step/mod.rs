@@ -35,7 +35,10 @@
 //! [`proto::Credential::generate`]), mounted read-only in every node pod (default path
 //! `/var/run/muster/step/key`, mode 0400), and nowhere else. Every connection between
 //! `srun` and the daemons proves possession of it (see [`proto`]); the daemons accept
-//! nothing from anyone else.
+//! nothing from anyone else. A one-node job's steps never leave its pod, so it needs no
+//! Secret: with `MUSTER_STEP_LOCAL_KEY=1` the daemon writes fresh random bytes to the key file
+//! itself at start (kept if one is there; [`node::ensure_local_key`]), which is then a
+//! writable in-memory `emptyDir` at `/var/run/muster/step` mounted by the main container only.
 //!
 //! **The main container** (the user's image) runs the daemon:
 //! `["/muster/bin/muster-step", "node", "--batch", "--", "/bin/bash", "-c", SCRIPT, "bash",
@@ -72,6 +75,7 @@
 //! | `MUSTER_POD_IP` | `fieldRef: status.podIP` | the daemon's listen address, `SLURM_LAUNCH_NODE_IPADDR` |
 //! | `MUSTER_STEP_PORT` | TCP port of the daemons (default 6829); the same on every node | all |
 //! | `MUSTER_STEP_KEY_FILE` | credential path (default `/var/run/muster/step/key`) | all |
+//! | `MUSTER_STEP_LOCAL_KEY` | `1` in a one-node job's pod: the daemon makes the credential (no Secret) | the daemon |
 //! | `SLURM_JOB_NAME`, `SLURM_JOB_PARTITION`, `SLURM_SUBMIT_DIR`, `SLURM_SUBMIT_HOST`, `SLURM_CLUSTER_NAME`, array variables … | what sbatch gives a batch script | scripts |
 //! | `MUSTER_STEP_STDOUT`, `MUSTER_STEP_STDERR`, `MUSTER_STEP_STDOUT_DEFAULT`, `MUSTER_STEP_OPEN_MODE`, `MUSTER_STEP_SHARED_DIRS` | batch host: the expanded `--output`/`--error` names, whether the output name is sbatch's default, `append`/`truncate`, the partition's writable shared mount paths (`:`-joined) | the output files ([`stdio`]) |
 //! | `MUSTER_STEP_SIGNAL`, `MUSTER_STEP_END_TIME` | `--signal` (`[B:]SIG[@SECS]`) and the time limit's end (epoch seconds), on every node | the warning signal ([`warn`]) |

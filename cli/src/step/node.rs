@@ -158,6 +158,18 @@ async fn run(args: NodeArgs) -> i32 {
         Ok(n) => n,
         Err(e) => return fail(&e),
     };
+    if env.get(muster_crds::step::ENV_LOCAL_KEY).as_deref() == Some("1") {
+        if job.nodes.len() != 1 {
+            return fail(&format!(
+                "{} is set but the job has {} nodes: a key made in this pod cannot reach the others",
+                muster_crds::step::ENV_LOCAL_KEY,
+                job.nodes.len()
+            ));
+        }
+        if let Err(e) = ensure_local_key(&job.key_file) {
+            return fail(&e);
+        }
+    }
     let cred = match Credential::from_file(&job.key_file) {
         Ok(c) => c,
         Err(e) => return fail(&e),
@@ -248,6 +260,36 @@ async fn run(args: NodeArgs) -> i32 {
             }
         }
     }
+}
+
+/// A one-node job's credential, made in its pod ([`muster_crds::step::ENV_LOCAL_KEY`]): fresh
+/// random bytes written to `path` (mode 0400, through a temporary file and a rename so a
+/// reader never sees half a key), unless a key is already there (the daemon started again in
+/// the same pod: the job's processes may hold it).
+pub fn ensure_local_key(path: &Path) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".key.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(Credential::generate().as_bytes())?;
+        f.sync_all()?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o400))?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("making the step credential {}: {e}", path.display())
+    })
 }
 
 impl Daemon {
@@ -1077,6 +1119,29 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn a_one_node_job_makes_its_key_once_readable_by_its_user_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let key = d.path().join("key");
+        ensure_local_key(&key).unwrap();
+        let first = std::fs::read(&key).unwrap();
+        assert!(Credential::from_bytes(&first).is_ok());
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o400
+        );
+        // Started again in the same pod: the key the job's processes hold is kept.
+        ensure_local_key(&key).unwrap();
+        assert_eq!(std::fs::read(&key).unwrap(), first);
+        // Another pod makes another key.
+        let other = d.path().join("other");
+        ensure_local_key(&other).unwrap();
+        assert_ne!(std::fs::read(&other).unwrap(), first);
+        // No temporary file is left beside it.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 2);
     }
 
     #[test]

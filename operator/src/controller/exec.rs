@@ -3,8 +3,8 @@
 //! [`super::kube_api`], and in memory by the unit tests' fake cluster).
 //!
 //! Per job, strictly in order: add finalizer → write status (server-side apply, with the
-//! resourceVersion precondition) → create the step credential Secret (a fresh random key;
-//! kept if it exists) → create the Service → create the gang group (Workload or
+//! resourceVersion precondition) → create the step credential Secret (jobs on more than one
+//! node; a fresh random key, kept if it exists) → create the Service → create the gang group (Workload or
 //! PodGroup, where served) → create the ResourceClaims (`dra` mode) → create pods → delete
 //! pods → delete claims and groups → create array elements → patch elements → remove
 //! finalizer → events. A failed finalizer or status write skips the job's remaining steps

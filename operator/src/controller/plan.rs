@@ -1635,8 +1635,11 @@ fn step_job(
                         return;
                     }
                 };
-                // The credential before any pod (kept if it exists: a crash after it).
-                w.plan.secret = Some(pods::build_secret(job));
+                // The credential before any pod (kept if it exists: a crash after it); a
+                // one-node job's pod makes its own.
+                if !muster_crds::step::key_in_pod(npods) {
+                    w.plan.secret = Some(pods::build_secret(job));
+                }
                 if cur.is_empty() && npods > 1 {
                     w.plan.service = Some(pods::build_service(job));
                 }
@@ -1980,7 +1983,9 @@ fn admit(
             return;
         }
     };
-    w.plan.secret = Some(pods::build_secret(job));
+    if !muster_crds::step::key_in_pod(npods) {
+        w.plan.secret = Some(pods::build_secret(job));
+    }
     if npods > 1 {
         w.plan.service = Some(pods::build_service(job));
     }

@@ -115,9 +115,11 @@ fn single_gpu_job_runs_to_completion_within_the_write_budget() {
     assert!(j.finalizers().contains(&labels::FINALIZER.to_string()));
     let pods = h.cluster.pods_of("one");
     assert_eq!(pods.len(), 1);
-    // First write carried the id and the allocation: finalizer + status + the step
-    // credential + the pod.
-    assert_eq!(writes_excluding_events(&h), 4);
+    // First write carried the id and the allocation: finalizer + status + the pod. A
+    // one-node job has no step credential Secret: its pod makes its own key.
+    assert_eq!(writes_excluding_events(&h), 3);
+    assert!(h.cluster.lock().secrets.is_empty());
+    assert_eq!(h.writes.get(&WriteKind::Secret), None);
     h.step(10);
     assert_eq!(h.cluster.state("one"), JobState::Running);
     h.step(60);
@@ -126,8 +128,9 @@ fn single_gpu_job_runs_to_completion_within_the_write_budget() {
     assert_eq!(st.exit_code, Some(0));
     assert!(st.end_time.is_some());
     assert_eq!(st.tasks.len(), 1, "the record is kept");
-    // pods + 4 writes (with the step credential) for a job that started without waiting.
-    assert_eq!(writes_excluding_events(&h), 1 + 4);
+    // pods + 3 writes (finalizer, status, final status) for a job that started without
+    // waiting.
+    assert_eq!(writes_excluding_events(&h), 1 + 3);
     // Quiet afterwards: nothing more to write.
     let before = writes_excluding_events(&h);
     h.step(10);

@@ -1,5 +1,6 @@
 //! Building a job's node pods, its headless Service and its step credential Secret (pure: no
-//! client calls).
+//! client calls). A one-node job has no Secret: its steps never leave its pod, whose daemon
+//! makes the key itself ([`step::ENV_LOCAL_KEY`], an in-memory `emptyDir` at the key path).
 //!
 //! One pod per allocated node of an admission, holding the job's share of that node (the sum
 //! of its tasks' CPUs and memory, and their GPUs), owned by the BatchJob (controller
@@ -61,11 +62,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EnvVar, EnvVarSource, KeyToPath, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod, PodDNSConfig,
-    PodTemplateSpec, ResourceRequirements, Secret, SecretVolumeSource, Service, ServiceSpec,
-    Volume, VolumeMount,
+    Affinity, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath, NodeAffinity,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectFieldSelector, Pod,
+    PodDNSConfig, PodTemplateSpec, ResourceRequirements, Secret, SecretVolumeSource, Service,
+    ServiceSpec, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use muster_crds::labels;
@@ -135,6 +137,7 @@ pub const BINDING_VARS: &[&str] = &[
     step::ENV_POD_IP,
     step::ENV_PORT,
     step::ENV_KEY_FILE,
+    step::ENV_LOCAL_KEY,
     step::ENV_KILL_WAIT,
     step::ENV_STDOUT,
     step::ENV_STDERR,
@@ -809,6 +812,9 @@ pub fn node_env_in(
     }
     env.push((step::ENV_PORT.into(), step::DEFAULT_PORT.to_string()));
     env.push((step::ENV_KEY_FILE.into(), step::KEY_FILE.into()));
+    if step::key_in_pod(ranks.len()) {
+        env.push((step::ENV_LOCAL_KEY.into(), "1".into()));
+    }
     if let Some(g) = ctx.partition.and_then(|p| p.spec.grace_time_seconds) {
         // The daemon's SIGKILL comes before the kubelet's, so steps end as it reports.
         env.push((
@@ -1149,19 +1155,32 @@ pub fn build_pod_in(
         empty_dir: Some(Default::default()),
         ..Default::default()
     });
-    volumes.push(Volume {
-        name: step::KEY_VOLUME.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(step::secret_name(&name)),
-            default_mode: Some(0o400),
-            items: Some(vec![KeyToPath {
-                key: step::SECRET_KEY.into(),
-                path: step::SECRET_KEY.into(),
-                mode: None,
-            }]),
-            optional: None,
-        }),
-        ..Default::default()
+    let local_key = step::key_in_pod(layout.ranks.len());
+    volumes.push(if local_key {
+        // One node: the daemon writes its own key here (memory-backed, this pod's only).
+        Volume {
+            name: step::KEY_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(Quantity("1Mi".into())),
+            }),
+            ..Default::default()
+        }
+    } else {
+        Volume {
+            name: step::KEY_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(step::secret_name(&name)),
+                default_mode: Some(0o400),
+                items: Some(vec![KeyToPath {
+                    key: step::SECRET_KEY.into(),
+                    path: step::SECRET_KEY.into(),
+                    mode: None,
+                }]),
+                optional: None,
+            }),
+            ..Default::default()
+        }
     });
     {
         let c = &mut spec.containers[0];
@@ -1171,7 +1190,7 @@ pub fn build_pod_in(
         mounts.push(VolumeMount {
             name: step::KEY_VOLUME.into(),
             mount_path: step::KEY_DIR.into(),
-            read_only: Some(true),
+            read_only: Some(!local_key),
             ..Default::default()
         });
     }
@@ -1340,7 +1359,6 @@ pub fn pod_allocation(pod: &Pod) -> Option<TaskAllocation> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec};
 
     fn spec_of(p: &Pod) -> &PodSpec {
@@ -1611,6 +1629,7 @@ mod tests {
         let sv = vol.secret.as_ref().unwrap();
         assert_eq!(sv.secret_name.as_deref(), Some("train-step"));
         assert_eq!(sv.default_mode, Some(0o400));
+        assert!(!env_of(&s.containers[0]).contains_key(step::ENV_LOCAL_KEY));
     }
 
     #[test]
@@ -1886,6 +1905,38 @@ mod tests {
         // No cpu/memory allocation: no requests invented.
         let r = s.containers[0].resources.as_ref().unwrap();
         assert!(r.requests.as_ref().unwrap().is_empty());
+        // Its steps stay in the pod: the daemon makes the key, on a writable in-memory
+        // emptyDir at the key path; no Secret is referenced.
+        assert_eq!(e[step::ENV_LOCAL_KEY], "1");
+        assert_eq!(e[step::ENV_KEY_FILE], step::KEY_FILE);
+        let key = s.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.mount_path == step::KEY_DIR)
+            .unwrap();
+        assert_eq!(key.read_only, Some(false));
+        let vol = s
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == key.name)
+            .unwrap();
+        assert!(vol.secret.is_none());
+        assert_eq!(
+            vol.empty_dir.as_ref().unwrap().medium.as_deref(),
+            Some("Memory")
+        );
+        // Only the main container mounts it.
+        assert!(
+            s.init_containers.iter().flatten().all(|c| c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .all(|m| m.name != key.name))
+        );
     }
 
     #[test]
