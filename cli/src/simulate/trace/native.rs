@@ -38,13 +38,10 @@
 //! throttle; `cancel: true` never runs; `requeue: false` ends a preempted job rather than
 //! requeueing it. Scripts and pod templates are accepted and not replayed.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use muster_crds::slurm::{MemSize, TimeLimit};
-use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec, PartitionState};
+use muster_crds::slurm::TimeLimit;
+use muster_crds::v1alpha1::{BatchJobSpec, PartitionSpec};
 use muster_operator::controller::translate::{self, join_errors};
-use muster_operator::core::{LabelSelector, Partition};
+use muster_operator::core::Partition;
 use serde::Deserialize;
 
 use super::{
@@ -304,70 +301,12 @@ fn duration_secs(s: &str) -> Result<u64, String> {
     Ok(days * 86_400 + secs)
 }
 
+/// The partition as the operator reads it (one translation, `translate::partition`: the
+/// same selectors, tolerations, limits and job environment), with the trace's default flag.
 fn partition(p: &NativePartition) -> Result<(Partition, bool), String> {
-    let s = &p.spec;
-    let time = |field: &str, v: &Option<IntOrString>| -> Result<Option<TimeLimit>, String> {
-        let Some(v) = v else { return Ok(None) };
-        match v {
-            IntOrString::Int(i) => TimeLimit::from_int(i64::from(*i)),
-            IntOrString::String(x) => TimeLimit::parse(x),
-        }
-        .map(Some)
-        .map_err(|e| format!("spec.{field}: {e}"))
-    };
-    let mut selector = LabelSelector::default();
-    if let Some(sel) = &s.node_selector {
-        if sel
-            .match_expressions
-            .as_ref()
-            .is_some_and(|m| !m.is_empty())
-        {
-            return Err(
-                "spec.nodeSelector.matchExpressions is not supported in traces; use matchLabels"
-                    .into(),
-            );
-        }
-        selector.match_labels = sel
-            .match_labels
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect::<BTreeMap<_, _>>();
-    }
-    let def_mem = match &s.def_mem_per_gpu {
-        Some(m) => Some(
-            MemSize::parse(m)
-                .map_err(|e| format!("spec.defMemPerGpu: {e}"))?
-                .mib(),
-        ),
-        None => None,
-    };
-    if !s.tolerations.is_empty() {
-        return Err("spec.tolerations are not supported in traces (simulated nodes carry the cluster spec's taints)".into());
-    }
-    Ok((
-        Partition {
-            name: p.name.clone(),
-            selector,
-            topology: s.topology.clone(),
-            state: s.state.unwrap_or(PartitionState::Up),
-            default_time: time("defaultTime", &s.default_time)?,
-            max_time: time("maxTime", &s.max_time)?,
-            min_nodes: s.min_nodes,
-            max_nodes: s.max_nodes,
-            priority_tier: s.priority_tier.unwrap_or(0),
-            preempt_mode: s.preempt_mode.unwrap_or_default(),
-            allowed_namespaces: s.allowed_namespaces.clone(),
-            tolerations: Vec::new(),
-            def_cpu_per_gpu: s.def_cpu_per_gpu,
-            def_mem_per_gpu_mib: def_mem,
-            grace_time_secs: u64::from(s.grace_time_seconds.unwrap_or(0)),
-            default_image: s.default_image.clone(),
-            node_resources: muster_operator::controller::translate::node_resources(s)
-                .map_err(|e| format!("{}: {}", e.field, e.message))?,
-        },
-        s.default == Some(true),
-    ))
+    let obj = muster_crds::v1alpha1::Partition::new(&p.name, p.spec.clone());
+    let part = translate::partition(&obj).map_err(|e| join_errors(&e))?;
+    Ok((part, p.spec.default == Some(true)))
 }
 
 #[cfg(test)]
