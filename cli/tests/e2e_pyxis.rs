@@ -7,9 +7,6 @@
 
 mod e2e_support;
 
-use std::ffi::OsString;
-use std::path::PathBuf;
-
 use e2e_support::Sim;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
@@ -26,35 +23,8 @@ fn submitted(out: &str) -> u64 {
 /// `muster ARGS` as user `dana` with `extra` in the submitting environment (what
 /// `--container-env` reads): (success, stdout, stderr).
 async fn run_env(sim: &Sim, args: &[&str], extra: &[(&str, &str)]) -> (bool, String, String) {
-    let mut argv: Vec<OsString> = vec![
-        "muster".into(),
-        "--kubeconfig".into(),
-        sim.kubeconfig.clone().into(),
-    ];
-    argv.extend(args.iter().map(OsString::from));
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut input: &[u8] = b"";
-    let env = |k: &str| match k {
-        "USER" => Some("dana".to_string()),
-        "MUSTER_SUBMIT_TIMEOUT" => Some("15".to_string()),
-        _ => extra
-            .iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string()),
-    };
-    let mut io = muster_cli::Io {
-        out: &mut out,
-        err: &mut err,
-        stdin: &mut input,
-        env: &env,
-        cwd: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
-    };
-    let code = muster_cli::run_with(argv, &mut io).await;
-    (
-        code == std::process::ExitCode::SUCCESS,
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
+    let (code, out, err) = sim.run_env(args, b"", extra).await;
+    (code == std::process::ExitCode::SUCCESS, out, err)
 }
 
 /// Sets (or, with `None`, removes) `rdma/ib` in the allocatable of `nodes`, as an RDMA device

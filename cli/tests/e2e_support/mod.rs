@@ -194,6 +194,17 @@ impl Sim {
         args: &[&str],
         stdin: &[u8],
     ) -> (std::process::ExitCode, String, String) {
+        self.run_env(args, stdin, &[]).await
+    }
+
+    /// [`Sim::run_code`] with `extra` in the submitting environment (what `--export` and
+    /// `--container-env` read).
+    pub async fn run_env(
+        &self,
+        args: &[&str],
+        stdin: &[u8],
+        extra: &[(&str, &str)],
+    ) -> (std::process::ExitCode, String, String) {
         let mut argv: Vec<OsString> = vec![
             "muster".into(),
             "--kubeconfig".into(),
@@ -205,7 +216,10 @@ impl Sim {
         let env = |k: &str| match k {
             "USER" => Some("dana".to_string()),
             "MUSTER_SUBMIT_TIMEOUT" => Some("15".to_string()),
-            _ => None,
+            _ => extra
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string()),
         };
         let mut io = muster_cli::Io {
             out: &mut out,

@@ -132,13 +132,11 @@ impl Cycle<'_> {
                 let fitting = view.iter().filter(fits).count() as u32;
                 // A gang no leaf holds is never read again this cycle: its leaves are not
                 // kept (most gangs behind a busy queue are such).
-                let mut leaves = Vec::new();
-                if fitting > 0 {
-                    leaves = base.clone();
-                    for &(l, agg) in &buf {
-                        leaves[l as usize] = agg;
-                    }
-                }
+                let leaves = if fitting > 0 {
+                    view.iter().collect()
+                } else {
+                    Vec::new()
+                };
                 g.ahead = Some((
                     version,
                     logged,
