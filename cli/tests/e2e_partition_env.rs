@@ -39,11 +39,14 @@ async fn advertise_rdma(sim: &Sim, n: u32) {
             .unwrap();
     }
     // The operator's admission judges placement on its own cache of the nodes: wait until it
-    // has seen them (a server-side dry run is accepted).
+    // has seen every one of them (a server-side dry run of a job on all nodes is accepted; a
+    // one-node probe passed as soon as the first patch arrived, and a job on all nodes was then
+    // refused with "2 of partition blackwell's 8 nodes match").
+    let all = sim.cluster.nodes().len();
     let job: muster_crds::v1alpha1::BatchJob = serde_json::from_value(json!({
         "apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
         "metadata": {"name": "probe", "namespace": "default"},
-        "spec": {"nodes": 1, "script": "true"}}))
+        "spec": {"nodes": all, "script": "true"}}))
     .unwrap();
     let api = Api::namespaced(sim.cluster.client(), "default");
     let pp = kube::api::PostParams {
