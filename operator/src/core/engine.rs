@@ -275,7 +275,8 @@ pub struct PartState<'a> {
     pub leaf_claims: Vec<Vec<i64>>,
     /// Leaves with holds, sorted.
     pub claimed_leaves: Vec<u32>,
-    /// Leaves in the order they changed (an append-only log classes catch up with).
+    /// Leaves in the order they changed or gained a hold (an append-only log classes and
+    /// the lookahead's kept aggregates catch up with).
     pub changed: Vec<u32>,
     /// `(start, position)` of every hold that begins after now, sorted.
     pub claim_starts: Vec<(i64, u32)>,
@@ -797,6 +798,8 @@ impl<'a> Engine<'a> {
             starts.insert(at, c.start);
             ps.leaf_version[leaf] = ps.leaf_version[leaf].wrapping_add(1);
             ps.version += 1;
+            // Logged like a start: kept per-leaf aggregates (the lookahead's) read it again.
+            ps.changed.push(leaf as u32);
             if let Err(k) = ps.claimed_leaves.binary_search(&(leaf as u32)) {
                 ps.claimed_leaves.insert(k, leaf as u32);
             }
@@ -1109,32 +1112,39 @@ impl<'a> Engine<'a> {
         let part = self.classes[cid as usize].part as usize;
         patch.clear();
         for i in 0..self.parts[part].claimed_leaves.len() {
-            let ps = &self.parts[part];
-            let l = ps.claimed_leaves[i] as usize;
-            let ver = ps.leaf_version[l];
-            let ways = &self.classes[cid as usize].cache[l];
-            if let Some(e) = ways
-                .iter()
-                .find(|e| e.ver == ver && e.lo < end && end <= e.hi)
-            {
-                patch.push((l as u32, e.agg));
-                continue;
-            }
-            // The ends for which the same holds matter: between consecutive hold starts.
-            let starts = &ps.leaf_claims[l];
-            let i = starts.partition_point(|&t| t < end);
-            let lo = if i == 0 { i64::MIN } else { starts[i - 1] };
-            let hi = starts.get(i).copied().unwrap_or(i64::MAX);
-            let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, end);
-            let ways = &mut self.classes[cid as usize].cache[l];
-            // Replace an outdated entry, else one chosen by the end (entries differ by end).
-            let slot = ways
-                .iter()
-                .position(|e| e.ver != ver)
-                .unwrap_or((end as usize) % CACHE_WAYS);
-            ways[slot] = CacheEntry { ver, lo, hi, agg };
-            patch.push((l as u32, agg));
+            let l = self.parts[part].claimed_leaves[i];
+            patch.push((l, self.held_leaf_agg(cid, l, end)));
         }
+    }
+
+    /// Leaf `l` (one with holds) of class `cid` for a job starting now and running until
+    /// `end`, read through the class's cache (valid while the leaf is unchanged and the
+    /// same holds begin before `end`).
+    pub fn held_leaf_agg(&mut self, cid: u32, l: u32, end: i64) -> LeafAgg {
+        let l = l as usize;
+        let ps = &self.parts[self.classes[cid as usize].part as usize];
+        let ver = ps.leaf_version[l];
+        let ways = &self.classes[cid as usize].cache[l];
+        if let Some(e) = ways
+            .iter()
+            .find(|e| e.ver == ver && e.lo < end && end <= e.hi)
+        {
+            return e.agg;
+        }
+        // The ends for which the same holds matter: between consecutive hold starts.
+        let starts = &ps.leaf_claims[l];
+        let i = starts.partition_point(|&t| t < end);
+        let lo = if i == 0 { i64::MIN } else { starts[i - 1] };
+        let hi = starts.get(i).copied().unwrap_or(i64::MAX);
+        let agg = self.leaf_agg_now(&self.classes[cid as usize], l as u32, end);
+        let ways = &mut self.classes[cid as usize].cache[l];
+        // Replace an outdated entry, else one chosen by the end (entries differ by end).
+        let slot = ways
+            .iter()
+            .position(|e| e.ver != ver)
+            .unwrap_or((end as usize) % CACHE_WAYS);
+        ways[slot] = CacheEntry { ver, lo, hi, agg };
+        agg
     }
 
     /// Capacity of class `cid` with every node idle, for (schedulable nodes with healthy

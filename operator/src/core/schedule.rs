@@ -105,8 +105,11 @@ struct Cycle<'a> {
     /// The cycle's gangs in queue order, for placements that look ahead (see
     /// [`Cycle::lookahead`]).
     gangs: Vec<Gang>,
-    /// Scratch patch of [`Cycle::ahead_of`].
+    /// Scratch patch of [`Cycle::refresh_ahead`].
     ahead_buf: Vec<(u32, LeafAgg)>,
+    /// Per class, the most units and nodes a leaf without holds has, with the partition's
+    /// version they were read at (see [`Cycle::base_max`]).
+    base_max: BTreeMap<u32, (u64, u32, u32)>,
     /// Queue position of the job being considered.
     at: usize,
     /// Most GPUs on one node (a job asking more is a gang).
@@ -130,9 +133,9 @@ struct Gang {
     gate: Gate,
     /// What [`Cycle::lookahead`] found for it: its aggregates per leaf, with the partition's
     /// [`PartState::version`](super::engine::PartState::version) and length of its change
-    /// log they were read at. Kept current by reading only the leaves changed since (and
-    /// those with holds): every start changes a few leaves of the hundreds a later gang's
-    /// aggregates cover.
+    /// log they were read at. Kept current by reading only the leaves changed or held
+    /// since: every start changes a few leaves of the hundreds a later gang's aggregates
+    /// cover.
     ahead: Option<(u64, usize, Ahead)>,
 }
 
@@ -233,6 +236,7 @@ pub(crate) fn run_cycle(
         topology_checks: 0,
         gangs: Vec::new(),
         ahead_buf: Vec::new(),
+        base_max: BTreeMap::new(),
         at: 0,
         widest_node: snap
             .nodes

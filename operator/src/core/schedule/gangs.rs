@@ -8,8 +8,21 @@ impl Cycle<'_> {
     /// Waiting multi-node gangs in queue order with plain requests (no constraint, GPU
     /// type or binding): the jobs whose room a placement should not take by accident.
     pub(super) fn collect_gangs(&self, order: &[(usize, u32)]) -> Vec<Gang> {
-        let mut out = Vec::new();
+        // Read in pending order (sequential memory in long queues), then put in queue order.
+        let mut pos_of = vec![usize::MAX; self.snap.pending.len()];
         for (pos, &(idx, _)) in order.iter().enumerate() {
+            pos_of[idx] = pos;
+        }
+        let mut out = Vec::new();
+        for (idx, &pos) in pos_of.iter().enumerate() {
+            // One-node jobs first, from their demand alone: most of a queue.
+            let Some(Some(Ok(d))) = self.demands.get(idx) else {
+                continue;
+            };
+            if pos == usize::MAX || (d.min_nodes < 2 && d.min_gpus() <= u64::from(self.widest_node))
+            {
+                continue;
+            }
             let job = &self.snap.pending[idx];
             let r = &job.request;
             if job.hold
@@ -22,15 +35,12 @@ impl Cycle<'_> {
             {
                 continue;
             }
-            let (Some(part), Some(Some(Ok(d)))) = (job.partition, self.demands.get(idx)) else {
+            let Some(part) = job.partition else {
                 continue;
             };
             let Some(p) = self.snap.partitions.get(part as usize) else {
                 continue;
             };
-            if d.min_nodes < 2 && d.min_gpus() <= u64::from(self.widest_node) {
-                continue;
-            }
             out.push(Gang {
                 pos,
                 part,
@@ -41,6 +51,7 @@ impl Cycle<'_> {
                 ahead: None,
             });
         }
+        out.sort_unstable_by_key(|g| g.pos);
         out
     }
 
@@ -71,8 +82,9 @@ impl Cycle<'_> {
     }
 
     /// Brings gang `k`'s [`Gang::ahead`] up to date: nothing to do if no leaf of the
-    /// partition changed since it was read; else the leaves changed since and those with
-    /// holds (patched per window end) are read again; the first time, every leaf.
+    /// partition changed since it was read; else only the leaves changed (or newly held)
+    /// since are read again, those with holds for the gang's window through the class's
+    /// cache; the first time, every leaf.
     pub(super) fn refresh_ahead(&mut self, k: usize, part: u32) {
         let version = self.e.parts[part as usize].version;
         if matches!(&self.gangs[k].ahead, Some((v, _, _)) if *v == version) {
@@ -89,68 +101,111 @@ impl Cycle<'_> {
             }
         };
         let end = self.gangs[k].end;
-        let mut buf = std::mem::take(&mut self.ahead_buf);
-        // Brings the class's base up to date and reads the leaves with holds.
-        self.e.leaf_aggs_now(cid, end, &mut buf);
-        let ps = &self.e.parts[part as usize];
-        let base = &self.e.classes[cid as usize].base;
-        let logged = ps.changed.len();
-        let g = &mut self.gangs[k];
-        let (need, min_nodes) = (g.demand.need(), g.demand.min_nodes);
+        let (need, min_nodes) = (self.gangs[k].demand.need(), self.gangs[k].demand.min_nodes);
         let fits = |a: &LeafAgg| a.units >= need && a.nodes >= min_nodes;
-        match &mut g.ahead {
-            Some((v, seen, a)) => {
-                let mut set = |l: usize, new: LeafAgg| {
-                    let old = a.leaves[l];
-                    a.fitting = a.fitting - u32::from(fits(&old)) + u32::from(fits(&new));
-                    a.leaves[l] = new;
-                };
-                // Leaves without holds changed since: their base (leaves with holds are
-                // patched below; a leaf never loses its holds within a cycle).
-                for &l in &ps.changed[*seen..] {
-                    if ps.leaf_claims[l as usize].is_empty() {
-                        set(l as usize, base[l as usize]);
-                    }
-                }
-                for &(l, agg) in &buf {
-                    set(l as usize, agg);
-                }
-                *v = version;
-                *seen = logged;
-                // Test builds check the kept aggregates against a fresh read of every leaf.
-                #[cfg(debug_assertions)]
-                {
-                    let view = LeafView { base, patch: &buf };
-                    for (l, agg) in view.iter().enumerate() {
-                        debug_assert_eq!(a.leaves[l], agg, "lookahead kept leaf {l} stale");
-                    }
-                    debug_assert_eq!(a.fitting, view.iter().filter(fits).count() as u32);
-                }
-            }
-            None => {
-                let view = LeafView { base, patch: &buf };
-                let fitting = view.iter().filter(fits).count() as u32;
-                // A gang no leaf holds is never read again this cycle: its leaves are not
-                // kept (most gangs behind a busy queue are such).
-                let leaves = if fitting > 0 {
-                    view.iter().collect()
+        let mut buf = std::mem::take(&mut self.ahead_buf);
+        buf.clear();
+        let logged = self.e.parts[part as usize].changed.len();
+        if let Some((_, seen, _)) = &self.gangs[k].ahead {
+            // The leaves logged since: a leaf without holds as the class's base says (brought
+            // up to date here), one with holds read for this gang's window.
+            self.e.catch_up_base(cid);
+            let mut dirty = self.e.parts[part as usize].changed[*seen..logged].to_vec();
+            dirty.sort_unstable();
+            dirty.dedup();
+            for l in dirty {
+                let agg = if self.e.parts[part as usize].leaf_claims[l as usize].is_empty() {
+                    self.e.classes[cid as usize].base[l as usize]
                 } else {
-                    Vec::new()
+                    self.e.held_leaf_agg(cid, l, end)
                 };
-                g.ahead = Some((
-                    version,
-                    logged,
-                    Ahead {
-                        cid,
-                        need,
-                        min_nodes,
-                        end,
-                        leaves,
-                        fitting,
-                    },
-                ));
+                buf.push((l, agg));
             }
+            #[cfg(debug_assertions)]
+            let fresh = {
+                // Test builds check the kept aggregates against a fresh read of every leaf.
+                let mut patch = Vec::new();
+                self.e.leaf_aggs_now(cid, end, &mut patch);
+                let view = LeafView {
+                    base: &self.e.classes[cid as usize].base,
+                    patch: &patch,
+                };
+                view.iter().collect::<Vec<_>>()
+            };
+            let Some((v, seen, a)) = &mut self.gangs[k].ahead else {
+                unreachable!("checked above")
+            };
+            for &(l, new) in &buf {
+                let old = a.leaves[l as usize];
+                a.fitting = a.fitting - u32::from(fits(&old)) + u32::from(fits(&new));
+                a.leaves[l as usize] = new;
+            }
+            *v = version;
+            *seen = logged;
+            #[cfg(debug_assertions)]
+            {
+                for (l, agg) in fresh.iter().enumerate() {
+                    debug_assert_eq!(a.leaves[l], *agg, "lookahead kept leaf {l} stale");
+                }
+                debug_assert_eq!(a.fitting, fresh.iter().filter(|a| fits(a)).count() as u32);
+            }
+        } else {
+            // Brings the class's base up to date and reads the leaves with holds.
+            self.e.leaf_aggs_now(cid, end, &mut buf);
+            // Most later gangs are larger than any leaf's room: the largest units and nodes
+            // of a leaf (kept per class while no leaf changes) say so without a scan.
+            let (mut units, mut nodes) = self.base_max(cid, part);
+            for (_, a) in &buf {
+                units = units.max(a.units);
+                nodes = nodes.max(a.nodes);
+            }
+            let base = &self.e.classes[cid as usize].base;
+            let view = LeafView { base, patch: &buf };
+            let fitting = if units >= need && nodes >= min_nodes {
+                view.iter().filter(fits).count() as u32
+            } else {
+                0
+            };
+            // A gang no leaf holds is never read again this cycle: its leaves are not
+            // kept (most gangs behind a busy queue are such).
+            let leaves = if fitting > 0 {
+                view.iter().collect()
+            } else {
+                Vec::new()
+            };
+            self.gangs[k].ahead = Some((
+                version,
+                logged,
+                Ahead {
+                    cid,
+                    need,
+                    min_nodes,
+                    end,
+                    leaves,
+                    fitting,
+                },
+            ));
         }
         self.ahead_buf = buf;
+    }
+
+    /// The most units and the most nodes of class `cid` that a leaf without holds has now
+    /// (its base must be current), read again only when a leaf of the partition changed.
+    fn base_max(&mut self, cid: u32, part: u32) -> (u32, u32) {
+        let ps = &self.e.parts[part as usize];
+        if let Some(&(v, u, n)) = self.base_max.get(&cid)
+            && v == ps.version
+        {
+            return (u, n);
+        }
+        let (mut u, mut n) = (0, 0);
+        for (l, a) in self.e.classes[cid as usize].base.iter().enumerate() {
+            if ps.leaf_claims[l].is_empty() {
+                u = a.units.max(u);
+                n = a.nodes.max(n);
+            }
+        }
+        self.base_max.insert(cid, (ps.version, u, n));
+        (u, n)
     }
 }
