@@ -361,7 +361,31 @@ pub fn validate(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     validate_node(s, v, path, errs, true);
 }
 
+/// Validate an update of a custom resource with ratcheting at top-level-field granularity:
+/// the top-level fields `unchanged` accepts are not walked (their errors would be dropped:
+/// the object was admitted with them), everything else is checked as by [`validate`].
+pub fn validate_changed(
+    s: &Schema,
+    v: &Value,
+    errs: &mut Vec<FieldError>,
+    unchanged: &dyn Fn(&str) -> bool,
+) {
+    validate_at(s, v, "", errs, true, Some(unchanged));
+}
+
 fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, root: bool) {
+    validate_at(s, v, path, errs, root, None);
+}
+
+fn validate_at(
+    s: &Schema,
+    v: &Value,
+    path: &str,
+    errs: &mut Vec<FieldError>,
+    root: bool,
+    unchanged: Option<&dyn Fn(&str) -> bool>,
+) {
+    let skip = |k: &str| unchanged.is_some_and(|u| u(k));
     if !type_ok(s, v) {
         let want = if s.int_or_string {
             "integer-or-string".to_string()
@@ -536,7 +560,7 @@ fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, 
                 if root && matches!(r.as_str(), "apiVersion" | "kind" | "metadata") {
                     continue;
                 }
-                if !m.contains_key(r) {
+                if !m.contains_key(r) && !skip(r) {
                     errs.push(FieldError::required(join(path, r), ""));
                 }
             }
@@ -566,6 +590,9 @@ fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, 
                     continue;
                 }
                 if let Some(ps) = s.properties.get(k) {
+                    if skip(k) {
+                        continue;
+                    }
                     validate_node(ps, child, &join(path, k), errs, false);
                 } else if let Some(a) = &s.additional {
                     validate_node(a, child, &format!("{path}[{k}]"), errs, false);
@@ -815,6 +842,52 @@ mod tests {
         let mut e = Vec::new();
         validate(&s, v, "", &mut e);
         e.iter().map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn updates_skip_unchanged_top_level_fields_only() {
+        let s = Schema::parse(&json!({
+            "type": "object",
+            "required": ["spec"],
+            "properties": {
+                "spec": {"type": "object", "properties": {"size": {"type": "integer", "maximum": 10.0}}},
+                "status": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 10.0}}}
+            }
+        }))
+        .unwrap();
+        let check = |new: &Value, old: &Value| {
+            let mut e = Vec::new();
+            validate_changed(&s, new, &mut e, &|k: &str| old.get(k) == new.get(k));
+            e.iter().map(|e| e.field.clone()).collect::<Vec<_>>()
+        };
+        // Admitted before the rule (or by a looser one): a status write keeps it.
+        let old = json!({"spec": {"size": 11}, "status": {"n": 1}});
+        assert!(check(&json!({"spec": {"size": 11}, "status": {"n": 2}}), &old).is_empty());
+        // The changed field is checked, whatever else is unchanged.
+        assert_eq!(
+            check(&json!({"spec": {"size": 11}, "status": {"n": 12}}), &old),
+            ["status.n"]
+        );
+        assert_eq!(
+            check(&json!({"spec": {"size": 12}, "status": {"n": 1}}), &old),
+            ["spec.size"]
+        );
+        // A required field missing before and after is not reported; one removed is.
+        let old = json!({"status": {"n": 1}});
+        assert!(check(&json!({"status": {"n": 2}}), &old).is_empty());
+        assert_eq!(
+            check(&json!({"status": {"n": 2}}), &json!({"spec": {}})),
+            ["spec"]
+        );
+        // Same as a full validation of a new object.
+        let mut full = Vec::new();
+        validate(
+            &s,
+            &json!({"spec": {"size": 12}, "status": {"n": 1}}),
+            "",
+            &mut full,
+        );
+        assert_eq!(full.len(), 1);
     }
 
     #[test]
