@@ -1079,10 +1079,23 @@ mod tests {
     #[test]
     fn root_rules_read_what_they_name() {
         assert_eq!(
-            top_level_reads(&["size(self.metadata.name) <= 3", "!has(self.spec) || self.spec.n > 0"]),
-            Some(vec!["apiVersion".into(), "kind".into(), "metadata".into(), "spec".into()])
+            top_level_reads(&[
+                "size(self.metadata.name) <= 3",
+                "!has(self.spec) || self.spec.n > 0"
+            ]),
+            Some(vec![
+                "apiVersion".into(),
+                "kind".into(),
+                "metadata".into(),
+                "spec".into()
+            ])
         );
-        for whole in ["self.all(k, k != 'x')", "self['status'] != null", "has(self)", "oldSelf == self"] {
+        for whole in [
+            "self.all(k, k != 'x')",
+            "self['status'] != null",
+            "has(self)",
+            "oldSelf == self",
+        ] {
             assert_eq!(top_level_reads(&[whole]), None, "{whole}");
         }
         // Root rules see the fields they read, every write; nested rules run where changed.
