@@ -24,9 +24,3 @@ pub mod scheduler;
 pub mod stepjob;
 
 pub use cluster::{TestCluster, TestClusterOptions};
-
-/// The test control plane's allocator, wherever it runs (tests, benchmarks, `muster
-/// sandbox`): the API server double, the scheduler stand-in and the kubelet decode, copy and
-/// drop JSON values per request, and glibc's malloc spent ~15% of their CPU on it.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
