@@ -15,6 +15,13 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use muster_e2e::apiserver::{ApiServer, ApiServerOptions};
 use serde_json::json;
 
+/// mimalloc for the test control plane in this benchmark's process: the API server double,
+/// the scheduler stand-in and the kubelet decode, copy and drop JSON values per request, and
+/// glibc's malloc spent ~15% of their CPU on it. (Set per binary: the `muster` CLI links the
+/// same library with its own counting allocator.)
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

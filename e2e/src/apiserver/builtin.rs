@@ -109,6 +109,38 @@ pub fn normalize(rt: &ResourceType, v: Value) -> Result<(Value, Vec<String>), St
     Ok((out, unknown))
 }
 
+/// Decode the status of a pod whose other fields are those of the stored object (a status
+/// write: the rest was decoded when it was written, and decoding is idempotent), through
+/// `PodStatus` only: the same result as [`normalize`] without decoding the spec again.
+/// Returns the unknown fields.
+pub fn normalize_pod_status(pod: &mut Value) -> Result<Vec<String>, String> {
+    let Some(m) = pod.as_object_mut() else {
+        return Ok(Vec::new());
+    };
+    let Some(input) = m.remove("status") else {
+        return Ok(Vec::new());
+    };
+    if input.is_null() {
+        return Ok(Vec::new());
+    }
+    let typed = <k8s_openapi::api::core::v1::PodStatus as serde::Deserialize>::deserialize(&input)
+        .map_err(|e| e.to_string())?;
+    let out = serde_json::to_value(typed).map_err(|e| e.to_string())?;
+    let mut unknown = Vec::new();
+    diff_unknown(&input, &out, "status", &mut unknown);
+    m.insert("status".into(), out);
+    Ok(unknown)
+}
+
+/// Whether two objects differ at most in `status`.
+pub fn same_but_status(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return false;
+    };
+    let rest = |m: &Map<String, Value>| m.len() - usize::from(m.contains_key("status"));
+    rest(a) == rest(b) && a.iter().all(|(k, v)| k == "status" || b.get(k) == Some(v))
+}
+
 fn diff_unknown(input: &Value, output: &Value, path: &str, out: &mut Vec<String>) {
     match (input, output) {
         (Value::Object(i), Value::Object(o)) => {
@@ -994,6 +1026,35 @@ mod tests {
             pod["spec"]["containers"][0]["imagePullPolicy"],
             "IfNotPresent"
         );
+    }
+
+    #[test]
+    fn pod_status_writes_decode_as_whole_pods_do() {
+        let pod = super::super::resources::Registry::default()
+            .catalog()
+            .get("", "v1", "pods")
+            .expect("pods are served");
+        let stored = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "uid": "u", "resourceVersion": "5"},
+            "spec": {"containers": [{"name": "a", "image": "x"}], "nodeName": "n1"},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": null}]}});
+        let (stored, _) = normalize(&pod, stored).unwrap();
+        let mut new = stored.clone();
+        new["status"] = json!({"phase": "Running", "bogus": 1, "podIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True", "lastProbeTime": null}]});
+        assert!(same_but_status(&stored, &new));
+        let (whole, whole_unknown) = normalize(&pod, new.clone()).unwrap();
+        let mut part = new;
+        let part_unknown = normalize_pod_status(&mut part).unwrap();
+        assert_eq!(part, whole);
+        assert_eq!(part_unknown, whole_unknown);
+        assert_eq!(part_unknown, ["status.bogus"]);
+        let mut bad = stored.clone();
+        bad["status"]["phase"] = json!(3);
+        assert!(normalize_pod_status(&mut bad).is_err());
+        let mut spec_changed = stored.clone();
+        spec_changed["spec"]["nodeName"] = json!("n2");
+        assert!(!same_but_status(&stored, &spec_changed));
     }
 
     #[test]

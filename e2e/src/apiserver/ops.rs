@@ -271,9 +271,16 @@ impl Shared {
             if let Some(s) = &crd.schema {
                 let pruned = schema::prune_and_default(s, obj);
                 handle_unknown(pruned, &mut warnings)?;
-                // Ratcheting at top-level-field granularity: unchanged fields are not re-checked.
+                // Ratcheting at top-level-field granularity: unchanged fields are not re-checked
+                // (not walked, and errors found through root-level rules on them dropped).
                 let mut all = Vec::new();
-                schema::validate(s, obj, "", &mut all);
+                match old {
+                    None => schema::validate(s, obj, "", &mut all),
+                    Some(o) => {
+                        let unchanged = |k: &str| o.get(k) == obj.get(k);
+                        schema::validate_changed(s, obj, &mut all, &unchanged);
+                    }
+                }
                 errs.extend(all.into_iter().filter(|e| {
                     let top = e.field.split(['.', '[']).next().unwrap_or("");
                     old.is_none_or(|o| top.is_empty() || o.get(top) != obj.get(top))
@@ -294,6 +301,17 @@ impl Shared {
                     errs.extend(v.validate(obj, old));
                 }
             }
+        } else if rt.builtin == Builtin::Pod
+            && old.is_some_and(|o| builtin::same_but_status(o, obj))
+        {
+            // A status write (kubelet, scheduler conditions): only the status is new.
+            let unknown = builtin::normalize_pod_status(obj).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "{} in version \"{}\" cannot be handled as a {}: {e}",
+                    rt.kind, rt.version, rt.kind
+                ))
+            })?;
+            handle_unknown(unknown, &mut warnings)?;
         } else {
             let mut taken = std::mem::take(obj);
             // Pod fields of optional APIs that k8s-openapi's v1_32 Pod does not know: kept

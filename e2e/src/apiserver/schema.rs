@@ -361,7 +361,31 @@ pub fn validate(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     validate_node(s, v, path, errs, true);
 }
 
+/// Validate an update of a custom resource with ratcheting at top-level-field granularity:
+/// the top-level fields `unchanged` accepts are not walked (their errors would be dropped:
+/// the object was admitted with them), everything else is checked as by [`validate`].
+pub fn validate_changed(
+    s: &Schema,
+    v: &Value,
+    errs: &mut Vec<FieldError>,
+    unchanged: &dyn Fn(&str) -> bool,
+) {
+    validate_at(s, v, "", errs, true, Some(unchanged));
+}
+
 fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, root: bool) {
+    validate_at(s, v, path, errs, root, None);
+}
+
+fn validate_at(
+    s: &Schema,
+    v: &Value,
+    path: &str,
+    errs: &mut Vec<FieldError>,
+    root: bool,
+    unchanged: Option<&dyn Fn(&str) -> bool>,
+) {
+    let skip = |k: &str| unchanged.is_some_and(|u| u(k));
     if !type_ok(s, v) {
         let want = if s.int_or_string {
             "integer-or-string".to_string()
@@ -536,7 +560,7 @@ fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, 
                 if root && matches!(r.as_str(), "apiVersion" | "kind" | "metadata") {
                     continue;
                 }
-                if !m.contains_key(r) {
+                if !m.contains_key(r) && !skip(r) {
                     errs.push(FieldError::required(join(path, r), ""));
                 }
             }
@@ -566,6 +590,9 @@ fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, 
                     continue;
                 }
                 if let Some(ps) = s.properties.get(k) {
+                    if skip(k) {
+                        continue;
+                    }
                     validate_node(ps, child, &join(path, k), errs, false);
                 } else if let Some(a) = &s.additional {
                     validate_node(a, child, &format!("{path}[{k}]"), errs, false);
@@ -622,18 +649,27 @@ fn validate_node(s: &Schema, v: &Value, path: &str, errs: &mut Vec<FieldError>, 
     }
 }
 
-/// The compiled CEL rules of one CRD version. Rules are compiled per top-level field so that an
-/// update re-evaluates only the fields it changed (validation ratcheting at top-level-field
-/// granularity), unless the root itself has rules.
+/// The compiled CEL rules of one CRD version. Rules below the root are compiled per top-level
+/// field so that an update re-evaluates only the fields it changed (validation ratcheting at
+/// top-level-field granularity). The root's own rules run on every write, as in
+/// kube-apiserver, on the object trimmed to the top-level fields they read (a status write
+/// of a 512-node gang does not convert its 4,096 task records for `size(self.metadata.name)`).
 pub struct CrdValidation {
-    root: Option<CompiledSchema>,
+    root: Option<RootRules>,
     props: HashMap<String, CompiledSchema>,
+}
+
+/// The root's rules, compiled over the schema with every nested rule stripped, and the
+/// top-level fields they read (`None`: they may read anything, the whole object is given).
+struct RootRules {
+    compiled: CompiledSchema,
+    reads: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for CrdValidation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CrdValidation")
-            .field("root", &self.root.is_some())
+            .field("root", &self.root.as_ref().map(|r| &r.reads))
             .field("props", &self.props.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -644,6 +680,91 @@ fn has_rules(v: &Value) -> bool {
         Value::Object(m) => m.contains_key("x-kubernetes-validations") || m.values().any(has_rules),
         Value::Array(a) => a.iter().any(has_rules),
         _ => false,
+    }
+}
+
+/// A schema without its nested rules (the root's kept).
+fn strip_nested_rules(v: &mut Value, root: bool) {
+    match v {
+        Value::Object(m) => {
+            if !root {
+                m.remove("x-kubernetes-validations");
+            }
+            for c in m.values_mut() {
+                strip_nested_rules(c, false);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|c| strip_nested_rules(c, false)),
+        _ => {}
+    }
+}
+
+/// The top-level fields CEL expressions read, when every use of `self` and `oldSelf` in them
+/// is a plain field selection (`self.spec...`, `has(self.spec)`); `None` otherwise (`self`
+/// alone, indexed, or with a method or macro such as `self.all(...)`). Words inside string
+/// literals count too, which can only add fields or give up: never miss one.
+fn top_level_reads(exprs: &[&str]) -> Option<Vec<String>> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out: Vec<String> = vec!["apiVersion".into(), "kind".into(), "metadata".into()];
+    for e in exprs {
+        let b: Vec<char> = e.chars().collect();
+        let mut i = 0;
+        while i < b.len() {
+            if !ident(b[i]) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < b.len() && ident(b[i]) {
+                i += 1;
+            }
+            let word: String = b[start..i].iter().collect();
+            if word != "self" && word != "oldSelf" {
+                continue;
+            }
+            let mut j = i;
+            while j < b.len() && b[j].is_whitespace() {
+                j += 1;
+            }
+            if b.get(j) != Some(&'.') {
+                return None;
+            }
+            j += 1;
+            while j < b.len() && b[j].is_whitespace() {
+                j += 1;
+            }
+            let fs = j;
+            while j < b.len() && ident(b[j]) {
+                j += 1;
+            }
+            if fs == j {
+                return None;
+            }
+            let field: String = b[fs..j].iter().collect();
+            while j < b.len() && b[j].is_whitespace() {
+                j += 1;
+            }
+            if b.get(j) == Some(&'(') {
+                return None;
+            }
+            if !out.contains(&field) {
+                out.push(field);
+            }
+            i = j;
+        }
+    }
+    Some(out)
+}
+
+/// `v` with only the top-level fields in `keep`.
+fn trimmed(v: &Value, keep: &[String]) -> Value {
+    match v.as_object() {
+        Some(m) => Value::Object(
+            keep.iter()
+                .filter_map(|k| Some((k.clone(), m.get(k)?.clone())))
+                .collect(),
+        ),
+        None => v.clone(),
     }
 }
 
@@ -670,16 +791,29 @@ impl CrdValidation {
             return Ok(None);
         }
         let mut errors = Vec::new();
-        let root_rules = schema.get("x-kubernetes-validations").is_some();
         let mut out = Self {
             root: None,
             props: HashMap::new(),
         };
-        if root_rules {
-            let c = kube_cel::compile_schema(schema);
+        if let Some(rules) = schema.get("x-kubernetes-validations") {
+            let mut own = schema.clone();
+            strip_nested_rules(&mut own, true);
+            let c = kube_cel::compile_schema(&own);
             compile_errors(&c, "openAPIV3Schema", &mut errors);
-            out.root = Some(c);
-        } else if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            let exprs: Vec<&str> = rules
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|r| ["rule", "messageExpression"].map(|k| r.get(k)))
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            out.root = Some(RootRules {
+                compiled: c,
+                reads: top_level_reads(&exprs),
+            });
+        }
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
             for (k, p) in props {
                 if has_rules(p) {
                     let c = kube_cel::compile_schema(p);
@@ -699,13 +833,15 @@ impl CrdValidation {
     pub fn validate(&self, new: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut out = Vec::new();
         if let Some(root) = &self.root {
-            collect_cel(
-                kube_cel::validate_compiled(root, new, old),
-                "",
-                new,
-                &mut out,
-            );
-            return out;
+            let res = match &root.reads {
+                Some(keep) => {
+                    let n = trimmed(new, keep);
+                    let o = old.map(|o| trimmed(o, keep));
+                    kube_cel::validate_compiled(&root.compiled, &n, o.as_ref())
+                }
+                None => kube_cel::validate_compiled(&root.compiled, new, old),
+            };
+            collect_cel(res, "", new, &mut out);
         }
         for (k, c) in &self.props {
             let Some(nv) = new.get(k).filter(|v| !v.is_null()) else {
@@ -818,6 +954,52 @@ mod tests {
     }
 
     #[test]
+    fn updates_skip_unchanged_top_level_fields_only() {
+        let s = Schema::parse(&json!({
+            "type": "object",
+            "required": ["spec"],
+            "properties": {
+                "spec": {"type": "object", "properties": {"size": {"type": "integer", "maximum": 10.0}}},
+                "status": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 10.0}}}
+            }
+        }))
+        .unwrap();
+        let check = |new: &Value, old: &Value| {
+            let mut e = Vec::new();
+            validate_changed(&s, new, &mut e, &|k: &str| old.get(k) == new.get(k));
+            e.iter().map(|e| e.field.clone()).collect::<Vec<_>>()
+        };
+        // Admitted before the rule (or by a looser one): a status write keeps it.
+        let old = json!({"spec": {"size": 11}, "status": {"n": 1}});
+        assert!(check(&json!({"spec": {"size": 11}, "status": {"n": 2}}), &old).is_empty());
+        // The changed field is checked, whatever else is unchanged.
+        assert_eq!(
+            check(&json!({"spec": {"size": 11}, "status": {"n": 12}}), &old),
+            ["status.n"]
+        );
+        assert_eq!(
+            check(&json!({"spec": {"size": 12}, "status": {"n": 1}}), &old),
+            ["spec.size"]
+        );
+        // A required field missing before and after is not reported; one removed is.
+        let old = json!({"status": {"n": 1}});
+        assert!(check(&json!({"status": {"n": 2}}), &old).is_empty());
+        assert_eq!(
+            check(&json!({"status": {"n": 2}}), &json!({"spec": {}})),
+            ["spec"]
+        );
+        // Same as a full validation of a new object.
+        let mut full = Vec::new();
+        validate(
+            &s,
+            &json!({"spec": {"size": 12}, "status": {"n": 1}}),
+            "",
+            &mut full,
+        );
+        assert_eq!(full.len(), 1);
+    }
+
+    #[test]
     fn prunes_defaults_and_validates() {
         let mut v = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "n", "junk": 1},
             "spec": {"size": 3, "extra": true, "free": {"any": {"thing": 1}}, "io": "5"}, "top": 1});
@@ -892,5 +1074,53 @@ mod tests {
         );
         let bad = json!({"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-validations": [{"rule": "self.("}]}}});
         assert!(CrdValidation::compile(&bad).is_err());
+    }
+
+    #[test]
+    fn root_rules_read_what_they_name() {
+        assert_eq!(
+            top_level_reads(&[
+                "size(self.metadata.name) <= 3",
+                "!has(self.spec) || self.spec.n > 0"
+            ]),
+            Some(vec![
+                "apiVersion".into(),
+                "kind".into(),
+                "metadata".into(),
+                "spec".into()
+            ])
+        );
+        for whole in [
+            "self.all(k, k != 'x')",
+            "self['status'] != null",
+            "has(self)",
+            "oldSelf == self",
+        ] {
+            assert_eq!(top_level_reads(&[whole]), None, "{whole}");
+        }
+        // Root rules see the fields they read, every write; nested rules run where changed.
+        let raw = json!({"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "size(self.metadata.name) <= 3", "message": "short names"},
+                {"rule": "!has(self.status) || self.status.n <= self.spec.max", "message": "n <= max"}],
+            "properties": {
+                "spec": {"type": "object", "properties": {"max": {"type": "integer"}},
+                    "x-kubernetes-validations": [{"rule": "self.max >= 0", "message": "max >= 0"}]},
+                "status": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "other": {"type": "array", "items": {"type": "string"}}}});
+        let c = CrdValidation::compile(&raw).unwrap().unwrap();
+        let msgs = |new: &Value, old: Option<&Value>| -> Vec<String> {
+            c.validate(new, old).iter().map(|e| e.to_string()).collect()
+        };
+        let old = json!({"metadata": {"name": "abcd"}, "spec": {"max": -1}, "status": {"n": 1}, "other": ["x"]});
+        let new = json!({"metadata": {"name": "abcd"}, "spec": {"max": -1}, "status": {"n": 2}, "other": ["x"]});
+        let e = msgs(&new, Some(&old));
+        // The root's rules fail; the unchanged spec's own rule is ratcheted.
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e.iter().any(|m| m.contains("short names")), "{e:?}");
+        assert!(e.iter().any(|m| m.contains("n <= max")), "{e:?}");
+        let e = msgs(&new, None);
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(e.iter().any(|m| m.contains("max >= 0")), "{e:?}");
     }
 }

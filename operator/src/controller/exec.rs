@@ -308,16 +308,23 @@ struct Ctx<'a> {
     faults: &'a dyn Faults,
     dead: AtomicBool,
     report: std::sync::Mutex<ExecReport>,
-    /// Pods being built or written, across jobs (see [`PODS_IN_FLIGHT_PER_JOB`]).
+    /// Pods being built or written, across jobs (see [`PODS_IN_FLIGHT_PER_JOB`] and
+    /// [`POD_SLOTS_PER_JOB`]).
     pod_slots: tokio::sync::Semaphore,
 }
 
 /// Pods in flight (built, being written) per job slot of the writer's concurrency. Each is a
 /// complete pod object, its request body and the server's answer (~20 KB): 64 jobs of 32 pods
 /// all at once were 50 MB, and a burst that size leaves the heap fragmented for good. Four
-/// per job slot (256 at the default) still keeps a gang's pods one round trip deep, and the
-/// API server busy.
+/// per job slot (256 at the default) keeps small jobs' pods one round trip deep, and the API
+/// server busy.
 const PODS_IN_FLIGHT_PER_JOB: usize = 4;
+
+/// A job takes the pod slots for all of its pods at once (so its pods are written in one
+/// round trip, not in waves shared with other jobs), up to this many: the pool is at least
+/// this large, so a gang of up to 512 nodes goes out at once, and the pool stays the memory
+/// bound (512 pods ~ 10 MB).
+const POD_SLOTS_PER_JOB: usize = 512;
 
 impl Ctx<'_> {
     /// Counts and gates one write; `Err` stops the caller.
@@ -508,11 +515,23 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
     if futures::future::join_all(claims).await.iter().any(|ok| !ok) {
         return;
     }
-    // Pods of one gang are created concurrently: a gang of 32 is one round trip deep.
-    // Each pod is built just before it is written (see `PodsToCreate`).
+    // Pods of one gang are created concurrently: the job takes the slots for all its pods
+    // at once, so a gang (up to `POD_SLOTS_PER_JOB` nodes) is one round trip deep; a larger
+    // one takes them pod by pod. Each pod is built just before it is written (see
+    // `PodsToCreate`). The semaphore is never closed, so acquiring only waits.
+    let n = create.nodes().len();
+    let whole = n <= POD_SLOTS_PER_JOB;
+    let _job_slots = if whole && n > 0 {
+        ctx.pod_slots.acquire_many(n as u32).await.ok()
+    } else {
+        None
+    };
     let creates = create.nodes().iter().map(|&node| async move {
-        // Never closed, so acquiring only waits.
-        let _slot = ctx.pod_slots.acquire().await.ok();
+        let _slot = if whole {
+            None
+        } else {
+            ctx.pod_slots.acquire().await.ok()
+        };
         let p = match create.build(node) {
             Ok(p) => p,
             Err(e) => {
@@ -682,7 +701,9 @@ pub async fn execute(
         faults,
         dead: AtomicBool::new(false),
         report: std::sync::Mutex::new(report),
-        pod_slots: tokio::sync::Semaphore::new(concurrency.max(1) * PODS_IN_FLIGHT_PER_JOB),
+        pod_slots: tokio::sync::Semaphore::new(
+            (concurrency.max(1) * PODS_IN_FLIGHT_PER_JOB).max(POD_SLOTS_PER_JOB),
+        ),
     };
     let ctx = &state;
     stream::iter(plan.jobs)
