@@ -1018,8 +1018,9 @@ async fn run_cycle(
         gang: caps.gang,
     };
     let ids = &mut leader.ids;
-    let cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
-    leader.last_running = cp.running.clone();
+    let mut cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
+    // Moved, not copied: a task record per running task (the writes never read it).
+    leader.last_running = std::mem::take(&mut cp.running);
     metrics.set_gauges(&cp.gauges);
     let (starts, queued) = (cp.starts, cp.queued);
     let fin: HashMap<String, Vec<String>> = jobs
