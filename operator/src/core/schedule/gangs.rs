@@ -103,54 +103,42 @@ impl Cycle<'_> {
         let end = self.gangs[k].end;
         let (need, min_nodes) = (self.gangs[k].demand.need(), self.gangs[k].demand.min_nodes);
         let fits = |a: &LeafAgg| a.units >= need && a.nodes >= min_nodes;
-        let mut buf = std::mem::take(&mut self.ahead_buf);
-        buf.clear();
         let logged = self.e.parts[part as usize].changed.len();
-        if let Some((_, seen, _)) = &self.gangs[k].ahead {
+        if let Some((_, seen, mut a)) = self.gangs[k].ahead.take() {
             // The leaves logged since: a leaf without holds as the class's base says (brought
             // up to date here), one with holds read for this gang's window.
             self.e.catch_up_base(cid);
-            let mut dirty = self.e.parts[part as usize].changed[*seen..logged].to_vec();
+            let mut dirty = self.e.parts[part as usize].changed[seen..logged].to_vec();
             dirty.sort_unstable();
             dirty.dedup();
             for l in dirty {
-                let agg = if self.e.parts[part as usize].leaf_claims[l as usize].is_empty() {
+                let new = if self.e.parts[part as usize].leaf_claims[l as usize].is_empty() {
                     self.e.classes[cid as usize].base[l as usize]
                 } else {
                     self.e.held_leaf_agg(cid, l, end)
                 };
-                buf.push((l, agg));
+                let old = a.leaves[l as usize];
+                a.fitting = a.fitting - u32::from(fits(&old)) + u32::from(fits(&new));
+                a.leaves[l as usize] = new;
             }
+            // Test builds check the kept aggregates against a fresh read of every leaf.
             #[cfg(debug_assertions)]
-            let fresh = {
-                // Test builds check the kept aggregates against a fresh read of every leaf.
+            {
                 let mut patch = Vec::new();
                 self.e.leaf_aggs_now(cid, end, &mut patch);
                 let view = LeafView {
                     base: &self.e.classes[cid as usize].base,
                     patch: &patch,
                 };
-                view.iter().collect::<Vec<_>>()
-            };
-            let Some((v, seen, a)) = &mut self.gangs[k].ahead else {
-                unreachable!("checked above")
-            };
-            for &(l, new) in &buf {
-                let old = a.leaves[l as usize];
-                a.fitting = a.fitting - u32::from(fits(&old)) + u32::from(fits(&new));
-                a.leaves[l as usize] = new;
-            }
-            *v = version;
-            *seen = logged;
-            #[cfg(debug_assertions)]
-            {
-                for (l, agg) in fresh.iter().enumerate() {
-                    debug_assert_eq!(a.leaves[l], *agg, "lookahead kept leaf {l} stale");
+                for (l, agg) in view.iter().enumerate() {
+                    debug_assert_eq!(a.leaves[l], agg, "lookahead kept leaf {l} stale");
                 }
-                debug_assert_eq!(a.fitting, fresh.iter().filter(|a| fits(a)).count() as u32);
+                debug_assert_eq!(a.fitting, view.iter().filter(fits).count() as u32);
             }
+            self.gangs[k].ahead = Some((version, logged, a));
         } else {
             // Brings the class's base up to date and reads the leaves with holds.
+            let mut buf = std::mem::take(&mut self.ahead_buf);
             self.e.leaf_aggs_now(cid, end, &mut buf);
             // Most later gangs are larger than any leaf's room: the largest units and nodes
             // of a leaf (kept per class while no leaf changes) say so without a scan.
@@ -185,8 +173,8 @@ impl Cycle<'_> {
                     fitting,
                 },
             ));
+            self.ahead_buf = buf;
         }
-        self.ahead_buf = buf;
     }
 
     /// The most units and the most nodes of class `cid` that a leaf without holds has now
