@@ -579,8 +579,8 @@ async fn a_step_tasks_environment_is_what_slurm_gives_it() {
             "{k}: {ours:#?}"
         );
     }
-    // What Slurm has that a Muster step does not: ports of srun's own I/O protocol, the
-    // task's PID, and heterogeneous-job and cluster bookkeeping the operator's batch
+    // What Slurm has that a Muster step does not: ports of srun's own I/O protocol, and
+    // heterogeneous-job and cluster bookkeeping the operator's batch
     // environment may or may not carry.
     let missing: Vec<&String> = theirs.keys().filter(|k| !ours.contains_key(*k)).collect();
     assert_eq!(
@@ -600,7 +600,6 @@ async fn a_step_tasks_environment_is_what_slurm_gives_it() {
             "SLURM_STEP_LAUNCHER_PORT",
             "SLURM_SUBMIT_DIR",
             "SLURM_SUBMIT_HOST",
-            "SLURM_TASK_PID",
             "SLURM_TOPOLOGY_ADDR",
             "SLURM_TOPOLOGY_ADDR_PATTERN",
             "SLURM_WORKING_CLUSTER"
@@ -625,6 +624,40 @@ async fn a_step_tasks_environment_is_what_slurm_gives_it() {
             .collect()
     };
     assert_eq!(pl(&log), pl(&real), "{log}");
+}
+
+/// `SLURM_TASK_PID` is the task's own process, in the batch script and in every `srun` task,
+/// as real Slurm gives it (22.05, `peer.sh`: `echo $$ $SLURM_TASK_PID` printed the same
+/// number twice in both places).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_and_the_batch_script_see_their_own_pid() {
+    let env = start().await;
+    let ns = env.namespace("taskpid").await;
+    let script = "echo \"batch $$ $SLURM_TASK_PID\"\n\
+                  srun sh -c 'echo \"task $$ $SLURM_TASK_PID\"'\n\
+                  srun bash -c 'exec printenv SLURM_TASK_PID' | sort -u | wc -l\n";
+    let (code, log) = env
+        .run(&StepJob::new("job", &ns, env.nodes(2, 2, 0), script), 60)
+        .await;
+    assert_eq!(code, 0, "{log}");
+    let pids: Vec<(&str, &str, &str)> = log
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && (w[0] == "batch" || w[0] == "task")).then(|| (w[0], w[1], w[2]))
+        })
+        .collect();
+    assert_eq!(pids.iter().filter(|p| p.0 == "batch").count(), 1, "{log}");
+    assert_eq!(pids.iter().filter(|p| p.0 == "task").count(), 4, "{log}");
+    for (what, pid, task_pid) in &pids {
+        assert!(pid.parse::<u32>().is_ok(), "{what}: {log}");
+        assert_eq!(
+            pid, task_pid,
+            "{what}: SLURM_TASK_PID is not its pid\n{log}"
+        );
+    }
+    // Four tasks, four processes: four distinct values.
+    assert!(log.lines().any(|l| l.trim() == "4"), "{log}");
 }
 
 /// The sections of an output as sets of lines, with the run-specific lines left out (bash's

@@ -8,12 +8,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use crate::core::baseline::first_fit_prepared;
+use crate::core::baseline::{Yardstick, first_fit_prepared};
 use crate::core::synth;
 use crate::core::util::SplitMix64;
 use crate::core::{
-    Config, Decisions, JobId, PendingJob, Prepared, RunningJob, Snapshot, schedule,
-    schedule_prepared,
+    Config, Decisions, JobId, KeptOccupancy, Occupancy, PendingJob, Prepared, RunningJob, Snapshot,
+    schedule, schedule_prepared,
 };
 
 /// A global allocator that counts live and peak bytes, for memory figures. Install it in a
@@ -147,13 +147,18 @@ pub struct CaseTiming {
     /// What was measured.
     pub name: String,
     /// Median milliseconds of Muster's cycle as the operator and the simulator run it every
-    /// cycle: snapshot to decisions, with the cluster's trees ([`Prepared`]) kept from the
-    /// cycle before (they are rebuilt only when nodes or partitions change).
+    /// cycle: snapshot to decisions, with the cluster's trees ([`Prepared`]) and the running
+    /// jobs' layout on them ([`KeptOccupancy`]) kept from the cycle before (the trees are
+    /// rebuilt only when nodes or partitions change; running jobs that started, ended or
+    /// changed are laid on again — none here: the same snapshot each time).
     pub muster_ms: f64,
+    /// The same cycle with the trees kept but every running job laid out afresh
+    /// ([`schedule_prepared`]): a cycle in which every running job changed.
+    pub relaid_ms: f64,
     /// The same cycle cold ([`schedule`]): the trees built from the snapshot first, as in
     /// the first cycle after a Node, GpuNode or Partition change.
     pub cold_ms: f64,
-    /// Median milliseconds of the first-fit baseline (trees kept too).
+    /// Median milliseconds of the first-fit baseline (trees and layout kept too).
     pub baseline_ms: f64,
     /// Jobs Muster started / reserved.
     pub started: usize,
@@ -182,14 +187,61 @@ pub struct Quality {
     pub makespan: (f64, f64),
 }
 
+/// One cluster size of the scaling series (milliseconds as in [`CaseTiming`]).
+#[derive(Clone, Debug, Default)]
+pub struct Scaling {
+    /// Nodes.
+    pub nodes: u32,
+    /// Pending jobs.
+    pub jobs: usize,
+    /// Muster, trees and running layout kept.
+    pub muster_ms: f64,
+    /// Muster, trees kept, running jobs laid out afresh.
+    pub relaid_ms: f64,
+    /// Muster, cold.
+    pub cold_ms: f64,
+    /// First fit, trees and running layout kept.
+    pub baseline_ms: f64,
+}
+
+/// The four timings of one snapshot: Muster kept, relaid and cold, and first fit kept.
+struct Timings {
+    muster: (f64, Decisions),
+    relaid: f64,
+    cold: f64,
+    baseline: (f64, Decisions),
+}
+
+/// Times `s` every way the report shows, each the median of `runs` (the kept states warmed
+/// by one untimed cycle, as the operator's are by the cycle before).
+fn time_all(s: &Snapshot, runs: u32, cfg: &Config) -> Timings {
+    let (cold, _) = median_ms(runs, || schedule(s, NOW, cfg));
+    let prep = Prepared::new(&s.nodes, &s.partitions);
+    let (relaid, _) = median_ms(runs, || schedule_prepared(&prep, s, NOW, cfg));
+    let mut kept = KeptOccupancy::new();
+    kept.schedule(&prep, s, NOW, cfg);
+    let muster = median_ms(runs, || kept.schedule(&prep, s, NOW, cfg));
+    drop(kept);
+    let mut occ = Occupancy::new(&prep, s);
+    let ff = Config::default();
+    let baseline = median_ms(runs, || {
+        Yardstick::FirstFit.schedule_incremental(&prep, &mut occ, s, NOW, &ff)
+    });
+    Timings {
+        muster,
+        relaid,
+        cold,
+        baseline,
+    }
+}
+
 /// Everything [`run`] measured.
 #[derive(Clone, Debug, Default)]
 pub struct BenchReport {
     /// Main cycle, big gang, many small jobs.
     pub cases: Vec<CaseTiming>,
-    /// Cycle time by cluster size: (nodes, jobs, Muster ms with trees kept, Muster ms
-    /// cold, baseline ms).
-    pub scaling: Vec<(u32, usize, f64, f64, f64)>,
+    /// Cycle time by cluster size.
+    pub scaling: Vec<Scaling>,
     /// Heap bytes of the main snapshot and queue, if a probe was given.
     pub snapshot_bytes: Option<usize>,
     /// Nodes and jobs of that snapshot.
@@ -275,6 +327,17 @@ pub fn many_scenario(nodes: u32, jobs: usize) -> Snapshot {
 pub fn run(opts: &BenchOptions) -> BenchReport {
     let cfg = opts.config.clone();
     let mut report = BenchReport::default();
+    let case = |name: String, t: Timings, target_ms: Option<f64>| CaseTiming {
+        name,
+        muster_ms: t.muster.0,
+        relaid_ms: t.relaid,
+        cold_ms: t.cold,
+        baseline_ms: t.baseline.0,
+        started: t.muster.1.starts.len(),
+        reserved: t.muster.1.reservations.len(),
+        baseline_started: t.baseline.1.starts.len(),
+        target_ms,
+    };
 
     let probe_before = opts.memory_probe.map(|p| p());
     let main = cycle_scenario(opts.nodes, opts.jobs, opts.seed);
@@ -282,76 +345,50 @@ pub fn run(opts: &BenchOptions) -> BenchReport {
         report.snapshot_bytes = Some(p().saturating_sub(b));
     }
     report.snapshot_size = (opts.nodes, opts.jobs);
-    let (cold, _) = median_ms(opts.runs, || schedule(&main, NOW, &cfg));
-    let prep = Prepared::new(&main.nodes, &main.partitions);
-    let (m, d) = median_ms(opts.runs, || schedule_prepared(&prep, &main, NOW, &cfg));
-    let (b, bd) = median_ms(opts.runs, || first_fit_prepared(&prep, &main, NOW));
-    report.cases.push(CaseTiming {
-        cold_ms: cold,
-        name: format!(
-            "full cycle with backfill: {} nodes, {} running, {} pending",
-            opts.nodes,
-            main.running.len(),
-            opts.jobs
-        ),
-        muster_ms: m,
-        baseline_ms: b,
-        started: d.starts.len(),
-        reserved: d.reservations.len(),
-        baseline_started: bd.starts.len(),
-        target_ms: Some(50.0),
-    });
+    let name = format!(
+        "full cycle with backfill: {} nodes, {} running, {} pending",
+        opts.nodes,
+        main.running.len(),
+        opts.jobs
+    );
+    report
+        .cases
+        .push(case(name, time_all(&main, opts.runs, &cfg), Some(50.0)));
     drop(main);
 
     let gang = gang_scenario(opts.nodes, opts.gang_nodes);
-    let (cold, _) = median_ms(opts.runs, || schedule(&gang, NOW, &cfg));
-    let prep = Prepared::new(&gang.nodes, &gang.partitions);
-    let (m, d) = median_ms(opts.runs, || schedule_prepared(&prep, &gang, NOW, &cfg));
-    let (b, bd) = median_ms(opts.runs, || first_fit_prepared(&prep, &gang, NOW));
-    report.cases.push(CaseTiming {
-        cold_ms: cold,
-        name: format!(
-            "{}-node gang, {} nodes half fragmented",
-            opts.gang_nodes, opts.nodes
-        ),
-        muster_ms: m,
-        baseline_ms: b,
-        started: d.starts.len(),
-        reserved: d.reservations.len(),
-        baseline_started: bd.starts.len(),
-        target_ms: Some(2.0),
-    });
+    let name = format!(
+        "{}-node gang, {} nodes half fragmented",
+        opts.gang_nodes, opts.nodes
+    );
+    report
+        .cases
+        .push(case(name, time_all(&gang, opts.runs, &cfg), Some(2.0)));
     drop(gang);
 
     let many = many_scenario(opts.many_nodes, opts.many_jobs);
     let runs = opts.runs.min(3);
-    let (cold, _) = median_ms(runs, || schedule(&many, NOW, &cfg));
-    let prep = Prepared::new(&many.nodes, &many.partitions);
-    let (m, d) = median_ms(runs, || schedule_prepared(&prep, &many, NOW, &cfg));
-    let (b, bd) = median_ms(runs, || first_fit_prepared(&prep, &many, NOW));
-    report.cases.push(CaseTiming {
-        cold_ms: cold,
-        name: format!(
-            "{} one-GPU jobs, {} empty nodes",
-            opts.many_jobs, opts.many_nodes
-        ),
-        muster_ms: m,
-        baseline_ms: b,
-        started: d.starts.len(),
-        reserved: d.reservations.len(),
-        baseline_started: bd.starts.len(),
-        target_ms: Some(1000.0),
-    });
+    let name = format!(
+        "{} one-GPU jobs, {} empty nodes",
+        opts.many_jobs, opts.many_nodes
+    );
+    report
+        .cases
+        .push(case(name, time_all(&many, runs, &cfg), Some(1000.0)));
     drop(many);
 
     for &n in &opts.scales {
         let jobs = (opts.jobs as u64 * u64::from(n) / u64::from(opts.nodes.max(1))) as usize;
         let s = cycle_scenario(n, jobs, opts.seed);
-        let (cold, _) = median_ms(runs, || schedule(&s, NOW, &cfg));
-        let prep = Prepared::new(&s.nodes, &s.partitions);
-        let (m, _) = median_ms(runs, || schedule_prepared(&prep, &s, NOW, &cfg));
-        let (b, _) = median_ms(runs, || first_fit_prepared(&prep, &s, NOW));
-        report.scaling.push((n, jobs, m, cold, b));
+        let t = time_all(&s, runs, &cfg);
+        report.scaling.push(Scaling {
+            nodes: n,
+            jobs,
+            muster_ms: t.muster.0,
+            relaid_ms: t.relaid,
+            cold_ms: t.cold,
+            baseline_ms: t.baseline.0,
+        });
     }
 
     report.quality = quality(opts.quality_nodes, opts.quality_jobs, opts.seed, &cfg);
@@ -481,8 +518,15 @@ impl fmt::Display for BenchReport {
         writeln!(f)?;
         writeln!(
             f,
-            "{:<58} {:>9} {:>8} {:>9} {:>10} {:>7} {:>13}",
-            "case", "muster ms", "target", "cold ms", "first-fit", "ratio", "started m/ff"
+            "{:<58} {:>9} {:>8} {:>9} {:>9} {:>10} {:>7} {:>13}",
+            "case",
+            "muster ms",
+            "target",
+            "relaid ms",
+            "cold ms",
+            "first-fit",
+            "ratio",
+            "started m/ff"
         )?;
         for c in &self.cases {
             let target = c
@@ -491,10 +535,11 @@ impl fmt::Display for BenchReport {
                 .unwrap_or_default();
             writeln!(
                 f,
-                "{:<58} {:>9.2} {:>8} {:>9.2} {:>10.2} {:>6.2}x {:>6}/{:<6}",
+                "{:<58} {:>9.2} {:>8} {:>9.2} {:>9.2} {:>10.2} {:>6.2}x {:>6}/{:<6}",
                 c.name,
                 c.muster_ms,
                 target,
+                c.relaid_ms,
                 c.cold_ms,
                 c.baseline_ms,
                 c.muster_ms / c.baseline_ms.max(1e-9),
@@ -505,17 +550,25 @@ impl fmt::Display for BenchReport {
         writeln!(
             f,
             "(muster ms: snapshot to decisions as the operator and the simulator run every cycle, \
-             the cluster's switch trees and GPU layouts kept from the cycle before;\n \
-             cold ms: the first cycle after a Node, GpuNode or Partition change, which builds \
-             them first; first-fit: trees kept too)"
+             the cluster's switch trees and GPU layouts and the running jobs' layout on them kept \
+             from the cycle before;\n relaid ms: the trees kept, every running job laid out again \
+             (a cycle in which all of them changed); cold ms: the first cycle after a Node, \
+             GpuNode or Partition change, which builds the trees first; first-fit: trees and \
+             layout kept too)"
         )?;
         writeln!(f)?;
         writeln!(f, "cycle time by cluster size (queue scaled with it):")?;
-        for (n, j, m, cold, b) in &self.scaling {
+        for sc in &self.scaling {
             writeln!(
                 f,
-                "  {n:>6} nodes {j:>6} jobs: muster {m:>9.2} ms ({:>6.2} us/node), cold {cold:>9.2} ms, first-fit {b:>8.2} ms",
-                m * 1000.0 / f64::from(*n)
+                "  {:>6} nodes {:>6} jobs: muster {:>9.2} ms ({:>6.2} us/node), relaid {:>9.2} ms, cold {:>9.2} ms, first-fit {:>8.2} ms",
+                sc.nodes,
+                sc.jobs,
+                sc.muster_ms,
+                sc.muster_ms * 1000.0 / f64::from(sc.nodes),
+                sc.relaid_ms,
+                sc.cold_ms,
+                sc.baseline_ms
             )?;
         }
         if let Some(b) = self.snapshot_bytes {

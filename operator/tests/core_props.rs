@@ -883,6 +883,64 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The operator's path: a `KeptOccupancy` that is only ever shown whole snapshots (the
+    /// running list in any order, jobs gone, new, or changed — being stopped) decides
+    /// exactly what a fresh cycle over the same snapshot decides.
+    #[test]
+    fn a_kept_occupancy_over_fresh_snapshots_decides_like_a_fresh_cycle(
+        h in history(),
+        rot in 0usize..50,
+    ) {
+        let cfg = Config::default();
+        let mut s = build(&h.world, &cfg_plain());
+        s.partitions[0].preempt_mode = PreemptMode::Requeue;
+        s.partitions[0].grace_time_secs = 90;
+        let mut high = s.partitions[0].clone();
+        high.name = "high".into();
+        high.priority_tier = 10;
+        high.preempt_mode = PreemptMode::None;
+        s.partitions.push(high);
+        let prep = Prepared::new(&s.nodes, &s.partitions);
+        let mut kept = KeptOccupancy::new();
+        let mut now = NOW;
+        let mut next_id = 5_000u64;
+        for (i, (dt, ends, arrivals)) in h.steps.iter().enumerate() {
+            // The snapshot as the operator builds it: its running list in any order.
+            if !s.running.is_empty() {
+                let r = (rot + i) % s.running.len();
+                s.running.rotate_left(r);
+            }
+            let fresh = schedule_prepared(&prep, &s, now, &cfg);
+            prop_assert_eq!(&kept.schedule(&prep, &s, now, &cfg), &fresh);
+            // Nothing changed: the same again.
+            prop_assert_eq!(&kept.schedule(&prep, &s, now, &cfg), &fresh);
+            s.apply(&fresh, now);
+            now += i64::from(*dt);
+            let mut gone: Vec<JobId> = s
+                .running
+                .iter()
+                .filter(|j| j.stopping_since.is_some_and(|t| t + 90 <= now))
+                .map(|j| j.id)
+                .collect();
+            let mut ids: Vec<JobId> = s.running.iter().map(|j| j.id).collect();
+            ids.sort_unstable();
+            gone.extend(ids.iter().rev().take(usize::from(*ends)));
+            s.running.retain(|j| !gone.contains(&j.id));
+            for (g, hi) in arrivals {
+                next_id += 1;
+                let mut p = PendingJob::new(next_id, now, request(g));
+                p.user = user(g);
+                p.partition = Some(u32::from(*hi));
+                p.namespace = format!("team-{}", next_id % 3);
+                s.pending.push(p);
+            }
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     /// `feasible::check` (what sbatch and admission refuse) and the cycle agree: a request it

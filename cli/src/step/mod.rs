@@ -89,7 +89,8 @@
 //! `SLURM_LAUNCH_NODE_IPADDR`, `SLURM_SRUN_COMM_HOST`, `SLURM_UMASK`, `SLURM_LABELIO`
 //! (with `-l`), `SLURM_CPUS_PER_TASK`, `SLURM_NTASKS_PER_NODE`, `SLURM_MPI_TYPE` (when given)
 //! and, on a node with GPUs, `CUDA_VISIBLE_DEVICES`, `GPU_DEVICE_ORDINAL` and
-//! `SLURM_STEP_GPUS` from the binding ([`binding`]). Not set: `SLURM_TASK_PID`,
+//! `SLURM_STEP_GPUS` from the binding ([`binding`]), and `SLURM_TASK_PID`, the task's own pid
+//! ([`task`]; the batch script gets it too). Not set:
 //! `SLURM_SRUN_COMM_PORT`, `SLURM_STEP_LAUNCHER_PORT`, `SLURM_TOPOLOGY_ADDR` (unless the pod
 //! has it).
 //!
@@ -106,12 +107,18 @@ pub mod proto;
 mod reaper;
 pub mod srun;
 pub mod stdio;
+pub mod task;
 pub mod warn;
 
 use std::path::Path;
 
 /// The multicall entry point: dispatches on the program name, then on the first argument.
 pub fn main() -> i32 {
+    // Before anything reads the arguments as UTF-8: a task's arguments need not be.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == task::EXEC_TASK) {
+        return task::exec(&raw[2..]);
+    }
     let mut args: Vec<String> = std::env::args().collect();
     let prog = args
         .first()

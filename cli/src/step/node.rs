@@ -450,7 +450,7 @@ impl Daemon {
             // The command holds the pipes' write ends until dropped: dropped right after the
             // spawn, so the copiers see the end of the output when the batch step's
             // processes are gone.
-            let mut c = Command::new(&cmd[0]);
+            let mut c = super::task::command(cmd[0].as_ref(), cmd[0].as_ref());
             c.args(&cmd[1..])
                 .env_clear()
                 .envs(env)
@@ -902,9 +902,8 @@ impl Daemon {
                 continue;
             };
             let wants_stdin = req.stdin && req.stdin_rank.is_none_or(|r| r == rank);
-            let mut c = Command::new(program);
-            c.arg0(&req.argv[0])
-                .args(&req.argv[1..])
+            let mut c = super::task::command(program.as_os_str(), req.argv[0].as_ref());
+            c.args(&req.argv[1..])
                 .env_clear()
                 .envs(env)
                 .current_dir(&cwd)

@@ -1135,7 +1135,7 @@ pub fn plan(
     let decisions: Decisions = if snap.pending.is_empty() && snap.running.is_empty() {
         Decisions::default()
     } else {
-        core::schedule_prepared(cluster.prepared(), &snap, now, &cfg.scheduler)
+        cluster.schedule(&snap, now, &cfg.scheduler)
     };
 
     // Starts.

@@ -29,6 +29,8 @@
 //!    that follow one cluster over time keep it between cycles, tell it which jobs started,
 //!    stopped and ended, and call [`schedule_incremental`] — the same decisions, at the cost
 //!    of the queue and the changes rather than of the whole cluster (see [`occupancy`]).
+//!    Callers that only have whole snapshots (the operator) keep a [`KeptOccupancy`], which
+//!    finds what changed itself by a fingerprint of every running job (see [`kept`]).
 //! 3. **Order.** Pending jobs are sorted by partition priority tier, then priority (below),
 //!    then submit time, then job id.
 //! 4. **Nominate.** For each job in order: eligibility ([reasons](#reasons)), then a
@@ -212,7 +214,8 @@
 //! [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
 //! [`extended`] (the partitions' per-node-pod extended resources as running jobs hold them),
 //! [`gpus`], [`engine`] (cycle state and placement),
-//! [`occupancy`] (running jobs' holds kept between cycles),
+//! [`occupancy`] (running jobs' holds kept between cycles), [`kept`] (the same over whole
+//! snapshots),
 //! [`timeline`] (earliest starts), [`schedule`](mod@schedule) (the cycle), [`priority`],
 //! [`deps`], [`enforce`], [`baseline`] (the first-fit and Slurm-like yardsticks), [`synth`] (seeded
 //! synthetic clusters and queues), [`util`].
@@ -227,6 +230,7 @@ pub mod engine;
 pub mod extended;
 pub mod feasible;
 pub mod gpus;
+pub mod kept;
 pub mod model;
 pub mod node;
 pub mod node_state;
@@ -242,6 +246,7 @@ pub mod tree;
 pub mod util;
 
 pub use cluster_spec::{ClusterSpec, NodeInfo};
+pub use kept::KeptOccupancy;
 pub use model::*;
 pub use node::{Gpu, Link, Node, NodeId, Taint, TaintEffect, Toleration};
 pub use occupancy::{Occupancy, schedule_incremental};

@@ -160,7 +160,7 @@ impl LabelSelector {
 }
 
 /// Where one task of a running job is.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskAlloc {
     /// The node.
@@ -177,7 +177,7 @@ pub struct TaskAlloc {
 }
 
 /// A job holding an allocation.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunningJob {
     /// Job id.

@@ -122,6 +122,10 @@ pub struct Occupancy {
     names: (usize, u64),
     /// Built by [`Occupancy::new_uncached`]: nothing is cached between cycles.
     uncached: bool,
+    /// Some hold did not get exactly what its job asked for (two jobs claim the same GPU or
+    /// more CPU than a node has, or an exclusive job shares a node): the layout then depends
+    /// on the order jobs were added in, which only [`Occupancy::new`]'s job-id order defines.
+    order_sensitive: bool,
 }
 
 fn end_of(start: i64, limit: Option<u64>) -> i64 {
@@ -175,6 +179,7 @@ impl Occupancy {
             user_locks: 0,
             names: prep.names(),
             uncached: false,
+            order_sensitive: false,
         };
         let mut order: Vec<&RunningJob> = snap.running.iter().collect();
         order.sort_by_key(|j| j.id);
@@ -452,6 +457,14 @@ impl Occupancy {
         whole: bool,
     ) -> (Res, u64) {
         let ns = &mut self.carried.nodes[n as usize];
+        // Exact: every healthy GPU asked for is free and so are the CPU and memory; a whole
+        // node is idle. Holds that are all exact commute (see `order_sensitive`).
+        let exact = if whole {
+            ns.free == ns.total && ns.free_mask == ns.healthy_mask
+        } else {
+            gpus & ns.healthy_mask & !ns.free_mask == 0 && cpu <= ns.free.cpu && mem <= ns.free.mem
+        };
+        self.order_sensitive |= !exact;
         let (taken, taken_mask) = ns.take(gpus, cpu, mem, whole);
         if ns.sched {
             for &(p, _) in prep.member_of.of(n) {
@@ -631,6 +644,14 @@ impl Occupancy {
     /// Whether cycles should keep their class bases (not for [`Occupancy::new_uncached`]).
     pub(crate) fn keeps_bases(&self) -> bool {
         !self.uncached
+    }
+
+    /// Whether some job's hold overlapped another's when it was added, so that the layout
+    /// depends on the order of [`Occupancy::add`] calls (jobs added in another order than
+    /// [`Occupancy::new`]'s would not give the same free room). Never the case for jobs the
+    /// core placed; once set it stays set.
+    pub fn order_sensitive(&self) -> bool {
+        self.order_sensitive
     }
 
     /// Whether this was built for `prep` and a snapshot with `nodes` nodes.

@@ -2,6 +2,7 @@
 //! by the operator and the simulator.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::gpus::GpuTree;
 use super::model::{Partition, Snapshot};
@@ -32,7 +33,14 @@ pub struct Prepared {
     pub node_order: Vec<Vec<u32>>,
     /// Number of nodes and a hash of their names, to check a snapshot against.
     names: (usize, u64),
+    /// Which build this is (a clone shares it): state kept for one `Prepared`
+    /// ([`KeptOccupancy`](super::KeptOccupancy)) notices a rebuild even when the node names
+    /// are the same (a partition or a node's labels changed).
+    build: u64,
 }
+
+/// Numbers [`Prepared`] builds (identity only: no decision reads it).
+static BUILDS: AtomicU64 = AtomicU64::new(1);
 
 impl Prepared {
     /// Builds the trees of `partitions` over `nodes`.
@@ -96,7 +104,13 @@ impl Prepared {
             gpu_trees,
             gtree_of,
             names: (nodes.len(), names_hash(nodes)),
+            build: BUILDS.fetch_add(1, Ordering::Relaxed),
         }
+    }
+
+    /// Which build this is: equal only for the same build (or a clone of it).
+    pub(crate) fn build_id(&self) -> u64 {
+        self.build
     }
 
     /// Node count and name hash this was built from.
