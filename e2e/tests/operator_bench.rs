@@ -45,6 +45,26 @@ mod operator_support;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// mimalloc's own C API (linked with the allocator above): the `mimalloc` crate does not
+// expose options without its `extended` feature, which needs one more crate.
+unsafe extern "C" {
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// `mi_option_purge_delay` in mimalloc.h's `mi_option_e` (v2 and v3 alike).
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
+/// Keeps freed memory in this process instead of handing it back to the system 10 ms later
+/// (mimalloc's default `purge_delay`). The test control plane works in bursts (a 512-node
+/// gang: 512 pods stored, bound, updated, each sent to four watches), and between bursts
+/// mimalloc returned the pages, which the next burst faulted in again: 12% of the gang
+/// phase's samples were the kernel zeroing fresh pages (`clear_page_erms`). The benchmark
+/// measures the operator's memory (its own process, glibc's malloc), never this process's.
+fn keep_freed_memory() {
+    // SAFETY: mi_option_set only stores the option's value; mimalloc reads it at each purge.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
+}
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -95,6 +115,71 @@ fn rss_kib(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU seconds (user + system) used so far by process `pid`, all its threads, from
+/// `/proc/PID/stat` (clock ticks; 10 ms resolution at the usual 100 Hz).
+fn proc_cpu(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name may hold spaces: the fields after it are counted from its `)`.
+    let rest = s.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / hz
+}
+
+/// CPU seconds (user + system) used so far by this process (the API server double, the
+/// scheduler stand-in, the kubelet and the benchmark's own clients and watches).
+fn self_cpu() -> f64 {
+    // SAFETY: getrusage writes into the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// CPU time of the operator and of this process over a phase, printed with its wall time:
+/// load-independent where wall-clock rates on a shared machine are not.
+struct CpuMark {
+    op_pid: u32,
+    op: f64,
+    me: f64,
+    at: Instant,
+}
+
+impl CpuMark {
+    fn new(op_pid: u32) -> Self {
+        CpuMark {
+            op_pid,
+            op: proc_cpu(op_pid),
+            me: self_cpu(),
+            at: Instant::now(),
+        }
+    }
+
+    /// One line: wall time, operator CPU, this process's CPU, their sum and what it would
+    /// take of two cores, with the load average.
+    fn line(&self) -> String {
+        let wall = self.at.elapsed().as_secs_f64();
+        let op = proc_cpu(self.op_pid) - self.op;
+        let me = self_cpu() - self.me;
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+            .unwrap_or_default();
+        format!(
+            "CPU over {wall:.2} s wall: operator {op:.2} s, test control plane + benchmark \
+             {me:.2} s, together {:.2} s ({:.2} s on 2 idle cores); load {load}",
+            op + me,
+            (op + me) / 2.0
+        )
+    }
 }
 
 async fn scrape(port: u16) -> String {
@@ -268,6 +353,7 @@ fn parts() -> Vec<u32> {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 async fn operator_benchmark() {
+    keep_freed_memory();
     let bin = operator_bin();
     assert!(
         bin.exists(),
@@ -549,10 +635,12 @@ async fn bench(bin: &std::path::Path, dra: bool) {
     let t_start = Instant::now();
     let op = spawn_operator(bin, kubeconfig.path(), port);
     let pid = op.0.id();
+    let cpu = CpuMark::new(pid);
     // Time to the first start (operator start, cache sync, first cycle), then the rate.
     let first = prog.until(1, 1, Duration::from_secs(120)).await;
     let rest = prog.until(1000, 1000, Duration::from_secs(300)).await;
     let all = first + rest;
+    let cpu_line = cpu.line();
     println!(
         "1. 1,000 queued single-GPU jobs: all started {:.2?} after the operator process started \
          (first start after {:.2?}); {:.0} jobs/s overall, {:.0} jobs/s after the first",
@@ -561,6 +649,7 @@ async fn bench(bin: &std::path::Path, dra: bool) {
         1000.0 / all.as_secs_f64(),
         999.0 / rest.as_secs_f64().max(1e-9)
     );
+    println!("  {cpu_line}");
     let w1 = settled_writes(port, 1000.0, 1000.0).await;
     let (j, p) = check_pods_per_job(&client, "single-").await;
     println!("  pods per job = nodes: {j} jobs, {p} pods");
@@ -595,10 +684,12 @@ async fn bench(bin: &std::path::Path, dra: bool) {
             )
         })
         .collect();
+    let cpu = CpuMark::new(pid);
     let t = Instant::now();
     create_many(&jobs, gangs, 64).await;
     let submitted = t.elapsed();
     let dt = prog.until(1100, 1000 + 400, Duration::from_secs(300)).await + submitted;
+    let cpu_line = cpu.line();
     println!(
         "2. 100 gangs of 4 nodes x 8 tasks (3,200 tasks): started in {:.2?} from first \
          submission: {:.0} gangs/s, {:.0} tasks/s",
@@ -606,6 +697,7 @@ async fn bench(bin: &std::path::Path, dra: bool) {
         100.0 / dt.as_secs_f64(),
         3200.0 / dt.as_secs_f64()
     );
+    println!("  {cpu_line}");
     let w2 = settled_writes(port, 1000.0 + 400.0, 1100.0).await;
     let (j, p) = check_pods_per_job(&client, "gang-").await;
     println!("  pods per job = nodes: {j} jobs, {p} pods");
@@ -636,11 +728,13 @@ async fn bench(bin: &std::path::Path, dra: bool) {
             )
         })
         .collect();
+    let cpu = CpuMark::new(pid);
     let t = Instant::now();
     create_many(&jobs, more, 64).await;
     prog.until(2532, 1400 + 5728, Duration::from_secs(900))
         .await;
     let dt = t.elapsed();
+    let cpu_line = cpu.line();
     println!(
         "3. 1,432 CPU gangs of 4 x 8 (45,824 tasks, 5,728 pods) started in {:.2?} from first \
          submission ({:.0} gangs/s, {:.0} tasks/s)",
@@ -648,6 +742,7 @@ async fn bench(bin: &std::path::Path, dra: bool) {
         1432.0 / dt.as_secs_f64(),
         45_824.0 / dt.as_secs_f64().max(1e-9)
     );
+    println!("  {cpu_line}");
     settled_writes(port, 7128.0, 2532.0).await;
     let (j, p) = check_pods_per_job(&client, "cpu-").await;
     println!("  pods per job = nodes: {j} jobs, {p} pods");
@@ -666,11 +761,14 @@ async fn bench(bin: &std::path::Path, dra: bool) {
     let ones: Vec<BatchJob> = (0..1000)
         .map(|i| job(&format!("one-{i}"), json!({"gpus": 1, "time": "1:00:00"})))
         .collect();
+    let cpu = CpuMark::new(pid);
     let t = Instant::now();
     create_many(&jobs, ones, 64).await;
     let submitted = t.elapsed();
+    let cpu_submit = cpu.line();
     prog.until(3532, 8128, Duration::from_secs(300)).await;
     let dt = t.elapsed();
+    let cpu_line = cpu.line();
     println!(
         "4. 1,000 one-node jobs submitted to the running operator (busy with 2,532 jobs): all \
          started {:.2?} after the first submission (submitting took {:.2?}): {:.0} jobs/s \
@@ -679,6 +777,8 @@ async fn bench(bin: &std::path::Path, dra: bool) {
         submitted,
         1000.0 / dt.as_secs_f64()
     );
+    println!("  submitting: {cpu_submit}");
+    println!("  all started: {cpu_line}");
     let w4 = settled_writes(port, 8128.0, 3532.0).await;
     let (j, p) = check_pods_per_job(&client, "one-").await;
     println!("  pods per job = nodes: {j} jobs, {p} pods");
@@ -744,40 +844,67 @@ async fn big_gang(bin: &std::path::Path, dra: bool) {
     );
     let op = spawn_operator(bin, cluster.kubeconfig(), metrics_port(1, dra));
     let jobs: Api<BatchJob> = Api::namespaced(client.clone(), "default");
-    // Pods by name: (bound, running).
+    // (created * 1,000,000 + bound, Running, warm-up pods Running), counted per watch event
+    // from each pod's previous and new state (not by scanning a cache per event: 512 pods x
+    // three events each x every pod would be the benchmark's own CPU, taken from what it
+    // measures).
     let (tx, mut rx) = tokio::sync::watch::channel((0usize, 0usize, 0usize));
     let pods = watcher(
         Api::<Pod>::namespaced(client.clone(), "default"),
         watcher::Config::default().labels(labels::BATCHJOB),
-    );
-    let (pr, pw) = kube::runtime::reflector::store::<Pod>();
-    let pods = pods.reflect(pw).boxed();
+    )
+    .boxed();
     tokio::spawn(async move {
+        // Per pod: (of the big job, bound, Running).
+        type Seen = (bool, bool, bool);
+        let seen_of = |p: &Pod| -> Seen {
+            let big = p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::BATCHJOB))
+                .is_some_and(|j| j == "big");
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            (big, bound, running)
+        };
+        let mut by_name: HashMap<String, Seen> = HashMap::new();
+        let (mut created, mut bound, mut running, mut warm) = (0i64, 0i64, 0i64, 0i64);
+        let mut count = |s: Seen, sign: i64| {
+            let (big, b, r) = s;
+            if big {
+                created += sign;
+                bound += sign * i64::from(b);
+                running += sign * i64::from(r);
+            } else {
+                warm += sign * i64::from(r);
+            }
+            (created, bound, running, warm)
+        };
         let mut pods = pods;
-        while pods.next().await.is_some() {
-            let state = pr.state();
-            let of = |p: &Pod| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::BATCHJOB))
-                    .is_some_and(|j| j == "big")
+        let mut totals = (0, 0, 0, 0);
+        while let Some(ev) = pods.next().await {
+            let mut apply = |p: &Pod, gone: bool| {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let old = if gone {
+                    by_name.remove(&name)
+                } else {
+                    by_name.insert(name, seen_of(p))
+                };
+                if let Some(o) = old {
+                    totals = count(o, -1);
+                }
+                if !gone {
+                    totals = count(seen_of(p), 1);
+                }
             };
-            let big: Vec<_> = state.iter().filter(|p| of(p)).collect();
-            let bound = big
-                .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-                .count();
-            let running = big
-                .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            let warm = state
-                .iter()
-                .filter(|p| !of(p))
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            let _ = tx.send((big.len() * 1_000_000 + bound, running, warm));
+            match ev {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => apply(&p, false),
+                Ok(watcher::Event::Delete(p)) => apply(&p, true),
+                _ => continue,
+            }
+            let (c, b, r, w) = totals;
+            let _ = tx.send((c as usize * 1_000_000 + b as usize, r as usize, w as usize));
         }
     });
     // A warm-up job (operator started and synced, scheduler and kubelet serving).
@@ -800,6 +927,7 @@ async fn big_gang(bin: &std::path::Path, dra: bool) {
         t.elapsed()
     );
     let mut marks: [Option<Duration>; 3] = [None; 3];
+    let cpu = CpuMark::new(op.0.id());
     let t = Instant::now();
     jobs.create(
         &PostParams::default(),
@@ -829,6 +957,7 @@ async fn big_gang(bin: &std::path::Path, dra: bool) {
         );
         let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
     }
+    let cpu_line = cpu.line();
     let ms = |d: Option<Duration>| d.map(|d| format!("{:.2?}", d)).unwrap_or_default();
     println!(
         "  512-node gang (4,096 tasks): every pod Running {} after submission (target <= 1 s); \
@@ -837,6 +966,7 @@ async fn big_gang(bin: &std::path::Path, dra: bool) {
         ms(marks[0]),
         ms(marks[1])
     );
+    println!("  {cpu_line}");
     let (j, p) = check_pods_per_job(&client, "big").await;
     println!("  pods per job = nodes: {j} job, {p} pods");
     assert_eq!((j, p), (1, 512));
