@@ -813,6 +813,51 @@ fn history() -> impl Strategy<Value = History> {
         .prop_map(|(world, steps)| History { world, steps })
 }
 
+/// The snapshot a history starts from: its world in two partitions of different tiers over
+/// the same nodes (the low one preemptible with a 90 s grace time).
+fn history_start(h: &History) -> Snapshot {
+    let mut s = build(&h.world, &cfg_plain());
+    s.partitions[0].preempt_mode = PreemptMode::Requeue;
+    s.partitions[0].grace_time_secs = 90;
+    let mut high = s.partitions[0].clone();
+    high.name = "high".into();
+    high.priority_tier = 10;
+    high.preempt_mode = PreemptMode::None;
+    s.partitions.push(high);
+    s
+}
+
+/// After a history step's cycle: the clock moves to `now`; jobs being stopped whose grace has
+/// passed end, and the `ends` newest running jobs too (returned, for callers that keep an
+/// occupancy); `arrivals` join the queue with ids from `next_id`.
+fn history_step(
+    s: &mut Snapshot,
+    now: i64,
+    ends: u8,
+    arrivals: &[(JobGen, bool)],
+    next_id: &mut JobId,
+) -> Vec<JobId> {
+    let mut gone: Vec<JobId> = s
+        .running
+        .iter()
+        .filter(|j| j.stopping_since.is_some_and(|t| t + 90 <= now))
+        .map(|j| j.id)
+        .collect();
+    let mut ids: Vec<JobId> = s.running.iter().map(|j| j.id).collect();
+    ids.sort_unstable();
+    gone.extend(ids.iter().rev().take(usize::from(ends)));
+    s.running.retain(|j| !gone.contains(&j.id));
+    for (g, hi) in arrivals {
+        *next_id += 1;
+        let mut p = PendingJob::new(*next_id, now, request(g));
+        p.user = user(g);
+        p.partition = Some(u32::from(*hi));
+        p.namespace = format!("team-{}", *next_id % 3);
+        s.pending.push(p);
+    }
+    gone
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -821,14 +866,7 @@ proptest! {
     #[test]
     fn an_occupancy_kept_between_cycles_decides_like_a_fresh_cycle(h in history()) {
         let cfg = Config::default();
-        let mut s = build(&h.world, &cfg_plain());
-        s.partitions[0].preempt_mode = PreemptMode::Requeue;
-        s.partitions[0].grace_time_secs = 90;
-        let mut high = s.partitions[0].clone();
-        high.name = "high".into();
-        high.priority_tier = 10;
-        high.preempt_mode = PreemptMode::None;
-        s.partitions.push(high);
+        let mut s = history_start(&h);
         let prep = Prepared::new(&s.nodes, &s.partitions);
         let mut occ = Occupancy::new(&prep, &s);
         // The reference: future events derived from the node states in every cycle.
@@ -855,35 +893,12 @@ proptest! {
             }
             prop_assert_eq!(occ.len(), s.running.len());
             now += i64::from(*dt);
-            // Jobs being stopped whose grace has passed end, and `ends` more.
-            let mut gone: Vec<JobId> = s
-                .running
-                .iter()
-                .filter(|j| j.stopping_since.is_some_and(|t| t + 90 <= now))
-                .map(|j| j.id)
-                .collect();
-            let mut ids: Vec<JobId> = s.running.iter().map(|j| j.id).collect();
-            ids.sort_unstable();
-            gone.extend(ids.iter().rev().take(usize::from(*ends)));
-            for id in gone {
+            for id in history_step(&mut s, now, *ends, arrivals, &mut next_id) {
                 occ.remove_job(&prep, id);
                 plain.remove_job(&prep, id);
-                s.running.retain(|j| j.id != id);
-            }
-            for (g, hi) in arrivals {
-                next_id += 1;
-                let mut p = PendingJob::new(next_id, now, request(g));
-                p.user = user(g);
-                p.partition = Some(u32::from(*hi));
-                p.namespace = format!("team-{}", next_id % 3);
-                s.pending.push(p);
             }
         }
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// The operator's path: a `KeptOccupancy` that is only ever shown whole snapshots (the
     /// running list in any order, jobs gone, new, or changed — being stopped) decides
@@ -894,14 +909,7 @@ proptest! {
         rot in 0usize..50,
     ) {
         let cfg = Config::default();
-        let mut s = build(&h.world, &cfg_plain());
-        s.partitions[0].preempt_mode = PreemptMode::Requeue;
-        s.partitions[0].grace_time_secs = 90;
-        let mut high = s.partitions[0].clone();
-        high.name = "high".into();
-        high.priority_tier = 10;
-        high.preempt_mode = PreemptMode::None;
-        s.partitions.push(high);
+        let mut s = history_start(&h);
         let prep = Prepared::new(&s.nodes, &s.partitions);
         let mut kept = KeptOccupancy::new();
         let mut now = NOW;
@@ -918,24 +926,7 @@ proptest! {
             prop_assert_eq!(&kept.schedule(&prep, &s, now, &cfg), &fresh);
             s.apply(&fresh, now);
             now += i64::from(*dt);
-            let mut gone: Vec<JobId> = s
-                .running
-                .iter()
-                .filter(|j| j.stopping_since.is_some_and(|t| t + 90 <= now))
-                .map(|j| j.id)
-                .collect();
-            let mut ids: Vec<JobId> = s.running.iter().map(|j| j.id).collect();
-            ids.sort_unstable();
-            gone.extend(ids.iter().rev().take(usize::from(*ends)));
-            s.running.retain(|j| !gone.contains(&j.id));
-            for (g, hi) in arrivals {
-                next_id += 1;
-                let mut p = PendingJob::new(next_id, now, request(g));
-                p.user = user(g);
-                p.partition = Some(u32::from(*hi));
-                p.namespace = format!("team-{}", next_id % 3);
-                s.pending.push(p);
-            }
+            history_step(&mut s, now, *ends, arrivals, &mut next_id);
         }
     }
 }
