@@ -51,6 +51,17 @@ pub async fn run(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<GcWork>) {
     }
 }
 
+/// Do the work queued while the server was being set up (the built-in namespaces' `default`
+/// ServiceAccounts) before it serves, so a client's first look sees a settled store, as it
+/// does on a real cluster that has been up for a while.
+pub async fn settle(sh: &Shared, rx: &mut mpsc::UnboundedReceiver<GcWork>) {
+    let mut pending = HashSet::new();
+    while let Ok(w) = rx.try_recv() {
+        handle(sh, w, &mut pending).await;
+    }
+    debug_assert!(pending.is_empty(), "startup queues no deletions");
+}
+
 async fn handle(sh: &Shared, w: GcWork, pending: &mut HashSet<(GroupResource, Key)>) {
     match w {
         GcWork::OwnerGone(uid) => {

@@ -147,7 +147,7 @@ impl ApiServer {
         let tls_addr = tls_listener.local_addr()?;
         let cert = tls::ServingCert::issue().map_err(StartError::Tls)?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (gc_tx, gc_rx) = mpsc::unbounded_channel();
+        let (gc_tx, mut gc_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             registry: resources::Registry::new(opts.features),
             features: opts.features,
@@ -207,6 +207,7 @@ impl ApiServer {
                     .map_err(|error| StartError::Crd { name, error })?;
             }
         }
+        gc::settle(&shared, &mut gc_rx).await;
         let gc = tokio::spawn(gc::run(shared.clone(), gc_rx));
         let app = http::router(shared.clone());
         let tls_app = app.clone();
