@@ -13,7 +13,8 @@
 //! | [`status`] | status transitions and kstatus conditions (pure) |
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
-//! | `cluster_cache` | the snapshot's nodes and the core's trees, kept between cycles |
+//! | `cluster_cache` | the core's trees, kept between cycles |
+//! | [`jobobs`] | BatchJobs as cached: task records compact (pure) |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
 //! | [`events`] | core/v1 Events with `eventTime`, `lastTimestamp` and series |
 //! | [`kube_api`] | the writes over kube |
@@ -36,6 +37,7 @@ pub mod gang;
 pub mod http;
 pub mod jobenv;
 pub mod jobids;
+pub mod jobobs;
 pub mod kube_api;
 pub mod leader;
 pub mod metrics;

@@ -56,6 +56,7 @@ use crate::core::{
 use super::cluster_cache::ClusterCache;
 use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::gang::{self, GangApi, GangRef};
+use super::jobobs::{JobObs, TaskRecords};
 use super::pods::{self, JobContext, StepSettings};
 use super::status::{
     self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE, PARTITION_CONFIG, Why,
@@ -65,6 +66,7 @@ use super::translate::{
     self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
 };
 use crate::core::deps::{self, Asker, DepIndex, DepJob, DepState};
+use crate::core::priority::UsageSpan;
 
 /// A pod's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,8 +312,8 @@ pub struct Inputs<'a> {
     /// planner keeps the core's trees for as long as it gets the same one (see
     /// `ClusterCache`).
     pub nodes: &'a Arc<NodeTable>,
-    /// Every BatchJob.
-    pub jobs: &'a [Arc<BatchJob>],
+    /// Every BatchJob, as cached.
+    pub jobs: &'a [Arc<JobObs>],
     /// Every task pod.
     pub pods: &'a [Arc<PodObs>],
     /// BatchJobs this operator created that the watch has not delivered yet (namespace,
@@ -427,13 +429,15 @@ pub struct PodsToCreate {
     claim_nodes: Vec<u32>,
 }
 
-/// What a job's pods are built from (an owned [`JobContext`]).
+/// What a job's pods are built from (an owned [`JobContext`]). The task records are held
+/// compact until the first pod is built (a cycle that admits thousands of gangs holds every
+/// admitted job's source until its writes).
 #[derive(Debug)]
 struct PodSource {
     job: BatchJob,
     job_id: u64,
     attempt: u32,
-    tasks: Vec<TaskAllocation>,
+    tasks: TaskRecords,
     partition: Option<Partition>,
     partition_name: String,
     array: Option<(u64, u32)>,
@@ -445,14 +449,22 @@ struct PodSource {
     step: StepSettings,
     node_gpus: Vec<String>,
     limit_end: Option<i64>,
-    /// Computed by the first pod built (and dropped with the plan once written).
-    layout: std::sync::OnceLock<pods::JobLayout>,
+    /// The records and their layout, computed by the first pod built (and dropped with the
+    /// plan once written).
+    layout: std::sync::OnceLock<(Vec<TaskAllocation>, pods::JobLayout)>,
 }
 
 impl PodSource {
+    fn records_and_layout(&self) -> &(Vec<TaskAllocation>, pods::JobLayout) {
+        self.layout.get_or_init(|| {
+            let tasks = self.tasks.to_vec();
+            let layout = pods::JobLayout::new(&self.job, self.attempt, &tasks);
+            (tasks, layout)
+        })
+    }
+
     fn layout(&self) -> &pods::JobLayout {
-        self.layout
-            .get_or_init(|| pods::JobLayout::new(&self.job, self.attempt, &self.tasks))
+        &self.records_and_layout().1
     }
 }
 
@@ -508,7 +520,7 @@ impl PodsToCreate {
                 job: ctx.job.clone(),
                 job_id: ctx.job_id,
                 attempt: ctx.attempt,
-                tasks: ctx.tasks.to_vec(),
+                tasks: TaskRecords::new(ctx.tasks),
                 partition: ctx.partition.cloned(),
                 partition_name: ctx.partition_name.to_string(),
                 array: ctx.array,
@@ -595,11 +607,12 @@ impl PodsToCreate {
             .src
             .as_ref()
             .ok_or(pods::BuildError::NoSuchNode(node))?;
+        let (tasks, layout) = s.records_and_layout();
         let ctx = JobContext {
             job: &s.job,
             job_id: s.job_id,
             attempt: s.attempt,
-            tasks: &s.tasks,
+            tasks,
             partition: s.partition.as_ref(),
             partition_name: &s.partition_name,
             array: s.array,
@@ -610,7 +623,7 @@ impl PodsToCreate {
             node_gpus: &s.node_gpus,
             limit_end: s.limit_end,
         };
-        pods::build_pod_in(&ctx, s.layout(), node)
+        pods::build_pod_in(&ctx, layout, node)
     }
 
     /// Builds every pod.
@@ -666,8 +679,8 @@ pub struct CyclePlan {
     pub partitions: Vec<PartitionWrite>,
     /// Gauges.
     pub gauges: Gauges,
-    /// Jobs holding allocations (for fair-share usage).
-    pub running: Vec<RunningJob>,
+    /// Jobs holding allocations, as fair-share usage reads them.
+    pub running: Vec<UsageSpan>,
     /// Jobs started this cycle.
     pub starts: usize,
     /// Gangs preempted this cycle.
@@ -677,8 +690,9 @@ pub struct CyclePlan {
 }
 
 /// How many jobs need a job id (so the caller can reserve enough before [`plan`]).
-pub fn new_job_count(jobs: &[Arc<BatchJob>]) -> usize {
+pub fn new_job_count(jobs: &[Arc<JobObs>]) -> usize {
     jobs.iter()
+        .map(|j| j.job())
         .filter(|j| {
             j.metadata.deletion_timestamp.is_none()
                 && j.status.as_ref().and_then(|s| s.job_id).is_none()
@@ -688,16 +702,20 @@ pub fn new_job_count(jobs: &[Arc<BatchJob>]) -> usize {
 
 /// A job's working state during the cycle.
 struct Work<'a> {
+    /// The job as cached: its status (`prev`) has no task records, `records` has them.
     job: &'a BatchJob,
     uid: String,
     ns: String,
     name: String,
+    /// The stored status, without its task records (`status.tasks` is `records`).
     prev: Option<&'a BatchJobStatus>,
+    /// The stored status's task records.
+    records: &'a TaskRecords,
     /// The status being decided. While `tasks_kept`, its `tasks` are empty and stand for
-    /// `prev`'s (read them with [`Work::tasks`]): copying every job's task records into each
-    /// cycle was the largest transient allocation (200,000 records at 16,384 nodes).
+    /// `records`: copying every job's task records into each cycle was the largest transient
+    /// allocation (200,000 records at 16,384 nodes).
     st: BatchJobStatus,
-    /// `st.tasks` are `prev`'s, not copied (see `st`).
+    /// `st.tasks` are the stored `records`, not copied (see `st`).
     tasks_kept: bool,
     plan: JobPlan,
     id: Option<JobId>,
@@ -720,73 +738,48 @@ struct Work<'a> {
 }
 
 impl Work<'_> {
-    /// The task records of `st` (borrowed from `prev` while they are unchanged).
-    fn tasks(&self) -> &[TaskAllocation] {
-        match self.prev {
-            Some(p) if self.tasks_kept => &p.tasks,
-            _ => &self.st.tasks,
+    /// Whether `st` has task records (an allocation).
+    fn has_tasks(&self) -> bool {
+        if self.tasks_kept {
+            !self.records.is_empty()
+        } else {
+            !self.st.tasks.is_empty()
         }
     }
-}
 
-/// `st` without its task records (every other field cloned). Exhaustive, so a new status
-/// field cannot be forgotten here.
-fn without_tasks(st: &BatchJobStatus) -> BatchJobStatus {
-    let BatchJobStatus {
-        job_id,
-        array_job_id,
-        array_task_id,
-        state,
-        reason,
-        message,
-        partition,
-        time_limit,
-        node_list,
-        num_nodes,
-        num_tasks,
-        num_gpus,
-        num_cpus,
-        tasks: _,
-        gpu_binding,
-        attempt,
-        restarts,
-        submit_time,
-        eligible_time,
-        start_time,
-        end_time,
-        exit_code,
-        exit_signal,
-        array_tasks,
-        observed_generation,
-        conditions,
-    } = st;
-    BatchJobStatus {
-        job_id: *job_id,
-        array_job_id: *array_job_id,
-        array_task_id: *array_task_id,
-        state: *state,
-        reason: reason.clone(),
-        message: message.clone(),
-        partition: partition.clone(),
-        time_limit: time_limit.clone(),
-        node_list: node_list.clone(),
-        num_nodes: *num_nodes,
-        num_tasks: *num_tasks,
-        num_gpus: *num_gpus,
-        num_cpus: *num_cpus,
-        tasks: Vec::new(),
-        gpu_binding: *gpu_binding,
-        attempt: *attempt,
-        restarts: *restarts,
-        submit_time: submit_time.clone(),
-        eligible_time: eligible_time.clone(),
-        start_time: start_time.clone(),
-        end_time: end_time.clone(),
-        exit_code: *exit_code,
-        exit_signal: *exit_signal,
-        array_tasks: array_tasks.clone(),
-        observed_generation: *observed_generation,
-        conditions: conditions.clone(),
+    /// The node indices of `st`'s tasks, ascending, each once.
+    fn node_ranks(&self) -> Vec<u32> {
+        if self.tasks_kept {
+            self.records.node_ranks()
+        } else {
+            pods::node_ranks(&self.st.tasks)
+        }
+    }
+
+    /// `st`'s task records as the core's running job reads them.
+    fn core_tasks(&self, nodes: &NodeTable) -> Vec<TaskAlloc> {
+        if self.tasks_kept {
+            self.records
+                .iter()
+                .map(|t| TaskAlloc {
+                    node: nodes.id(t.node()),
+                    gpus: t.gpus().to_vec(),
+                    cpu_millis: t.cpu_millis(),
+                    memory_mib: t.memory_mib(),
+                })
+                .collect()
+        } else {
+            translate::core_tasks(&self.st.tasks, nodes)
+        }
+    }
+
+    /// The stored status, task records included (a copy: for the jobs whose status changes).
+    fn stored_whole(&self) -> Option<BatchJobStatus> {
+        self.prev.map(|p| {
+            let mut s = p.clone();
+            s.tasks = self.records.to_vec();
+            s
+        })
     }
 }
 
@@ -849,11 +842,11 @@ pub fn plan(
     let bind = BindCtx::new(inp);
     // Taken out for the cycle and kept again at its end (a panic in between loses it:
     // rebuilt next cycle).
-    let (mut cluster, built) =
+    let (cluster, built) =
         ClusterCache::reuse_or_build(mem.cluster.take(), inp.nodes, &table.parts);
     mem.cluster_builds += u64::from(built);
     let mut snap = Snapshot {
-        nodes: cluster.take_nodes(),
+        nodes: cluster.nodes(),
         partitions: table.parts.clone(),
         usage: inp.usage.clone(),
         ..Default::default()
@@ -869,22 +862,26 @@ pub fn plan(
     }
 
     // Jobs in submission order, so that new ids increase with it.
-    let mut order: Vec<&BatchJob> = inp.jobs.iter().map(|j| j.as_ref()).collect();
+    let mut order: Vec<&JobObs> = inp.jobs.iter().map(|j| j.as_ref()).collect();
     order.sort_by(|a, b| {
+        let (a, b) = (a.job(), b.job());
         let t = |j: &BatchJob| j.metadata.creation_timestamp.as_ref().map(secs);
         t(a).cmp(&t(b))
             .then_with(|| a.namespace().cmp(&b.namespace()))
             .then_with(|| a.name_any().cmp(&b.name_any()))
     });
-    let live_uids: HashSet<String> = order.iter().filter_map(|j| j.uid()).collect();
+    let live_uids: HashSet<String> = order.iter().filter_map(|j| j.job().uid()).collect();
     mem.retain(&live_uids);
 
     // Parents by uid; children by parent uid.
-    let by_uid: HashMap<String, &BatchJob> =
-        order.iter().filter_map(|j| Some((j.uid()?, *j))).collect();
+    let by_uid: HashMap<String, &BatchJob> = order
+        .iter()
+        .filter_map(|j| Some((j.job().uid()?, j.job())))
+        .collect();
 
     let mut works: Vec<Work<'_>> = Vec::with_capacity(order.len());
-    for job in &order {
+    for obs in &order {
+        let job = obs.job();
         let prev = job.status.as_ref();
         let uid = job.uid().unwrap_or_default();
         let mut w = Work {
@@ -893,8 +890,10 @@ pub fn plan(
             ns: job.namespace().unwrap_or_default(),
             name: job.name_any(),
             prev,
-            st: prev.map(without_tasks).unwrap_or_default(),
-            tasks_kept: prev.is_some_and(|p| !p.tasks.is_empty()),
+            records: obs.tasks(),
+            // The cached status has no task records to copy: `records` stands for them.
+            st: prev.cloned().unwrap_or_default(),
+            tasks_kept: true,
             plan: JobPlan {
                 namespace: job.namespace().unwrap_or_default(),
                 name: job.name_any(),
@@ -1048,11 +1047,11 @@ pub fn plan(
         if w.holds {
             let attempt = w.st.attempt.unwrap_or(0);
             held.insert((w.uid.clone(), attempt));
-            snap.running.push(translate::running_job(
+            snap.running.push(translate::running_job_with(
                 w.job,
+                w.core_tasks(inp.nodes),
                 w.id.unwrap_or(0),
                 w.part,
-                inp.nodes,
                 None,
             ));
         }
@@ -1073,8 +1072,8 @@ pub fn plan(
             }
         }
     }
-    // The jobs holding allocations (for fair-share usage): `snap.running` up to here, moved
-    // out once the cycle is decided rather than copied (a task record each).
+    // The jobs holding allocations (for fair-share usage): `snap.running` up to here, kept
+    // as spans once the cycle is decided (not the jobs: a task record each).
     let usage_running_len = snap.running.len();
 
     // Live pods not covered by a held allocation keep their resources until gone.
@@ -1209,10 +1208,12 @@ pub fn plan(
         mem,
         cfg,
     );
-    cluster.put_nodes(std::mem::take(&mut snap.nodes));
     mem.cluster = Some(cluster);
-    let mut usage_running = std::mem::take(&mut snap.running);
-    usage_running.truncate(usage_running_len);
+    let usage_running: Vec<UsageSpan> = snap.running[..usage_running_len]
+        .iter()
+        .map(UsageSpan::of)
+        .collect();
+    drop(snap);
 
     // Muster's claims by job: those not of an allocation the job keeps are deleted.
     let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::new();
@@ -1244,7 +1245,7 @@ pub fn plan(
         // left behind holds nothing and goes with the job.)
         if let (Some(api), Some(p)) = (bind.gang, w.prev)
             && p.state == Some(JobState::Running)
-            && !p.tasks.is_empty()
+            && !w.records.is_empty()
         {
             let still =
                 w.holds && w.st.attempt == p.attempt && w.job.metadata.deletion_timestamp.is_none();
@@ -1258,14 +1259,12 @@ pub fn plan(
             let known = w.known.filter(|_| w.st.state == Some(JobState::Pending));
             status::finish(&mut w.st, w.prev, generation, now, known);
             // The stored status as `w.st` holds it: without the task records while they are
-            // kept (they are then the same).
-            let stored = w.prev.map(|p| {
-                if w.tasks_kept {
-                    std::borrow::Cow::Owned(without_tasks(p))
-                } else {
-                    std::borrow::Cow::Borrowed(p)
-                }
-            });
+            // kept (they are then the same, and the cached status has none), else whole.
+            let stored = if w.tasks_kept {
+                w.prev.map(std::borrow::Cow::Borrowed)
+            } else {
+                w.stored_whole().map(std::borrow::Cow::Owned)
+            };
             let write = match stored.as_deref() {
                 None => true,
                 Some(p) if *p == w.st => false,
@@ -1293,7 +1292,7 @@ pub fn plan(
             if write {
                 let mut status = std::mem::take(&mut w.st);
                 if w.tasks_kept {
-                    status.tasks = w.prev.map(|p| p.tasks.clone()).unwrap_or_default();
+                    status.tasks = w.records.to_vec();
                 }
                 w.plan.status = Some(StatusWrite {
                     status,
@@ -1574,8 +1573,8 @@ fn step_job(
     };
 
     match state {
-        JobState::Running if !w.tasks().is_empty() => {
-            let nodes = pods::node_ranks(w.tasks());
+        JobState::Running if w.has_tasks() => {
+            let nodes = w.node_ranks();
             let npods = nodes.len();
             let mut by_node: BTreeMap<u32, &PodObs> = BTreeMap::new();
             for p in &cur {
@@ -1585,7 +1584,13 @@ fn step_job(
             }
             // The batch host's pod: its batch step's end is the job's (as in Slurm).
             let batch = nodes.first().and_then(|n| by_node.get(n)).copied();
-            let rj = translate::running_job(job, w.id.unwrap_or(0), w.part, nodes_table, None);
+            let rj = translate::running_job_with(
+                job,
+                w.core_tasks(nodes_table),
+                w.id.unwrap_or(0),
+                w.part,
+                None,
+            );
             let start = w.st.start_time.as_ref().map(secs).unwrap_or(now);
             if batch.is_some_and(|p| p.phase == Phase::Succeeded) {
                 end(
@@ -1699,11 +1704,19 @@ fn step_job(
                 // The binding recorded with the allocation, never today's: the gang's pods
                 // must agree.
                 let gpu_binding = w.st.gpu_binding.unwrap_or_default();
+                // Decoded for the pods only (a job whose pods are missing: few per cycle).
+                let decoded;
+                let tasks: &[TaskAllocation] = if w.tasks_kept {
+                    decoded = w.records.to_vec();
+                    &decoded
+                } else {
+                    &w.st.tasks
+                };
                 let ctx = JobContext {
                     job,
                     job_id: w.id.unwrap_or(0),
                     attempt,
-                    tasks: w.tasks(),
+                    tasks,
                     partition: part_crd,
                     partition_name: &pname,
                     array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
@@ -2072,7 +2085,9 @@ fn admit(
             // pending rather than record an allocation without pods.
             let prev = w.prev.cloned().unwrap_or_default();
             w.st.state = Some(JobState::Pending);
-            w.st.tasks = prev.tasks;
+            // The stored records again (as they were before this admission).
+            w.st.tasks = Vec::new();
+            w.tasks_kept = true;
             w.st.start_time = None;
             w.st.node_list = None;
             w.st.gpu_binding = prev.gpu_binding;

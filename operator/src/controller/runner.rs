@@ -42,6 +42,7 @@ use super::dra::inventory::{self, SliceObs};
 use super::dra::{ClaimObs, DeviceClass, DraSupport, ResourceClaim, ResourceSlice};
 use super::exec::{self, Faults, NoFaults};
 use super::jobids::JobIds;
+use super::jobobs::{self, JobObs};
 use super::kube_api::KubeApi;
 use super::leader::{LeaderElector, LeaseTimings};
 use super::metrics::Metrics;
@@ -138,8 +139,8 @@ pub enum RunError {
 pub struct Stores {
     /// Partitions.
     pub partitions: Store<Partition>,
-    /// BatchJobs.
-    pub jobs: Store<BatchJob>,
+    /// BatchJobs, task records compact.
+    pub jobs: Store<JobObs>,
     /// Task pods, as the planner reads them.
     pub pods: Store<PodObs>,
     /// Nodes.
@@ -418,7 +419,7 @@ pub fn start_reflectors(
     let (jobs, t2) = reflect(
         Api::<BatchJob>::all(client.clone()),
         wc(),
-        |e| Some(e.modify(trim_meta)),
+        jobobs::slim_event,
         notify.clone(),
         metrics.clone(),
     );
@@ -491,9 +492,9 @@ pub fn rv_newer(a: &str, b: &str) -> Option<bool> {
 /// The operator's own recent writes, folded into what the caches show.
 #[derive(Default)]
 pub struct Recent {
-    /// BatchJobs as returned by our status/finalizer writes, by uid, with the cycles they
-    /// have been kept.
-    jobs: HashMap<String, (Arc<BatchJob>, u32)>,
+    /// BatchJobs as returned by our status/finalizer writes (as cached), by uid, with the
+    /// cycles they have been kept.
+    jobs: HashMap<String, (Arc<JobObs>, u32)>,
     /// Pods we created, not yet in the cache.
     created: HashMap<(String, String), (Arc<PodObs>, Instant)>,
     /// Pods we deleted, not yet shown deleting.
@@ -514,15 +515,15 @@ impl Recent {
     }
 
     /// The jobs to plan with: the cache, with our newer writes in place of stale entries.
-    pub fn merge_jobs(&mut self, cached: Vec<Arc<BatchJob>>) -> Vec<Arc<BatchJob>> {
+    pub fn merge_jobs(&mut self, cached: Vec<Arc<JobObs>>) -> Vec<Arc<JobObs>> {
         let mut out = Vec::with_capacity(cached.len());
         let mut seen = HashSet::with_capacity(self.jobs.len());
         for j in cached {
-            let uid = j.uid().unwrap_or_default();
+            let uid = j.uid();
             if let Some((mine, age)) = self.jobs.get_mut(&uid) {
                 seen.insert(uid.clone());
-                let crv = j.resource_version().unwrap_or_default();
-                let mrv = mine.resource_version().unwrap_or_default();
+                let crv = j.job().resource_version().unwrap_or_default();
+                let mrv = mine.job().resource_version().unwrap_or_default();
                 let cache_caught_up = match rv_newer(&mrv, &crv) {
                     Some(newer) => !newer,
                     None => *age > 20,
@@ -542,7 +543,7 @@ impl Recent {
         self.jobs.retain(|k, _| seen.contains(k));
         let present: HashSet<(String, String)> = out
             .iter()
-            .map(|j| (j.namespace().unwrap_or_default(), j.name_any()))
+            .map(|j| (j.job().namespace().unwrap_or_default(), j.job().name_any()))
             .collect();
         self.created_jobs
             .retain(|k, t| !present.contains(k) && t.elapsed() < EXPECT_TTL);
@@ -618,10 +619,9 @@ impl Recent {
     pub fn record(&mut self, r: &mut exec::ExecReport) {
         let now = Instant::now();
         for w in std::mem::take(&mut r.written) {
-            if let Some(uid) = w.job.uid() {
-                let mut j = w.job;
-                trim_meta(&mut j);
-                self.jobs.insert(uid, (Arc::new(j), 0));
+            let uid = w.job.uid();
+            if !uid.is_empty() {
+                self.jobs.insert(uid, (w.job, 0));
             }
         }
         for p in std::mem::take(&mut r.created_pods) {
@@ -715,7 +715,7 @@ struct Leader {
     mem: PlanMemory,
     recent: Recent,
     nodes: NodeCache,
-    last_running: Vec<crate::core::RunningJob>,
+    last_running: Vec<crate::core::priority::UsageSpan>,
     /// When freed memory was last returned to the system.
     trimmed: Instant,
 }
@@ -1019,13 +1019,12 @@ async fn run_cycle(
     };
     let ids = &mut leader.ids;
     let mut cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
-    // Moved, not copied: a task record per running task (the writes never read it).
     leader.last_running = std::mem::take(&mut cp.running);
     metrics.set_gauges(&cp.gauges);
     let (starts, queued) = (cp.starts, cp.queued);
     let fin: HashMap<String, Vec<String>> = jobs
         .iter()
-        .map(|j| (j.uid().unwrap_or_default(), j.finalizers().to_vec()))
+        .map(|j| (j.uid(), j.job().finalizers().to_vec()))
         .collect();
     let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
     let mut report = exec::execute(
@@ -1038,9 +1037,7 @@ async fn run_cycle(
     .await;
     metrics.record(&report);
     for w in &report.written {
-        if let Some(uid) = w.job.uid() {
-            leader.mem.wrote_status(&uid, now);
-        }
+        leader.mem.wrote_status(&w.job.uid(), now);
     }
     leader.recent.record(&mut report);
     if !report.events.is_empty() {
@@ -1107,11 +1104,11 @@ mod tests {
         assert_eq!(rv_newer("abc", "abd"), None);
     }
 
-    fn job(uid: &str, rv: &str) -> Arc<BatchJob> {
+    fn job(uid: &str, rv: &str) -> Arc<JobObs> {
         let mut j = BatchJob::new("j", Default::default());
         j.metadata.uid = Some(uid.into());
         j.metadata.resource_version = Some(rv.into());
-        Arc::new(j)
+        Arc::new(JobObs::new(j))
     }
 
     #[test]
@@ -1119,15 +1116,15 @@ mod tests {
         let mut r = Recent::default();
         let mut rep = exec::ExecReport::default();
         rep.written.push(exec::Written {
-            job: (*job("u1", "5")).clone(),
+            job: job("u1", "5"),
             effects: vec![],
         });
         r.record(&mut rep.clone());
         let v = r.merge_jobs(vec![job("u1", "3"), job("u2", "1")]);
-        assert_eq!(v[0].resource_version().as_deref(), Some("5"));
-        assert_eq!(v[1].resource_version().as_deref(), Some("1"));
+        assert_eq!(v[0].job().resource_version().as_deref(), Some("5"));
+        assert_eq!(v[1].job().resource_version().as_deref(), Some("1"));
         let v = r.merge_jobs(vec![job("u1", "6")]);
-        assert_eq!(v[0].resource_version().as_deref(), Some("6"));
+        assert_eq!(v[0].job().resource_version().as_deref(), Some("6"));
         assert!(r.jobs.is_empty());
         // Deleted objects are not resurrected.
         r.record(&mut rep.clone());

@@ -12,6 +12,7 @@
 //! - [`running_job`], [`pending_job`]: a BatchJob's status/spec as core jobs.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -768,8 +769,8 @@ pub fn gpu_links(gpus: &[core::Gpu], matrix: &[Vec<String>]) -> Vec<Vec<Link>> {
 /// Nodes by name, in natural name order; [`NodeId`] indexes `nodes`.
 #[derive(Clone, Debug, Default)]
 pub struct NodeTable {
-    /// Core nodes.
-    pub nodes: Vec<core::Node>,
+    /// Core nodes, shared with every cycle's snapshot ([`core::Snapshot::nodes`]).
+    pub nodes: Arc<Vec<core::Node>>,
     /// Index by name.
     pub index: HashMap<String, NodeId>,
     /// The NVIDIA DRA driver's devices: `(pool, device)` to the node and the GPU's NVML index
@@ -787,7 +788,7 @@ impl NodeTable {
             .map(|(i, n)| (n.name.clone(), i as NodeId))
             .collect();
         NodeTable {
-            nodes,
+            nodes: Arc::new(nodes),
             index,
             devices: HashMap::new(),
         }
@@ -849,10 +850,21 @@ pub fn running_job(
     nodes: &NodeTable,
     stopping_since: Option<i64>,
 ) -> RunningJob {
-    let empty = BatchJobStatus::default();
-    let st = job.status.as_ref().unwrap_or(&empty);
-    let tasks = st
-        .tasks
+    let tasks = job
+        .status
+        .as_ref()
+        .map(|st| core_tasks(&st.tasks, nodes))
+        .unwrap_or_default();
+    running_job_with(job, tasks, id, partition, stopping_since)
+}
+
+/// Task records as the core's running job holds them (a node not in `nodes` maps past the
+/// end: see [`NodeTable::id`]).
+pub fn core_tasks(
+    tasks: &[muster_crds::v1alpha1::TaskAllocation],
+    nodes: &NodeTable,
+) -> Vec<TaskAlloc> {
+    tasks
         .iter()
         .map(|t| TaskAlloc {
             node: nodes.id(&t.node),
@@ -860,7 +872,20 @@ pub fn running_job(
             cpu_millis: t.cpu_millis,
             memory_mib: t.memory_mib,
         })
-        .collect();
+        .collect()
+}
+
+/// [`running_job`] with its tasks given (the operator's job cache keeps a status's task
+/// records apart from the object).
+pub fn running_job_with(
+    job: &BatchJob,
+    tasks: Vec<TaskAlloc>,
+    id: JobId,
+    partition: Option<PartitionId>,
+    stopping_since: Option<i64>,
+) -> RunningJob {
+    let empty = BatchJobStatus::default();
+    let st = job.status.as_ref().unwrap_or(&empty);
     let time_limit = status_limit_secs(st);
     RunningJob {
         id,
