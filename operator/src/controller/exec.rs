@@ -419,10 +419,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         if ctx.gate(WriteKind::Status, name).is_err() {
             return;
         }
-        let w = StatusWrite {
-            status: sw.status.clone(),
-            resource_version: rv.clone(),
-        };
+        let w = sw.to_write(rv.clone());
         let res = ctx.api.apply_status(ns, name, &w).await;
         tracing::debug!(
             job = name,
@@ -454,7 +451,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         }
         match fresh_key() {
             Ok(key) => {
-                let sec = super::pods::with_key(sec.clone(), &key);
+                let sec = super::pods::with_key((**sec).clone(), &key);
                 if let Err(e) = ctx.api.create_secret(&sec).await {
                     // No pod may start without its credential: the next cycle tries again.
                     ctx.fail(&e);

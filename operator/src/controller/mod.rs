@@ -15,6 +15,7 @@
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
 //! | `cluster_cache` | the core's trees, kept between cycles |
 //! | [`jobobs`] | BatchJobs as cached: task records compact (pure) |
+//! | [`nodeobs`] | Nodes and GpuNodes as cached, and the node table built from them |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
 //! | [`events`] | core/v1 Events with `eventTime`, `lastTimestamp` and series |
 //! | [`kube_api`] | the writes over kube |
@@ -41,6 +42,7 @@ pub mod jobobs;
 pub mod kube_api;
 pub mod leader;
 pub mod metrics;
+pub mod nodeobs;
 pub mod plan;
 pub mod pods;
 pub mod quantity;

@@ -652,9 +652,19 @@ pub fn node_dra(
     g: Option<&GpuNode>,
     published: &[super::dra::inventory::SliceGpu],
 ) -> (core::Node, Vec<(String, String)>) {
-    let mut out = node(n, None);
-    let (gpus, links, names) =
-        super::dra::inventory::core_gpus(published, g.and_then(|g| g.status.as_ref()));
+    let agent = g.and_then(|g| g.status.as_ref()).map(agent_gpus);
+    node_dra_with(&node_without_gpus(n), agent.as_ref(), published)
+}
+
+/// [`node_dra`] from the node's [`node_without_gpus`] and its GpuNode's [`agent_gpus`] (what
+/// the operator caches of each).
+pub fn node_dra_with(
+    part: &core::Node,
+    agent: Option<&AgentGpus>,
+    published: &[super::dra::inventory::SliceGpu],
+) -> (core::Node, Vec<(String, String)>) {
+    let mut out = part.clone();
+    let (gpus, links, names) = super::dra::inventory::core_gpus(published, agent);
     out.gpus = gpus;
     out.gpu_links = links;
     (out, names)
@@ -663,6 +673,23 @@ pub fn node_dra(
 /// A Node and its GpuNode (if the node agent published one) as a core node. Values that do
 /// not parse count as zero (the node then takes no work) rather than failing the cycle.
 pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
+    let agent = g.and_then(|g| g.status.as_ref()).map(agent_gpus);
+    node_with(&node_without_gpus(n), agent.as_ref())
+}
+
+/// [`node`] from the node's [`node_without_gpus`] and its GpuNode's [`agent_gpus`] (what the
+/// operator caches of each).
+pub fn node_with(part: &core::Node, agent: Option<&AgentGpus>) -> core::Node {
+    let mut out = part.clone();
+    if let Some(a) = agent {
+        out.gpus = a.gpus.clone();
+        out.gpu_links = a.links(&a.gpus);
+    }
+    out
+}
+
+/// What [`node`] reads of a Node: the core node without GPUs (those come from its GpuNode).
+pub fn node_without_gpus(n: &KubeNode) -> core::Node {
     let status = n.status.as_ref();
     let alloc = status.and_then(|s| s.allocatable.as_ref());
     let cpu = alloc
@@ -696,27 +723,6 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
     labels
         .entry(muster_crds::labels::HOSTNAME.to_string())
         .or_insert_with(|| n.name_any());
-    let (gpus, gpu_links) = match g.and_then(|g| g.status.as_ref()) {
-        Some(gs) => {
-            let gpus: Vec<core::Gpu> = gs
-                .gpus
-                .iter()
-                .map(|x| core::Gpu {
-                    index: x.index,
-                    uuid: x.uuid.clone(),
-                    model: x.model.clone(),
-                    memory_mib: x.memory_mib,
-                    healthy: x.health.state == GpuHealthState::Healthy,
-                    numa: x.numa_node,
-                    nvlink_peers: x.nvlink_peers.clone(),
-                })
-                .collect();
-            // The matrix is by NVML index; the core wants it by position in `gpus`.
-            let links = gpu_links(&gpus, &gs.topology);
-            (gpus, links)
-        }
-        None => (Vec::new(), Vec::new()),
-    };
     core::Node {
         name: n.name_any(),
         labels,
@@ -725,8 +731,8 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
         taints,
         ready,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        gpus,
-        gpu_links,
+        gpus: Vec::new(),
+        gpu_links: Vec::new(),
         extended: alloc
             .into_iter()
             .flatten()
@@ -736,34 +742,68 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
     }
 }
 
-/// The `nvidia-smi topo -m` matrix (rows and columns by NVML index) re-indexed by position in
-/// `gpus`; empty when it is absent, not square, or any entry does not parse (the core then
-/// derives links from NUMA and NVLink peers).
-pub fn gpu_links(gpus: &[core::Gpu], matrix: &[Vec<String>]) -> Vec<Vec<Link>> {
-    if matrix.is_empty()
-        || matrix.len() != gpus.len()
-        || matrix.iter().any(|r| r.len() != gpus.len())
-    {
-        return Vec::new();
+/// What [`node`] reads of a GpuNode's status: the GPUs as the node agent reports them, and
+/// its `nvidia-smi topo -m` matrix with each cell parsed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentGpus {
+    /// The GPUs, in the status's order.
+    pub gpus: Vec<core::Gpu>,
+    /// The matrix by NVML index, as reported; a cell that does not parse is `None`.
+    pub topology: Vec<Vec<Option<Link>>>,
+}
+
+/// A GpuNode's status as [`AgentGpus`].
+pub fn agent_gpus(gs: &muster_crds::v1alpha1::GpuNodeStatus) -> AgentGpus {
+    AgentGpus {
+        gpus: gs
+            .gpus
+            .iter()
+            .map(|x| core::Gpu {
+                index: x.index,
+                uuid: x.uuid.clone(),
+                model: x.model.clone(),
+                memory_mib: x.memory_mib,
+                healthy: x.health.state == GpuHealthState::Healthy,
+                numa: x.numa_node,
+                nvlink_peers: x.nvlink_peers.clone(),
+            })
+            .collect(),
+        topology: gs
+            .topology
+            .iter()
+            .map(|row| row.iter().map(|c| c.parse::<Link>().ok()).collect())
+            .collect(),
     }
-    let mut out = Vec::with_capacity(gpus.len());
-    for a in gpus {
-        let mut row = Vec::with_capacity(gpus.len());
-        for b in gpus {
-            let Some(cell) = matrix
-                .get(a.index as usize)
-                .and_then(|r| r.get(b.index as usize))
-            else {
-                return Vec::new();
-            };
-            match cell.parse::<Link>() {
-                Ok(l) => row.push(l),
-                Err(_) => return Vec::new(),
-            }
+}
+
+impl AgentGpus {
+    /// The agent's matrix (rows and columns by NVML index) re-indexed by position in `gpus`;
+    /// empty when it is absent, not square, or any entry does not parse (the core then
+    /// derives links from NUMA and NVLink peers).
+    pub fn links(&self, gpus: &[core::Gpu]) -> Vec<Vec<Link>> {
+        let matrix = &self.topology;
+        if matrix.is_empty()
+            || matrix.len() != gpus.len()
+            || matrix.iter().any(|r| r.len() != gpus.len())
+        {
+            return Vec::new();
         }
-        out.push(row);
+        let mut out = Vec::with_capacity(gpus.len());
+        for a in gpus {
+            let mut row = Vec::with_capacity(gpus.len());
+            for b in gpus {
+                match matrix
+                    .get(a.index as usize)
+                    .and_then(|r| r.get(b.index as usize))
+                {
+                    Some(Some(l)) => row.push(*l),
+                    _ => return Vec::new(),
+                }
+            }
+            out.push(row);
+        }
+        out
     }
-    out
 }
 
 /// Nodes by name, in natural name order; [`NodeId`] indexes `nodes`.
@@ -1461,6 +1501,15 @@ mod tests {
         let cpu_only = node(&kube_node("cpu1", false), None);
         assert!(!cpu_only.ready);
         assert!(cpu_only.gpus.is_empty());
+    }
+
+    /// The agent's matrix `matrix` re-indexed for `gpus` (as [`node`] does).
+    fn gpu_links(gpus: &[core::Gpu], matrix: &[Vec<String>]) -> Vec<Vec<Link>> {
+        let status = muster_crds::v1alpha1::GpuNodeStatus {
+            topology: matrix.to_vec(),
+            ..Default::default()
+        };
+        agent_gpus(&status).links(gpus)
     }
 
     #[test]

@@ -32,11 +32,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use muster_crds::v1alpha1::{GpuHealthState, GpuNodeStatus};
-
 use super::NVIDIA_DRIVER;
 use super::api::{Device, DeviceAttribute, ResourceSlice};
 use crate::controller::quantity;
+use crate::controller::translate::AgentGpus;
 use crate::core::{self, Link};
 
 /// The standard attribute of a device's PCIe root complex.
@@ -229,8 +228,8 @@ pub type CoreGpus = (Vec<core::Gpu>, Vec<Vec<Link>>, Vec<(String, String)>);
 /// GpuNode (NVML index, NUMA, NVLink peers, health, `nvidia-smi topo` matrix), and the
 /// `(pool, device)` of each, by position. A GPU the driver publishes and the GpuNode does not
 /// know is healthy (the driver only publishes devices it can prepare).
-pub fn core_gpus(published: &[SliceGpu], agent: Option<&GpuNodeStatus>) -> CoreGpus {
-    let by_uuid: HashMap<&str, &muster_crds::v1alpha1::GpuInfo> = agent
+pub fn core_gpus(published: &[SliceGpu], agent: Option<&AgentGpus>) -> CoreGpus {
+    let by_uuid: HashMap<&str, &core::Gpu> = agent
         .map(|a| a.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect())
         .unwrap_or_default();
     let mut gpus = Vec::with_capacity(published.len());
@@ -256,15 +255,14 @@ pub fn core_gpus(published: &[SliceGpu], agent: Option<&GpuNodeStatus>) -> CoreG
             } else {
                 known.map(|k| k.memory_mib).unwrap_or(0)
             },
-            healthy: known.is_none_or(|k| k.health.state == GpuHealthState::Healthy),
-            numa: known.and_then(|k| k.numa_node),
+            healthy: known.is_none_or(|k| k.healthy),
+            numa: known.and_then(|k| k.numa),
             nvlink_peers: known.map(|k| k.nvlink_peers.clone()).unwrap_or_default(),
         });
         names.push((p.pool.clone(), p.device.clone()));
         roots.push(p.pcie_root.clone());
     }
-    let matrix = agent.map(|a| a.topology.as_slice()).unwrap_or(&[]);
-    let mut links = crate::controller::translate::gpu_links(&gpus, matrix);
+    let mut links = agent.map(|a| a.links(&gpus)).unwrap_or_default();
     if links.is_empty() && roots.iter().any(Option::is_some) {
         links = derived_links(&gpus, &roots);
     }
@@ -305,7 +303,7 @@ mod tests {
     use super::*;
     use crate::controller::dra::api::{DeviceCapacity, ResourcePool, ResourceSliceSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use muster_crds::v1alpha1::{GpuHealth, GpuInfo};
+    use muster_crds::v1alpha1::{GpuHealth, GpuHealthState, GpuInfo, GpuNodeStatus};
 
     /// A device as v25.12 publishes it.
     fn device(minor: u32, uuid: &str, root: &str) -> Device {
@@ -428,6 +426,7 @@ mod tests {
             ],
             ..Default::default()
         };
+        let agent = crate::controller::translate::agent_gpus(&agent);
         let (gpus, links, names) = core_gpus(&g, Some(&agent));
         assert_eq!(
             gpus[0].index, 1,
