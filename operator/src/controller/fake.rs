@@ -891,7 +891,7 @@ impl Harness {
             )
             .with_devices(devices);
             let nodes = match self.table.take() {
-                Some(t) if t.nodes == nodes.nodes && t.devices == nodes.devices => t,
+                Some(t) if t.nodes == nodes.nodes && t.same_devices(&nodes) => t,
                 _ => Arc::new(nodes),
             };
             self.table = Some(nodes.clone());

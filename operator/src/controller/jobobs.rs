@@ -13,13 +13,12 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use super::compact::{StrId, StrTable, StrTableBuilder};
+
 use kube::ResourceExt;
 use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use muster_crds::v1alpha1::{BatchJob, TaskAllocation};
-
-/// A string's id in [`TaskRecords`]: its position in the job's distinct strings.
-type StrId = u32;
 
 /// No string (a task without a pod name).
 const NONE: StrId = StrId::MAX;
@@ -47,10 +46,8 @@ struct Row {
 /// far below 4 GiB of strings or 4 billion tasks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskRecords {
-    /// The job's distinct strings (node names, GPU UUIDs, pod names), concatenated.
-    text: Box<str>,
-    /// Where each string ends in `text`.
-    ends: Box<[u32]>,
+    /// The job's distinct strings (node names, GPU UUIDs, pod names).
+    strs: StrTable,
     /// The tasks, in record order.
     rows: Box<[Row]>,
     /// Every task's GPU indices, concatenated in record order.
@@ -65,31 +62,13 @@ fn idx(n: usize) -> u32 {
     u32::try_from(n).expect("a BatchJob's task records are far below 4 GiB")
 }
 
-/// Builds the distinct strings of a job.
-#[derive(Default)]
-struct Strings<'a> {
-    ids: HashMap<&'a str, StrId>,
-    text: String,
-    ends: Vec<u32>,
-}
-
-impl<'a> Strings<'a> {
-    fn id(&mut self, s: &'a str) -> StrId {
-        *self.ids.entry(s).or_insert_with(|| {
-            self.text.push_str(s);
-            self.ends.push(idx(self.text.len()));
-            idx(self.ends.len() - 1)
-        })
-    }
-}
-
 impl TaskRecords {
     /// The records of `tasks`.
     pub fn new(tasks: &[TaskAllocation]) -> TaskRecords {
         if tasks.is_empty() {
             return TaskRecords::default();
         }
-        let mut strings = Strings::default();
+        let mut strings = StrTableBuilder::default();
         let mut sizes: Vec<(u64, u64)> = Vec::new();
         let mut size_ids: HashMap<(u64, u64), u32> = HashMap::new();
         let mut rows = Vec::with_capacity(tasks.len());
@@ -118,8 +97,7 @@ impl TaskRecords {
             });
         }
         TaskRecords {
-            text: strings.text.into_boxed_str(),
-            ends: strings.ends.into_boxed_slice(),
+            strs: strings.finish(),
             rows: rows.into_boxed_slice(),
             gpus: gpus.into_boxed_slice(),
             uuids: uuids.into_boxed_slice(),
@@ -157,15 +135,12 @@ impl TaskRecords {
     }
 
     fn string(&self, id: StrId) -> &str {
-        let i = id as usize;
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.text[start..self.ends[i] as usize]
+        self.strs.get(id)
     }
 
     /// Heap bytes held (for the figures).
     pub fn heap_bytes(&self) -> usize {
-        self.text.len()
-            + std::mem::size_of_val(&*self.ends)
+        self.strs.heap_bytes()
             + std::mem::size_of_val(&*self.rows)
             + std::mem::size_of_val(&*self.gpus)
             + std::mem::size_of_val(&*self.uuids)

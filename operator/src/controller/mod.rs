@@ -30,6 +30,7 @@
 
 pub mod admission;
 mod cluster_cache;
+mod compact;
 pub mod discovery;
 pub mod dra;
 pub mod events;

@@ -4,10 +4,11 @@
 //! ([`translate::node_without_gpus`]) and each GpuNode into its agent's GPUs
 //! ([`translate::agent_gpus`]): what the table is built from, and nothing else (a Node
 //! object is ~1.5 KB before its labels and status, and 16,384 of them plus their GpuNodes
-//! were ~90 MiB cached whole). The table is built from these exactly as
-//! [`translate::node`] builds one node from the objects (one translation), rebuilt when any
-//! Node, GpuNode or ResourceSlice event arrived since, and shared: the leader's cycles and
-//! the admission webhook read the same table.
+//! were ~90 MiB cached whole). Both are kept compact (each object's strings in one
+//! [`StrTable`], numbers in flat arrays) and expanded only while a table is built. The table
+//! is built from these exactly as [`translate::node`] builds one node from the objects (one
+//! translation), rebuilt when any Node, GpuNode or ResourceSlice event arrived since, and
+//! shared: the leader's cycles and the admission webhook read the same table.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -20,27 +21,96 @@ use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use muster_crds::v1alpha1::GpuNode;
 
+use super::compact::{StrId, StrTable, StrTableBuilder};
 use super::dra::inventory::{self, SliceObs};
 use super::translate::{self, AgentGpus, NodeTable};
-use crate::core;
+use crate::core::{self, Link, Taint, TaintEffect};
 
-/// A Node as cached: the core node without its GPUs.
+/// A Node as cached: the core node without its GPUs ([`translate::node_without_gpus`]),
+/// compact.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeObs {
-    node: core::Node,
+    /// The name (string 0), label keys and values, taint keys and values, extended resource
+    /// names.
+    strs: StrTable,
+    labels: Box<[(StrId, StrId)]>,
+    taints: Box<[(StrId, StrId, TaintEffect)]>,
+    extended: Box<[(StrId, u64)]>,
+    cpu_millis: u64,
+    memory_mib: u64,
+    ready: bool,
+    unschedulable: bool,
 }
 
 impl NodeObs {
     /// `n` as cached.
     pub fn new(n: &Node) -> NodeObs {
+        NodeObs::of(&translate::node_without_gpus(n))
+    }
+
+    /// A core node without GPUs, compact.
+    fn of(node: &core::Node) -> NodeObs {
+        let mut b = StrTableBuilder::default();
+        b.id(&node.name);
+        let labels = node
+            .labels
+            .iter()
+            .map(|(k, v)| (b.id(k), b.id(v)))
+            .collect();
+        let taints = node
+            .taints
+            .iter()
+            .map(|t| (b.id(&t.key), b.id(&t.value), t.effect))
+            .collect();
+        let extended = node.extended.iter().map(|(k, v)| (b.id(k), *v)).collect();
         NodeObs {
-            node: translate::node_without_gpus(n),
+            strs: b.finish(),
+            labels,
+            taints,
+            extended,
+            cpu_millis: node.cpu_millis,
+            memory_mib: node.memory_mib,
+            ready: node.ready,
+            unschedulable: node.unschedulable,
         }
     }
 
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        self.strs.get(0)
+    }
+
     /// The core node without GPUs.
-    pub fn node(&self) -> &core::Node {
-        &self.node
+    pub fn node(&self) -> core::Node {
+        let s = &self.strs;
+        core::Node {
+            name: self.name().to_string(),
+            labels: self
+                .labels
+                .iter()
+                .map(|&(k, v)| (s.get(k).to_string(), s.get(v).to_string()))
+                .collect(),
+            cpu_millis: self.cpu_millis,
+            memory_mib: self.memory_mib,
+            taints: self
+                .taints
+                .iter()
+                .map(|&(k, v, effect)| Taint {
+                    key: s.get(k).to_string(),
+                    value: s.get(v).to_string(),
+                    effect,
+                })
+                .collect(),
+            ready: self.ready,
+            unschedulable: self.unschedulable,
+            gpus: Vec::new(),
+            gpu_links: Vec::new(),
+            extended: self
+                .extended
+                .iter()
+                .map(|&(k, v)| (s.get(k).to_string(), v))
+                .collect(),
+        }
     }
 }
 
@@ -60,7 +130,7 @@ impl Lookup for NodeObs {
         "nodes".into()
     }
     fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.node.name))
+        Some(Cow::Borrowed(NodeObs::name(self)))
     }
     fn namespace(&self) -> Option<Cow<'_, str>> {
         None
@@ -73,19 +143,121 @@ impl Lookup for NodeObs {
     }
 }
 
-/// A GpuNode as cached: its name and its agent's GPUs (`None` before the agent reports).
+/// A GpuNode as cached: its name and its agent's GPUs ([`translate::agent_gpus`], `None`
+/// before the agent reports), compact.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuObs {
-    name: String,
-    agent: Option<AgentGpus>,
+    name: Box<str>,
+    agent: Option<AgentObs>,
+}
+
+/// [`AgentGpus`], compact.
+#[derive(Clone, Debug, PartialEq)]
+struct AgentObs {
+    /// UUIDs and models.
+    strs: StrTable,
+    gpus: Box<[GpuRow]>,
+    /// Every GPU's NVLink peers, concatenated in GPU order.
+    peers: Box<[u32]>,
+    /// The matrix's cells, row after row.
+    cells: Box<[Option<Link>]>,
+    /// Where each row of the matrix ends in `cells`.
+    rows: Box<[u32]>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct GpuRow {
+    index: u32,
+    uuid: StrId,
+    model: StrId,
+    memory_mib: u64,
+    healthy: bool,
+    numa: Option<i32>,
+    /// End of its peers in [`AgentObs::peers`] (they start at the previous GPU's end).
+    peers_end: u32,
+}
+
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).expect("a GpuNode's GPUs are far below 4 billion")
+}
+
+impl AgentObs {
+    fn of(a: &AgentGpus) -> AgentObs {
+        let mut b = StrTableBuilder::default();
+        let mut peers = Vec::new();
+        let gpus = a
+            .gpus
+            .iter()
+            .map(|g| {
+                peers.extend_from_slice(&g.nvlink_peers);
+                GpuRow {
+                    index: g.index,
+                    uuid: b.id(&g.uuid),
+                    model: b.id(&g.model),
+                    memory_mib: g.memory_mib,
+                    healthy: g.healthy,
+                    numa: g.numa,
+                    peers_end: len32(peers.len()),
+                }
+            })
+            .collect();
+        let mut cells = Vec::new();
+        let mut rows = Vec::with_capacity(a.topology.len());
+        for row in &a.topology {
+            cells.extend_from_slice(row);
+            rows.push(len32(cells.len()));
+        }
+        AgentObs {
+            strs: b.finish(),
+            gpus,
+            peers: peers.into_boxed_slice(),
+            cells: cells.into_boxed_slice(),
+            rows: rows.into_boxed_slice(),
+        }
+    }
+
+    fn expand(&self) -> AgentGpus {
+        let mut start = 0;
+        let gpus = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let peers = self.peers[start..g.peers_end as usize].to_vec();
+                start = g.peers_end as usize;
+                core::Gpu {
+                    index: g.index,
+                    uuid: self.strs.get(g.uuid).to_string(),
+                    model: self.strs.get(g.model).to_string(),
+                    memory_mib: g.memory_mib,
+                    healthy: g.healthy,
+                    numa: g.numa,
+                    nvlink_peers: peers,
+                }
+            })
+            .collect();
+        let mut start = 0;
+        let topology = self
+            .rows
+            .iter()
+            .map(|&end| {
+                let row = self.cells[start..end as usize].to_vec();
+                start = end as usize;
+                row
+            })
+            .collect();
+        AgentGpus { gpus, topology }
+    }
 }
 
 impl GpuObs {
     /// `g` as cached.
     pub fn new(g: &GpuNode) -> GpuObs {
         GpuObs {
-            name: g.name_any(),
-            agent: g.status.as_ref().map(translate::agent_gpus),
+            name: g.name_any().into_boxed_str(),
+            agent: g
+                .status
+                .as_ref()
+                .map(|st| AgentObs::of(&translate::agent_gpus(st))),
         }
     }
 
@@ -95,8 +267,8 @@ impl GpuObs {
     }
 
     /// The agent's GPUs, once reported.
-    pub fn agent(&self) -> Option<&AgentGpus> {
-        self.agent.as_ref()
+    pub fn agent(&self) -> Option<AgentGpus> {
+        self.agent.as_ref().map(AgentObs::expand)
     }
 }
 
@@ -218,15 +390,16 @@ pub fn build_table(
     let translated = nodes
         .iter()
         .map(|n| {
-            let name = n.node().name.as_str();
+            let name = n.name();
+            let part = n.node();
             let agent = gpu_by.get(name).and_then(|g| g.agent());
             match slices_by.get(name).and_then(|v| inventory::node_gpus(v)) {
                 Some(published) => {
-                    let (node, names) = translate::node_dra_with(n.node(), agent, &published);
+                    let (node, names) = translate::node_dra_with(&part, agent.as_ref(), &published);
                     devices.insert(name.to_string(), names);
                     node
                 }
-                None => translate::node_with(n.node(), agent),
+                None => translate::node_with(&part, agent.as_ref()),
             }
         })
         .collect();

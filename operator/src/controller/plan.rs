@@ -1489,7 +1489,7 @@ fn claim_holds(
             if driver != dra::NVIDIA_DRIVER {
                 continue;
             }
-            if let Some(&(node, gpu)) = inp.nodes.devices.get(&(pool.clone(), device.clone()))
+            if let Some((node, gpu)) = inp.nodes.device(pool, device)
                 && taken.insert((node, gpu))
             {
                 by_node.entry(node).or_default().push(gpu);

@@ -14,6 +14,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::compact::{StrTable, StrTableBuilder};
+
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector as KubeSelector, Time as KubeTime,
@@ -813,9 +815,17 @@ pub struct NodeTable {
     pub nodes: Arc<Vec<core::Node>>,
     /// Index by name.
     pub index: HashMap<String, NodeId>,
-    /// The NVIDIA DRA driver's devices: `(pool, device)` to the node and the GPU's NVML index
-    /// (what a ResourceClaim's allocation names, as the core counts it).
-    pub devices: HashMap<(String, String), (NodeId, u32)>,
+    /// The NVIDIA DRA driver's devices by pool (see [`NodeTable::device`]).
+    devices: HashMap<Box<str>, PoolDevices>,
+}
+
+/// One pool's devices: their names, and each one's node and GPU (NVML index). A pool is one
+/// node's GPUs (the driver names it after the node): a few names, searched in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct PoolDevices {
+    names: StrTable,
+    /// By name id: the node and the GPU's NVML index.
+    gpus: Vec<(NodeId, u32)>,
 }
 
 impl NodeTable {
@@ -837,18 +847,53 @@ impl NodeTable {
     /// Adds the DRA devices of nodes: by node name, each GPU's `(pool, device)` by position
     /// in the node's GPUs.
     pub fn with_devices(mut self, names: HashMap<String, Vec<(String, String)>>) -> Self {
-        for (node, list) in names {
-            let Some(&id) = self.index.get(&node) else {
-                continue;
-            };
+        let mut pools: HashMap<&str, (StrTableBuilder, Vec<(NodeId, u32)>)> = HashMap::new();
+        // In node order, so that a device two nodes claim (never, from one driver) resolves
+        // the same way every time.
+        let mut named: Vec<(NodeId, &Vec<(String, String)>)> = names
+            .iter()
+            .filter_map(|(node, list)| Some((*self.index.get(node)?, list)))
+            .collect();
+        named.sort_unstable_by_key(|(id, _)| *id);
+        for (id, list) in named {
             let gpus = &self.nodes[id as usize].gpus;
-            for (pos, key) in list.into_iter().enumerate() {
-                if let Some(g) = gpus.get(pos) {
-                    self.devices.insert(key, (id, g.index));
+            for ((pool, device), g) in list.iter().zip(gpus) {
+                let (b, rows) = pools.entry(pool.as_str()).or_default();
+                let d = b.id(device) as usize;
+                if d == rows.len() {
+                    rows.push((id, g.index));
+                } else {
+                    rows[d] = (id, g.index);
                 }
             }
         }
+        self.devices = pools
+            .into_iter()
+            .map(|(pool, (b, gpus))| {
+                (
+                    pool.into(),
+                    PoolDevices {
+                        names: b.finish(),
+                        gpus,
+                    },
+                )
+            })
+            .collect();
         self
+    }
+
+    /// The node and GPU (NVML index) of the NVIDIA DRA driver's device `device` of pool
+    /// `pool` (what a ResourceClaim's allocation names, as the core counts it).
+    pub fn device(&self, pool: &str, device: &str) -> Option<(NodeId, u32)> {
+        let p = self.devices.get(pool)?;
+        (0..p.gpus.len())
+            .find(|&i| p.names.get(i as u32) == device)
+            .map(|i| p.gpus[i])
+    }
+
+    /// Whether `self` and `other` know the same devices.
+    pub fn same_devices(&self, other: &NodeTable) -> bool {
+        self.devices == other.devices
     }
 
     /// The id of a node; a name not in the table maps past the end, which the core treats as
@@ -1552,6 +1597,35 @@ mod tests {
             .match_labels
             .insert("muster.dev/leaf".into(), "leaf2".into());
         assert!(!in_partition(&p, &n));
+    }
+
+    #[test]
+    fn dra_devices_resolve_to_their_node_and_gpu() {
+        let mut a = node(&kube_node("gpu1", true), Some(&gpu_node("gpu1", 2, &[])));
+        // Positions and NVML indices differ: the device at position 0 is GPU 1.
+        a.gpus.reverse();
+        let b = node(&kube_node("gpu2", true), Some(&gpu_node("gpu2", 2, &[])));
+        let names = |pool: &str| {
+            vec![
+                (pool.to_string(), "gpu-0".to_string()),
+                (pool.to_string(), "gpu-1".to_string()),
+            ]
+        };
+        let t = NodeTable::new(vec![b, a]).with_devices(
+            [
+                ("gpu1".to_string(), names("gpu1")),
+                ("gpu2".to_string(), names("gpu2")),
+                ("gone".to_string(), names("gone")),
+            ]
+            .into(),
+        );
+        assert_eq!(t.device("gpu1", "gpu-0"), Some((0, 1)));
+        assert_eq!(t.device("gpu1", "gpu-1"), Some((0, 0)));
+        assert_eq!(t.device("gpu2", "gpu-1"), Some((1, 1)));
+        assert_eq!(t.device("gpu2", "gpu-2"), None);
+        assert_eq!(t.device("gone", "gpu-0"), None, "a node not in the table");
+        assert!(t.same_devices(&t.clone()));
+        assert!(!t.same_devices(&NodeTable::default()));
     }
 
     #[test]
