@@ -50,7 +50,7 @@ async fn one_leader_and_takeover() {
             .jobs
             .state()
             .iter()
-            .any(|j| j.metadata.name.as_deref() == Some("first"))
+            .any(|j| j.job().metadata.name.as_deref() == Some("first"))
     );
 
     // The leader dies without releasing its lease: the follower takes over once it expires.

@@ -705,7 +705,7 @@ proptest! {
             for (new, &old) in perm.iter().enumerate() {
                 inv[old] = new as u32;
             }
-            q.nodes = perm.iter().map(|&old| s.nodes[old].clone()).collect();
+            q.nodes = std::sync::Arc::new(perm.iter().map(|&old| s.nodes[old].clone()).collect());
             for r in &mut q.running {
                 for t in &mut r.tasks {
                     t.node = inv[t.node as usize];

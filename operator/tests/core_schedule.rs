@@ -220,8 +220,9 @@ overrides:
 #[test]
 fn unhealthy_gpus_and_down_nodes_are_avoided() {
     let mut s = sandbox();
-    s.nodes[0].gpus[0].healthy = false;
-    s.nodes[1].ready = false;
+    let nodes = std::sync::Arc::make_mut(&mut s.nodes);
+    nodes[0].gpus[0].healthy = false;
+    nodes[1].ready = false;
     s.pending.push(PendingJob::new(1, NOW, JobRequest::gpus(8)));
     s.pending
         .push(PendingJob::new(2, NOW + 1, JobRequest::gpus(7)));
@@ -421,7 +422,7 @@ fn eligibility_reasons_follow_slurm() {
 #[test]
 fn job_needing_down_nodes_waits_with_req_node_not_avail() {
     let mut s = sandbox();
-    for n in &mut s.nodes[..4] {
+    for n in &mut std::sync::Arc::make_mut(&mut s.nodes)[..4] {
         n.unschedulable = true;
     }
     s.pending
@@ -472,7 +473,7 @@ fn timeouts_and_node_failures_are_stopped_and_their_room_is_not_reused_yet() {
     s.partitions[0].grace_time_secs = 30;
     busy(&mut s, 100, &["gpu001"], 8, Some(NOW - 1));
     busy(&mut s, 101, &["gpu002"], 8, None);
-    s.nodes[1].gpus[5].healthy = false;
+    std::sync::Arc::make_mut(&mut s.nodes)[1].gpus[5].healthy = false;
     s.pending
         .push(PendingJob::new(1, NOW, JobRequest::nodes(16, 8)));
     let d = schedule(&s, NOW, &Config::default());
@@ -646,7 +647,10 @@ fn singleton_runs_one_job_of_a_name_at_a_time() {
 fn featured() -> Snapshot {
     // Leaves 1-2 have feature `ib`; nodes 1-4 and 9-12 are `rack` a / b by label value.
     let mut s = sandbox();
-    for (i, n) in s.nodes.iter_mut().enumerate() {
+    for (i, n) in std::sync::Arc::make_mut(&mut s.nodes)
+        .iter_mut()
+        .enumerate()
+    {
         if i < 8 {
             n.labels
                 .insert("muster.dev/feature.ib".into(), "true".into());
@@ -793,7 +797,7 @@ fn prepared_trees_give_the_same_decisions_and_are_checked() {
     );
     // A snapshot of other nodes: the stale trees are not used.
     let mut other = s.clone();
-    other.nodes.truncate(12);
+    std::sync::Arc::make_mut(&mut other.nodes).truncate(12);
     other.running.clear();
     assert_eq!(
         schedule_prepared(&prep, &other, NOW, &cfg),

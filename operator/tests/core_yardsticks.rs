@@ -12,7 +12,7 @@ use support::*;
 fn first_fit_honours_constraints() {
     // Before: the constraint was ignored and the job took gpu001.
     let mut s = sandbox();
-    for n in s.nodes.iter_mut().skip(8) {
+    for n in std::sync::Arc::make_mut(&mut s.nodes).iter_mut().skip(8) {
         n.labels
             .insert("muster.dev/feature.ib".into(), "true".into());
     }

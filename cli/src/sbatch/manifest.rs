@@ -410,7 +410,7 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         container_image: o.container_image.clone(),
         container_mounts: (!o.container_mounts.is_empty()).then(|| o.container_mounts.join(",")),
         container_workdir: o.container_workdir.clone(),
-        template,
+        template: template.map(Box::new),
     };
 
     BatchJob {

@@ -528,7 +528,7 @@ pub fn simulate(
     };
     let prep = Prepared::new(&cl.nodes, &w.partitions);
     let snap = Snapshot {
-        nodes: cl.nodes.clone(),
+        nodes: std::sync::Arc::new(cl.nodes.clone()),
         partitions: w.partitions.clone(),
         ..Default::default()
     };

@@ -337,9 +337,11 @@ pub struct BatchJobSpec {
     /// The pod template of one task. Its first container runs the task; Muster adds the
     /// placement (node affinity), the Slurm/torchrun environment and the GPU binding.
     /// Omitted containers get the partition's default image.
+    // Boxed: a pod template is ~1.7 KB inline even when absent, most of a BatchJob's size,
+    // and the operator caches every BatchJob (the JSON and the schema are the same).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::pod_template")]
-    pub template: Option<PodTemplateSpec>,
+    pub template: Option<Box<PodTemplateSpec>>,
 }
 
 /// `spec.openMode`: how the output and error files are opened.

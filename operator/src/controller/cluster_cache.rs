@@ -1,9 +1,9 @@
-//! The cluster's shape kept between cycles: the snapshot's node list, the core's
-//! [`Prepared`] trees (switch trees, node memberships, GPU hierarchies) and the running
-//! jobs' layout on them ([`KeptOccupancy`]), so a cycle costs the queue and what changed
-//! rather than the cluster. Building the trees of 4,096 nodes takes longer than scheduling a
-//! 512-node gang on them, cloning every node into each cycle's snapshot nearly as long, and
-//! laying out every running job of 16,384 nodes a sixth of the cycle.
+//! The cluster's shape kept between cycles: the core's [`Prepared`] trees (switch trees, node
+//! memberships, GPU hierarchies) and the running jobs' layout on them ([`KeptOccupancy`]), so
+//! a cycle costs the queue and what changed rather than the cluster. Building the trees of
+//! 4,096 nodes takes longer than scheduling a 512-node gang on them, and laying out every
+//! running job of 16,384 nodes a sixth of the cycle. The snapshot's node list is the table's
+//! own (shared, never copied).
 //!
 //! The cache is keyed on the [`NodeTable`] itself: the runner builds a new table whenever a
 //! Node, GpuNode or ResourceSlice changes (and keeps the same `Arc` otherwise), and the cache
@@ -26,9 +26,7 @@ pub(crate) struct ClusterCache {
     table: Arc<NodeTable>,
     /// The core partitions it was built for.
     parts: Vec<core::Partition>,
-    /// The snapshot's node list: moved into each cycle's snapshot and back out of it.
-    nodes: Vec<core::Node>,
-    /// The trees of `parts` over `nodes`.
+    /// The trees of `parts` over the table's nodes.
     prep: Prepared,
     /// The running jobs laid out on `prep`, brought up to date by each cycle's snapshot.
     kept: KeptOccupancy,
@@ -45,12 +43,10 @@ impl ClusterCache {
         match kept {
             Some(c) if Arc::ptr_eq(&c.table, table) && c.parts == parts => (c, false),
             _ => {
-                let nodes = table.nodes.clone();
-                let prep = Prepared::new(&nodes, parts);
+                let prep = Prepared::new(&table.nodes, parts);
                 let c = ClusterCache {
                     table: table.clone(),
                     parts: parts.to_vec(),
-                    nodes,
                     prep,
                     kept: KeptOccupancy::new(),
                 };
@@ -59,16 +55,9 @@ impl ClusterCache {
         }
     }
 
-    /// The node list, for the cycle's snapshot; give it back with [`ClusterCache::put_nodes`]
-    /// before keeping the cache.
-    pub(crate) fn take_nodes(&mut self) -> Vec<core::Node> {
-        std::mem::take(&mut self.nodes)
-    }
-
-    /// Returns the node list taken for the snapshot.
-    pub(crate) fn put_nodes(&mut self, nodes: Vec<core::Node>) {
-        debug_assert_eq!(nodes.len(), self.table.nodes.len());
-        self.nodes = nodes;
+    /// The node list for the cycle's snapshot: the table's, shared.
+    pub(crate) fn nodes(&self) -> Arc<Vec<core::Node>> {
+        self.table.nodes.clone()
     }
 
     /// The prepared trees.
@@ -77,7 +66,7 @@ impl ClusterCache {
         &self.prep
     }
 
-    /// The core's cycle over `snap` (whose nodes are [`ClusterCache::take_nodes`]'s) with the
+    /// The core's cycle over `snap` (whose nodes are [`ClusterCache::nodes`]) with the
     /// kept trees and running-job layout: what [`core::schedule_prepared`] decides.
     pub(crate) fn schedule(&mut self, snap: &Snapshot, now: i64, cfg: &Config) -> Decisions {
         self.kept.schedule(&self.prep, snap, now, cfg)
@@ -92,8 +81,7 @@ mod tests {
     const NOW: i64 = 1_700_000_000;
 
     fn table(leaf_of: &dyn Fn(usize) -> &'static str, gpus: u32, n: usize) -> Arc<NodeTable> {
-        let nodes = core::synth::cluster(1, n as u32)
-            .nodes
+        let nodes = Arc::unwrap_or_clone(core::synth::cluster(1, n as u32).nodes)
             .into_iter()
             .enumerate()
             .map(|(i, mut node)| {
@@ -124,14 +112,13 @@ mod tests {
         pending: &[PendingJob],
     ) -> (core::Decisions, core::Decisions) {
         let snap = Snapshot {
-            nodes: cache.take_nodes(),
+            nodes: cache.nodes(),
             partitions: cache.parts.clone(),
             pending: pending.to_vec(),
             ..Default::default()
         };
         let kept = cache.schedule(&snap, NOW, &Config::default());
         let fresh = schedule(&snap, NOW, &Config::default());
-        cache.put_nodes(snap.nodes);
         (kept, fresh)
     }
 
@@ -154,10 +141,11 @@ mod tests {
         let (kept, fresh) = both(&mut c, &[gang(1, 4)]);
         assert_eq!(kept, fresh);
         assert_eq!(kept.starts.len(), 1);
-        // The node list went back: the next cycle still has every node.
+        // The snapshot's node list is the table's own, not a copy.
         let (c, built) = ClusterCache::reuse_or_build(Some(c), &t, &p);
         assert!(!built);
-        assert_eq!(c.nodes.len(), 8);
+        assert!(Arc::ptr_eq(&c.nodes(), &t.nodes));
+        assert_eq!(c.nodes().len(), 8);
     }
 
     #[test]
@@ -166,7 +154,7 @@ mod tests {
         let p = parts(&["leaf"]);
         let (mut c, _) = ClusterCache::reuse_or_build(None, &t, &p);
         let mut snap = Snapshot {
-            nodes: c.take_nodes(),
+            nodes: c.nodes(),
             partitions: p.clone(),
             pending: vec![gang(1, 4), gang(2, 2)],
             ..Default::default()
@@ -186,7 +174,6 @@ mod tests {
             }
             snap.pending.extend(more);
         }
-        c.put_nodes(snap.nodes);
     }
 
     #[test]
@@ -229,7 +216,7 @@ mod tests {
         let t4 = table(&|i| if i % 2 == 0 { "a" } else { "b" }, 4, 9);
         let (mut c, built) = ClusterCache::reuse_or_build(Some(c), &t4, &p);
         assert!(built);
-        assert_eq!(c.nodes.len(), 9);
+        assert_eq!(c.nodes().len(), 9);
         let (kept, fresh) = both(&mut c, &[gang_of(1, 5, 4)]);
         assert_eq!(kept, fresh);
         assert_eq!(kept.starts.len(), 1);

@@ -19,6 +19,7 @@
 //! operator after the N-th write of an admission.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::future::BoxFuture;
@@ -28,6 +29,7 @@ use muster_crds::v1alpha1::{BatchJob, PartitionStatus};
 
 use super::dra::ResourceClaim;
 use super::gang::{GangApi, GangRef};
+use super::jobobs::JobObs;
 use super::plan::{CyclePlan, Effect, JobEvent, JobPlan, PodObs, StatusWrite};
 
 /// Why an API call failed.
@@ -268,11 +270,13 @@ impl Faults for CrashAfter {
     }
 }
 
-/// A status write that succeeded: the object as the server returned it.
+/// A status write that succeeded: the object as the server returned it, as the job cache
+/// keeps it (task records compact: a cycle that admits thousands of gangs holds every answer
+/// until the overlay takes it).
 #[derive(Clone, Debug)]
 pub struct Written {
     /// The updated BatchJob (its new resourceVersion keeps the next cycle's view current).
-    pub job: BatchJob,
+    pub job: Arc<JobObs>,
     /// Metrics to record.
     pub effects: Vec<Effect>,
 }
@@ -396,9 +400,10 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
                 rv = obj.metadata.resource_version.clone();
                 finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
                 if jp.status.is_none() {
+                    let job = Arc::new(JobObs::new(obj));
                     ctx.with(|r| {
                         r.written.push(Written {
-                            job: obj,
+                            job,
                             effects: Vec::new(),
                         })
                     });
@@ -414,10 +419,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         if ctx.gate(WriteKind::Status, name).is_err() {
             return;
         }
-        let w = StatusWrite {
-            status: sw.status.clone(),
-            resource_version: rv.clone(),
-        };
+        let w = sw.to_write(rv.clone());
         let res = ctx.api.apply_status(ns, name, &w).await;
         tracing::debug!(
             job = name,
@@ -428,12 +430,15 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             "status write"
         );
         match res {
-            Ok(obj) => ctx.with(|r| {
-                r.written.push(Written {
-                    job: obj,
-                    effects: jp.effects.clone(),
+            Ok(obj) => {
+                let job = Arc::new(JobObs::new(obj));
+                ctx.with(|r| {
+                    r.written.push(Written {
+                        job,
+                        effects: jp.effects.clone(),
+                    })
                 })
-            }),
+            }
             Err(e) => {
                 ctx.fail(&e);
                 return;
@@ -446,7 +451,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         }
         match fresh_key() {
             Ok(key) => {
-                let sec = super::pods::with_key(sec.clone(), &key);
+                let sec = super::pods::with_key((**sec).clone(), &key);
                 if let Err(e) = ctx.api.create_secret(&sec).await {
                     // No pod may start without its credential: the next cycle tries again.
                     ctx.fail(&e);

@@ -29,6 +29,7 @@ use muster_crds::v1alpha1::{BatchJob, GpuNode, JobState, Partition, PartitionSta
 use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::exec::{self, ApiError, ClusterApi, ExecReport, Faults, NoFaults};
 use super::gang::{GangApi, GangRef};
+use super::jobobs::JobObs;
 use super::plan::{self, Inputs, JobEvent, PlanMemory, PlanSettings, PodObs, StatusWrite};
 use super::translate::{self, NodeTable, time};
 
@@ -890,12 +891,17 @@ impl Harness {
             )
             .with_devices(devices);
             let nodes = match self.table.take() {
-                Some(t) if t.nodes == nodes.nodes && t.devices == nodes.devices => t,
+                Some(t) if t.nodes == nodes.nodes && t.same_devices(&nodes) => t,
                 _ => Arc::new(nodes),
             };
             self.table = Some(nodes.clone());
             let claims: Vec<Arc<ClaimObs>> = s.claims.values().map(|c| Arc::new(c.obs())).collect();
-            let jobs: Vec<Arc<BatchJob>> = s.jobs.values().cloned().map(Arc::new).collect();
+            let jobs: Vec<Arc<JobObs>> = s
+                .jobs
+                .values()
+                .cloned()
+                .map(|j| Arc::new(JobObs::new(j)))
+                .collect();
             let pods: Vec<Arc<PodObs>> = s
                 .pods
                 .values()
@@ -934,15 +940,13 @@ impl Harness {
         self.next_id = next;
         let fin: HashMap<String, Vec<String>> = jobs
             .iter()
-            .map(|j| (j.uid().unwrap_or_default(), j.finalizers().to_vec()))
+            .map(|j| (j.uid(), j.job().finalizers().to_vec()))
             .collect();
         let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
         let report =
             futures::executor::block_on(exec::execute(p, &self.cluster, faults, 8, &finalizers));
         for w in &report.written {
-            if let Some(uid) = w.job.uid() {
-                self.mem.wrote_status(&uid, self.now);
-            }
+            self.mem.wrote_status(&w.job.uid(), self.now);
         }
         for n in &report.partitions_written {
             self.mem.wrote_partition(n, self.now);

@@ -249,7 +249,10 @@ mod tests {
         r.writes.insert(WriteKind::PodCreate, 4);
         r.errors.insert("conflict", 1);
         r.written.push(Written {
-            job: BatchJob::new("x", Default::default()),
+            job: std::sync::Arc::new(crate::controller::jobobs::JobObs::new(BatchJob::new(
+                "x",
+                Default::default(),
+            ))),
             effects: vec![
                 Effect::Transition(JobState::Running),
                 Effect::TimeToStart {

@@ -13,7 +13,9 @@
 //! | [`status`] | status transitions and kstatus conditions (pure) |
 //! | [`deps`](crate::core::deps) | `--dependency` evaluation (pure; shared with the core) |
 //! | [`plan`] | one cycle: objects in, writes out (pure) |
-//! | `cluster_cache` | the snapshot's nodes and the core's trees, kept between cycles |
+//! | `cluster_cache` | the core's trees, kept between cycles |
+//! | [`jobobs`] | BatchJobs as cached: task records compact (pure) |
+//! | [`nodeobs`] | Nodes and GpuNodes as cached, and the node table built from them |
 //! | [`exec`] | carrying a plan out, in crash-safe order, with fault injection |
 //! | [`events`] | core/v1 Events with `eventTime`, `lastTimestamp` and series |
 //! | [`kube_api`] | the writes over kube |
@@ -28,6 +30,7 @@
 
 pub mod admission;
 mod cluster_cache;
+mod compact;
 pub mod discovery;
 pub mod dra;
 pub mod events;
@@ -36,9 +39,11 @@ pub mod gang;
 pub mod http;
 pub mod jobenv;
 pub mod jobids;
+pub mod jobobs;
 pub mod kube_api;
 pub mod leader;
 pub mod metrics;
+pub mod nodeobs;
 pub mod plan;
 pub mod pods;
 pub mod quantity;

@@ -56,6 +56,7 @@ use crate::core::{
 use super::cluster_cache::ClusterCache;
 use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::gang::{self, GangApi, GangRef};
+use super::jobobs::{JobObs, TaskRecords};
 use super::pods::{self, JobContext, StepSettings};
 use super::status::{
     self, DEPENDENCY, DEPENDENCY_NEVER, HELD, INVALID_SPEC, LAUNCH_FAILURE, PARTITION_CONFIG, Why,
@@ -65,6 +66,7 @@ use super::translate::{
     self, FieldError, NodeTable, ParsedJob, PartitionTable, format_limit, secs, time,
 };
 use crate::core::deps::{self, Asker, DepIndex, DepJob, DepState};
+use crate::core::priority::UsageSpan;
 
 /// A pod's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,8 +312,8 @@ pub struct Inputs<'a> {
     /// planner keeps the core's trees for as long as it gets the same one (see
     /// `ClusterCache`).
     pub nodes: &'a Arc<NodeTable>,
-    /// Every BatchJob.
-    pub jobs: &'a [Arc<BatchJob>],
+    /// Every BatchJob, as cached.
+    pub jobs: &'a [Arc<JobObs>],
     /// Every task pod.
     pub pods: &'a [Arc<PodObs>],
     /// BatchJobs this operator created that the watch has not delivered yet (namespace,
@@ -369,6 +371,35 @@ pub struct StatusWrite {
     pub resource_version: Option<String>,
 }
 
+/// A planned [`StatusWrite`], its task records compact until it is written: a cycle that
+/// admits thousands of gangs holds every admitted job's status until its turn to be written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedStatus {
+    /// The status without its task records.
+    status: BatchJobStatus,
+    /// Its task records.
+    tasks: Arc<TaskRecords>,
+    /// The resourceVersion it was computed from.
+    pub resource_version: Option<String>,
+}
+
+impl PlannedStatus {
+    /// The write, the whole status, with the precondition `resource_version`.
+    pub fn to_write(&self, resource_version: Option<String>) -> StatusWrite {
+        let mut status = self.status.clone();
+        status.tasks = self.tasks.to_vec();
+        StatusWrite {
+            status,
+            resource_version,
+        }
+    }
+
+    /// The state written.
+    pub fn state(&self) -> Option<JobState> {
+        self.status.state
+    }
+}
+
 /// The writes for one BatchJob, carried out in this order: finalizer, status, Service, the
 /// gang group, claims, pod creations, pod deletions, claim and group deletions, children,
 /// child patches, finalizer removal, events. When the finalizer or status write fails the
@@ -386,12 +417,13 @@ pub struct JobPlan {
     /// Add the allocation finalizer first.
     pub add_finalizer: bool,
     /// The status to write.
-    pub status: Option<StatusWrite>,
+    pub status: Option<PlannedStatus>,
     /// The job's step credential Secret to create (without its key: the writer adds it;
-    /// one that exists is kept), before any pod.
-    pub secret: Option<Secret>,
+    /// one that exists is kept), before any pod. (Boxed, as `service`: most plans have
+    /// none, and every job has a plan slot in the cycle.)
+    pub secret: Option<Box<Secret>>,
     /// The headless Service to create.
-    pub service: Option<Service>,
+    pub service: Option<Box<Service>>,
     /// Kubernetes' gang object (Workload or PodGroup) of this admission, created before its
     /// pods (where the API is served).
     pub group: Option<serde_json::Value>,
@@ -427,14 +459,18 @@ pub struct PodsToCreate {
     claim_nodes: Vec<u32>,
 }
 
-/// What a job's pods are built from (an owned [`JobContext`]).
+/// What a job's pods are built from (an owned [`JobContext`]). A cycle that admits thousands
+/// of gangs holds every admitted job's source until its writes: the job, its partition and
+/// the node table are shared with the cycle's inputs, the task records compact, and what is
+/// derived from them (the records, their layout, the nodes' GPU topologies) computed when the
+/// first pod is built (and dropped with the plan once written).
 #[derive(Debug)]
 struct PodSource {
-    job: BatchJob,
+    job: Arc<JobObs>,
     job_id: u64,
     attempt: u32,
-    tasks: Vec<TaskAllocation>,
-    partition: Option<Partition>,
+    tasks: Arc<TaskRecords>,
+    partition: Option<Arc<Partition>>,
     partition_name: String,
     array: Option<(u64, u32)>,
     gpus_per_node: Option<String>,
@@ -443,17 +479,62 @@ struct PodSource {
     device_class: String,
     gang: Option<GangRef>,
     step: StepSettings,
-    node_gpus: Vec<String>,
+    table: Arc<NodeTable>,
     limit_end: Option<i64>,
-    /// Computed by the first pod built (and dropped with the plan once written).
-    layout: std::sync::OnceLock<pods::JobLayout>,
+    built: std::sync::OnceLock<Derived>,
+}
+
+/// What the pods of a [`PodSource`] are built from, derived once.
+#[derive(Debug)]
+struct Derived {
+    tasks: Vec<TaskAllocation>,
+    layout: pods::JobLayout,
+    node_gpus: Vec<String>,
 }
 
 impl PodSource {
-    fn layout(&self) -> &pods::JobLayout {
-        self.layout
-            .get_or_init(|| pods::JobLayout::new(&self.job, self.attempt, &self.tasks))
+    fn derived(&self) -> &Derived {
+        self.built.get_or_init(|| {
+            let tasks = self.tasks.to_vec();
+            let layout = pods::JobLayout::new(self.job.job(), self.attempt, &tasks);
+            let node_gpus = node_gpus(&layout, &self.table);
+            Derived {
+                tasks,
+                layout,
+                node_gpus,
+            }
+        })
     }
+
+    fn layout(&self) -> &pods::JobLayout {
+        &self.derived().layout
+    }
+}
+
+/// Each node's GPUs with their topology (`MUSTER_NODE_GPUS`), by node index (empty for a node
+/// without GPUs).
+fn node_gpus(layout: &pods::JobLayout, table: &NodeTable) -> Vec<String> {
+    let mut node_gpus = Vec::new();
+    for share in layout.shares() {
+        let n = share.node_rank;
+        if node_gpus.len() < n as usize {
+            node_gpus.resize(n as usize, String::new());
+        }
+        node_gpus.push(if share.gpus.is_empty() {
+            String::new()
+        } else {
+            pods::node_gpus_json(share, table.get(&share.node))
+        });
+    }
+    node_gpus
+}
+
+/// What [`PodsToCreate::new`] keeps of the cycle (shared, not copied).
+struct Shared {
+    job: Arc<JobObs>,
+    tasks: Arc<TaskRecords>,
+    partition: Option<Arc<Partition>>,
+    table: Arc<NodeTable>,
 }
 
 impl PodsToCreate {
@@ -461,27 +542,17 @@ impl PodsToCreate {
     /// their group), checked to be buildable: every node allocated, every claim buildable
     /// (GPUs with UUIDs), and the first pod built (everything else that can fail is the same
     /// for every node). `table` gives `MUSTER_NODE_GPUS` the GPUs' topology.
+    /// `ctx` is the job's context (its tasks those of `shared.tasks`).
     fn new(
         ctx: &JobContext<'_>,
+        shared: Shared,
         nodes: Vec<u32>,
         device_class: &str,
         gang: Option<GangRef>,
-        table: &NodeTable,
     ) -> Result<PodsToCreate, pods::BuildError> {
         let mut claim_nodes = Vec::new();
-        let mut node_gpus = Vec::new();
         let layout = pods::JobLayout::new(ctx.job, ctx.attempt, ctx.tasks);
-        for share in layout.shares() {
-            let n = share.node_rank;
-            if node_gpus.len() < n as usize {
-                node_gpus.resize(n as usize, String::new());
-            }
-            node_gpus.push(if share.gpus.is_empty() {
-                String::new()
-            } else {
-                pods::node_gpus_json(share, table.get(&share.node))
-            });
-        }
+        let node_gpus = node_gpus(&layout, &shared.table);
         for n in &nodes {
             let t = layout.share(*n).ok_or(pods::BuildError::NoSuchNode(*n))?;
             if ctx.gpu_binding == GpuBinding::Dra && !t.gpus.is_empty() {
@@ -505,11 +576,11 @@ impl PodsToCreate {
         }
         Ok(PodsToCreate {
             src: Some(Arc::new(PodSource {
-                job: ctx.job.clone(),
+                job: shared.job,
                 job_id: ctx.job_id,
                 attempt: ctx.attempt,
-                tasks: ctx.tasks.to_vec(),
-                partition: ctx.partition.cloned(),
+                tasks: shared.tasks,
+                partition: shared.partition,
                 partition_name: ctx.partition_name.to_string(),
                 array: ctx.array,
                 gpus_per_node: ctx.gpus_per_node.map(str::to_string),
@@ -518,8 +589,8 @@ impl PodsToCreate {
                 device_class: device_class.to_string(),
                 gang,
                 step: ctx.step.clone(),
-                node_gpus,
-                layout: std::sync::OnceLock::new(),
+                table: shared.table,
+                built: std::sync::OnceLock::new(),
                 limit_end: ctx.limit_end,
             })),
             nodes,
@@ -546,7 +617,7 @@ impl PodsToCreate {
             .layout()
             .share(node)
             .ok_or(pods::BuildError::NoSuchNode(node))?;
-        let pod = pods::pod_name(&s.job.name_any(), s.attempt, node);
+        let pod = pods::pod_name(&s.job.job().name_any(), s.attempt, node);
         let gpus: Vec<dra::HeldGpu<'_>> = t
             .gpus
             .iter()
@@ -559,7 +630,7 @@ impl PodsToCreate {
             .map(|(&index, uuid)| dra::HeldGpu { index, uuid })
             .collect();
         let c = dra::ClaimFor {
-            job: &s.job,
+            job: s.job.job(),
             job_id: s.job_id,
             attempt: s.attempt,
             pod: &pod,
@@ -595,22 +666,23 @@ impl PodsToCreate {
             .src
             .as_ref()
             .ok_or(pods::BuildError::NoSuchNode(node))?;
+        let d = s.derived();
         let ctx = JobContext {
-            job: &s.job,
+            job: s.job.job(),
             job_id: s.job_id,
             attempt: s.attempt,
-            tasks: &s.tasks,
-            partition: s.partition.as_ref(),
+            tasks: &d.tasks,
+            partition: s.partition.as_deref(),
             partition_name: &s.partition_name,
             array: s.array,
             gpus_per_node: s.gpus_per_node.as_deref(),
             gpus_per_task: s.gpus_per_task.as_deref(),
             gpu_binding: s.gpu_binding,
             step: &s.step,
-            node_gpus: &s.node_gpus,
+            node_gpus: &d.node_gpus,
             limit_end: s.limit_end,
         };
-        pods::build_pod_in(&ctx, s.layout(), node)
+        pods::build_pod_in(&ctx, &d.layout, node)
     }
 
     /// Builds every pod.
@@ -666,8 +738,8 @@ pub struct CyclePlan {
     pub partitions: Vec<PartitionWrite>,
     /// Gauges.
     pub gauges: Gauges,
-    /// Jobs holding allocations (for fair-share usage).
-    pub running: Vec<RunningJob>,
+    /// Jobs holding allocations, as fair-share usage reads them.
+    pub running: Vec<UsageSpan>,
     /// Jobs started this cycle.
     pub starts: usize,
     /// Gangs preempted this cycle.
@@ -677,8 +749,9 @@ pub struct CyclePlan {
 }
 
 /// How many jobs need a job id (so the caller can reserve enough before [`plan`]).
-pub fn new_job_count(jobs: &[Arc<BatchJob>]) -> usize {
+pub fn new_job_count(jobs: &[Arc<JobObs>]) -> usize {
     jobs.iter()
+        .map(|j| j.job())
         .filter(|j| {
             j.metadata.deletion_timestamp.is_none()
                 && j.status.as_ref().and_then(|s| s.job_id).is_none()
@@ -688,17 +761,23 @@ pub fn new_job_count(jobs: &[Arc<BatchJob>]) -> usize {
 
 /// A job's working state during the cycle.
 struct Work<'a> {
+    /// The job as cached.
+    obs: &'a Arc<JobObs>,
+    /// `obs`'s object: its status (`prev`) has no task records, `records` has them.
     job: &'a BatchJob,
     uid: String,
     ns: String,
     name: String,
+    /// The stored status, without its task records (`status.tasks` is `records`).
     prev: Option<&'a BatchJobStatus>,
-    /// The status being decided. While `tasks_kept`, its `tasks` are empty and stand for
-    /// `prev`'s (read them with [`Work::tasks`]): copying every job's task records into each
-    /// cycle was the largest transient allocation (200,000 records at 16,384 nodes).
+    /// The stored status's task records.
+    records: &'a TaskRecords,
+    /// The status being decided, always without task records: those are `tasks`. Copying
+    /// every job's task records into each cycle was the largest transient allocation
+    /// (200,000 records at 16,384 nodes), and a cycle's admissions hold theirs until written.
     st: BatchJobStatus,
-    /// `st.tasks` are `prev`'s, not copied (see `st`).
-    tasks_kept: bool,
+    /// `st`'s task records.
+    tasks: Tasks,
     plan: JobPlan,
     id: Option<JobId>,
     parsed: Option<Parsed>,
@@ -719,74 +798,57 @@ struct Work<'a> {
     known: Option<Why>,
 }
 
-impl Work<'_> {
-    /// The task records of `st` (borrowed from `prev` while they are unchanged).
-    fn tasks(&self) -> &[TaskAllocation] {
-        match self.prev {
-            Some(p) if self.tasks_kept => &p.tasks,
-            _ => &self.st.tasks,
-        }
-    }
+/// A job's task records during the cycle.
+enum Tasks {
+    /// The stored ones ([`Work::records`]).
+    Kept,
+    /// Replaced this cycle (an admission; none once the allocation is released).
+    New(Arc<TaskRecords>),
 }
 
-/// `st` without its task records (every other field cloned). Exhaustive, so a new status
-/// field cannot be forgotten here.
-fn without_tasks(st: &BatchJobStatus) -> BatchJobStatus {
-    let BatchJobStatus {
-        job_id,
-        array_job_id,
-        array_task_id,
-        state,
-        reason,
-        message,
-        partition,
-        time_limit,
-        node_list,
-        num_nodes,
-        num_tasks,
-        num_gpus,
-        num_cpus,
-        tasks: _,
-        gpu_binding,
-        attempt,
-        restarts,
-        submit_time,
-        eligible_time,
-        start_time,
-        end_time,
-        exit_code,
-        exit_signal,
-        array_tasks,
-        observed_generation,
-        conditions,
-    } = st;
-    BatchJobStatus {
-        job_id: *job_id,
-        array_job_id: *array_job_id,
-        array_task_id: *array_task_id,
-        state: *state,
-        reason: reason.clone(),
-        message: message.clone(),
-        partition: partition.clone(),
-        time_limit: time_limit.clone(),
-        node_list: node_list.clone(),
-        num_nodes: *num_nodes,
-        num_tasks: *num_tasks,
-        num_gpus: *num_gpus,
-        num_cpus: *num_cpus,
-        tasks: Vec::new(),
-        gpu_binding: *gpu_binding,
-        attempt: *attempt,
-        restarts: *restarts,
-        submit_time: submit_time.clone(),
-        eligible_time: eligible_time.clone(),
-        start_time: start_time.clone(),
-        end_time: end_time.clone(),
-        exit_code: *exit_code,
-        exit_signal: *exit_signal,
-        array_tasks: array_tasks.clone(),
-        observed_generation: *observed_generation,
-        conditions: conditions.clone(),
+impl Work<'_> {
+    /// `st`'s task records.
+    fn task_records(&self) -> &TaskRecords {
+        match &self.tasks {
+            Tasks::Kept => self.records,
+            Tasks::New(r) => r,
+        }
+    }
+
+    /// `st`'s task records are now `tasks` (an empty list releases the allocation).
+    fn set_tasks(&mut self, tasks: &[TaskAllocation]) {
+        self.tasks = Tasks::New(Arc::new(TaskRecords::new(tasks)));
+    }
+
+    /// Whether `st` has task records (an allocation).
+    fn has_tasks(&self) -> bool {
+        !self.task_records().is_empty()
+    }
+
+    /// The node indices of `st`'s tasks, ascending, each once.
+    fn node_ranks(&self) -> Vec<u32> {
+        self.task_records().node_ranks()
+    }
+
+    /// `st`'s task records as the core's running job reads them.
+    fn core_tasks(&self, nodes: &NodeTable) -> Vec<TaskAlloc> {
+        self.task_records()
+            .iter()
+            .map(|t| TaskAlloc {
+                node: nodes.id(t.node()),
+                gpus: t.gpus().to_vec(),
+                cpu_millis: t.cpu_millis(),
+                memory_mib: t.memory_mib(),
+            })
+            .collect()
+    }
+
+    /// Whether `st`'s task records differ from the stored ones.
+    fn tasks_changed(&self) -> bool {
+        match &self.tasks {
+            Tasks::Kept => false,
+            Tasks::New(r) => **r != *self.records,
+        }
     }
 }
 
@@ -853,7 +915,7 @@ pub fn plan(
         ClusterCache::reuse_or_build(mem.cluster.take(), inp.nodes, &table.parts);
     mem.cluster_builds += u64::from(built);
     let mut snap = Snapshot {
-        nodes: cluster.take_nodes(),
+        nodes: cluster.nodes(),
         partitions: table.parts.clone(),
         usage: inp.usage.clone(),
         ..Default::default()
@@ -869,32 +931,39 @@ pub fn plan(
     }
 
     // Jobs in submission order, so that new ids increase with it.
-    let mut order: Vec<&BatchJob> = inp.jobs.iter().map(|j| j.as_ref()).collect();
+    let mut order: Vec<&Arc<JobObs>> = inp.jobs.iter().collect();
     order.sort_by(|a, b| {
+        let (a, b) = (a.job(), b.job());
         let t = |j: &BatchJob| j.metadata.creation_timestamp.as_ref().map(secs);
         t(a).cmp(&t(b))
             .then_with(|| a.namespace().cmp(&b.namespace()))
             .then_with(|| a.name_any().cmp(&b.name_any()))
     });
-    let live_uids: HashSet<String> = order.iter().filter_map(|j| j.uid()).collect();
+    let live_uids: HashSet<String> = order.iter().filter_map(|j| j.job().uid()).collect();
     mem.retain(&live_uids);
 
     // Parents by uid; children by parent uid.
-    let by_uid: HashMap<String, &BatchJob> =
-        order.iter().filter_map(|j| Some((j.uid()?, *j))).collect();
+    let by_uid: HashMap<String, &BatchJob> = order
+        .iter()
+        .filter_map(|j| Some((j.job().uid()?, j.job())))
+        .collect();
 
     let mut works: Vec<Work<'_>> = Vec::with_capacity(order.len());
-    for job in &order {
+    for obs in &order {
+        let job = obs.job();
         let prev = job.status.as_ref();
         let uid = job.uid().unwrap_or_default();
         let mut w = Work {
+            obs,
             job,
             uid: uid.clone(),
             ns: job.namespace().unwrap_or_default(),
             name: job.name_any(),
             prev,
-            st: prev.map(without_tasks).unwrap_or_default(),
-            tasks_kept: prev.is_some_and(|p| !p.tasks.is_empty()),
+            records: obs.tasks(),
+            // The cached status has no task records to copy: `records` stands for them.
+            st: prev.cloned().unwrap_or_default(),
+            tasks: Tasks::Kept,
             plan: JobPlan {
                 namespace: job.namespace().unwrap_or_default(),
                 name: job.name_any(),
@@ -1048,11 +1117,11 @@ pub fn plan(
         if w.holds {
             let attempt = w.st.attempt.unwrap_or(0);
             held.insert((w.uid.clone(), attempt));
-            snap.running.push(translate::running_job(
+            snap.running.push(translate::running_job_with(
                 w.job,
+                w.core_tasks(inp.nodes),
                 w.id.unwrap_or(0),
                 w.part,
-                inp.nodes,
                 None,
             ));
         }
@@ -1073,8 +1142,8 @@ pub fn plan(
             }
         }
     }
-    // The jobs holding allocations (for fair-share usage): `snap.running` up to here, moved
-    // out once the cycle is decided rather than copied (a task record each).
+    // The jobs holding allocations (for fair-share usage): `snap.running` up to here, kept
+    // as spans once the cycle is decided (not the jobs: a task record each).
     let usage_running_len = snap.running.len();
 
     // Live pods not covered by a held allocation keep their resources until gone.
@@ -1209,10 +1278,12 @@ pub fn plan(
         mem,
         cfg,
     );
-    cluster.put_nodes(std::mem::take(&mut snap.nodes));
     mem.cluster = Some(cluster);
-    let mut usage_running = std::mem::take(&mut snap.running);
-    usage_running.truncate(usage_running_len);
+    let usage_running: Vec<UsageSpan> = snap.running[..usage_running_len]
+        .iter()
+        .map(UsageSpan::of)
+        .collect();
+    drop(snap);
 
     // Muster's claims by job: those not of an allocation the job keeps are deleted.
     let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::new();
@@ -1244,7 +1315,7 @@ pub fn plan(
         // left behind holds nothing and goes with the job.)
         if let (Some(api), Some(p)) = (bind.gang, w.prev)
             && p.state == Some(JobState::Running)
-            && !p.tasks.is_empty()
+            && !w.records.is_empty()
         {
             let still =
                 w.holds && w.st.attempt == p.attempt && w.job.metadata.deletion_timestamp.is_none();
@@ -1257,20 +1328,14 @@ pub fn plan(
             let generation = w.job.metadata.generation;
             let known = w.known.filter(|_| w.st.state == Some(JobState::Pending));
             status::finish(&mut w.st, w.prev, generation, now, known);
-            // The stored status as `w.st` holds it: without the task records while they are
-            // kept (they are then the same).
-            let stored = w.prev.map(|p| {
-                if w.tasks_kept {
-                    std::borrow::Cow::Owned(without_tasks(p))
-                } else {
-                    std::borrow::Cow::Borrowed(p)
-                }
-            });
-            let write = match stored.as_deref() {
+            // The stored status and `w.st` are compared without their task records (neither
+            // holds any), and those apart.
+            let tasks_changed = w.tasks_changed();
+            let write = match w.prev {
                 None => true,
-                Some(p) if *p == w.st => false,
+                Some(p) if *p == w.st && !tasks_changed => false,
                 Some(p) => {
-                    if hard_view(p) != hard_view(&w.st) {
+                    if tasks_changed || hard_view(p) != hard_view(&w.st) {
                         true
                     } else {
                         // Soft change only: rate-limited, and small estimate moves ignored.
@@ -1291,12 +1356,13 @@ pub fn plan(
                 }
             };
             if write {
-                let mut status = std::mem::take(&mut w.st);
-                if w.tasks_kept {
-                    status.tasks = w.prev.map(|p| p.tasks.clone()).unwrap_or_default();
-                }
-                w.plan.status = Some(StatusWrite {
-                    status,
+                let tasks = match std::mem::replace(&mut w.tasks, Tasks::Kept) {
+                    Tasks::Kept => Arc::new(w.records.clone()),
+                    Tasks::New(r) => r,
+                };
+                w.plan.status = Some(PlannedStatus {
+                    status: std::mem::take(&mut w.st),
+                    tasks,
                     resource_version: w.job.resource_version(),
                 });
             }
@@ -1319,6 +1385,8 @@ pub fn plan(
 
 /// How each partition binds GPUs this cycle, and Kubernetes' gang API.
 struct BindCtx {
+    /// The Partitions by name.
+    partitions: HashMap<String, Arc<Partition>>,
     /// By partition name: the binding, or why its explicit `dra` cannot be had.
     by_partition: HashMap<String, Result<GpuBinding, String>>,
     /// DeviceClass by partition name.
@@ -1331,17 +1399,25 @@ impl BindCtx {
     fn new(inp: &Inputs<'_>) -> Self {
         let mut by_partition = HashMap::new();
         let mut class = HashMap::new();
+        let mut partitions = HashMap::new();
         for p in inp.partitions {
             let name = p.name_any();
+            partitions.insert(name.clone(), p.clone());
             let c = p.spec.device_class_name.as_deref();
             by_partition.insert(name.clone(), dra::resolve(p.spec.gpu_binding, c, inp.dra));
             class.insert(name, c.unwrap_or(dra::DEFAULT_DEVICE_CLASS).to_string());
         }
         BindCtx {
+            partitions,
             by_partition,
             class,
             gang: inp.gang,
         }
+    }
+
+    /// Partition `p`, shared.
+    fn partition(&self, p: &str) -> Option<Arc<Partition>> {
+        self.partitions.get(p).cloned()
     }
 
     /// The binding of partition `p` (`env` for one that cannot have its `dra`, whose jobs
@@ -1413,7 +1489,7 @@ fn claim_holds(
             if driver != dra::NVIDIA_DRIVER {
                 continue;
             }
-            if let Some(&(node, gpu)) = inp.nodes.devices.get(&(pool.clone(), device.clone()))
+            if let Some((node, gpu)) = inp.nodes.device(pool, device)
                 && taken.insert((node, gpu))
             {
                 by_node.entry(node).or_default().push(gpu);
@@ -1515,7 +1591,7 @@ fn step_job(
     by_uid: &HashMap<String, &BatchJob>,
     max_running: &HashMap<String, Option<u32>>,
     dep_index: &DepIndex,
-    nodes_table: &NodeTable,
+    nodes_table: &Arc<NodeTable>,
     cfg: &PlanSettings,
     now: i64,
 ) {
@@ -1574,8 +1650,8 @@ fn step_job(
     };
 
     match state {
-        JobState::Running if !w.tasks().is_empty() => {
-            let nodes = pods::node_ranks(w.tasks());
+        JobState::Running if w.has_tasks() => {
+            let nodes = w.node_ranks();
             let npods = nodes.len();
             let mut by_node: BTreeMap<u32, &PodObs> = BTreeMap::new();
             for p in &cur {
@@ -1585,7 +1661,13 @@ fn step_job(
             }
             // The batch host's pod: its batch step's end is the job's (as in Slurm).
             let batch = nodes.first().and_then(|n| by_node.get(n)).copied();
-            let rj = translate::running_job(job, w.id.unwrap_or(0), w.part, nodes_table, None);
+            let rj = translate::running_job_with(
+                job,
+                w.core_tasks(nodes_table),
+                w.id.unwrap_or(0),
+                w.part,
+                None,
+            );
             let start = w.st.start_time.as_ref().map(secs).unwrap_or(now);
             if batch.is_some_and(|p| p.phase == Phase::Succeeded) {
                 end(
@@ -1699,11 +1781,22 @@ fn step_job(
                 // The binding recorded with the allocation, never today's: the gang's pods
                 // must agree.
                 let gpu_binding = w.st.gpu_binding.unwrap_or_default();
+                // Decoded for the pods only (a job whose pods are missing: few per cycle).
+                let tasks = w.task_records().to_vec();
+                let shared = Shared {
+                    job: w.obs.clone(),
+                    tasks: match &w.tasks {
+                        Tasks::Kept => Arc::new(w.records.clone()),
+                        Tasks::New(r) => r.clone(),
+                    },
+                    partition: bind.partition(&pname),
+                    table: nodes_table.clone(),
+                };
                 let ctx = JobContext {
                     job,
                     job_id: w.id.unwrap_or(0),
                     attempt,
-                    tasks: w.tasks(),
+                    tasks: &tasks,
                     partition: part_crd,
                     partition_name: &pname,
                     array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
@@ -1717,10 +1810,10 @@ fn step_job(
                 let gang = bind.gang_ref(&w.name, attempt);
                 let built = match PodsToCreate::new(
                     &ctx,
+                    shared,
                     missing,
                     bind.device_class(&pname),
                     gang.clone(),
-                    nodes_table,
                 ) {
                     Ok(b) => b,
                     Err(e) => {
@@ -1732,10 +1825,10 @@ fn step_job(
                 // The credential before any pod (kept if it exists: a crash after it); a
                 // one-node job's pod makes its own.
                 if !muster_crds::step::key_in_pod(npods) {
-                    w.plan.secret = Some(pods::build_secret(job));
+                    w.plan.secret = Some(Box::new(pods::build_secret(job)));
                 }
                 if cur.is_empty() && npods > 1 {
-                    w.plan.service = Some(pods::build_service(job));
+                    w.plan.service = Some(Box::new(pods::build_service(job)));
                 }
                 if cur.is_empty()
                     && let Some(g) = &gang
@@ -1928,7 +2021,7 @@ fn node_fail(w: &mut Work<'_>, message: &str, now: i64) {
     }
     let msg = format!("requeued after NODE_FAIL: {message}");
     w.st = status::requeued(&w.st, "NodeFail", &msg, now);
-    w.tasks_kept = false;
+    w.set_tasks(&[]);
     w.plan.events.push(event(true, "NodeFail", message));
     w.plan.events.push(event(false, "Requeued", &msg));
     w.plan.effects.push(Effect::Transition(JobState::NodeFail));
@@ -1939,7 +2032,7 @@ fn launch_failure(w: &mut Work<'_>, message: &str, now: i64) {
     let backoff = status::launch_backoff(w.st.restarts.unwrap_or(0));
     let msg = format!("gang start timeout: {message}; requeued, eligible again in {backoff}s");
     w.st = status::requeued(&w.st, LAUNCH_FAILURE, &msg, now + backoff);
-    w.tasks_kept = false;
+    w.set_tasks(&[]);
     w.plan.events.push(event(true, "GangStartTimeout", &msg));
     w.plan.effects.push(Effect::Transition(JobState::Pending));
 }
@@ -1947,7 +2040,7 @@ fn launch_failure(w: &mut Work<'_>, message: &str, now: i64) {
 fn admit(
     w: &mut Work<'_>,
     s: &core::Start,
-    nodes: &NodeTable,
+    nodes: &Arc<NodeTable>,
     crd_parts: &HashMap<String, &Partition>,
     bind: &BindCtx,
     cfg: &PlanSettings,
@@ -2032,11 +2125,11 @@ fn admit(
         gpus = ?tasks.iter().map(|t| (t.node.as_str(), t.gpus.clone())).collect::<Vec<_>>(),
         "admit"
     );
-    st.tasks = tasks;
-    w.tasks_kept = false;
-    let pname = st.partition.clone().unwrap_or_default();
+    let records = Arc::new(TaskRecords::new(&tasks));
+    w.tasks = Tasks::New(records.clone());
+    let pname = w.st.partition.clone().unwrap_or_default();
     let gpu_binding = bind.binding(&pname);
-    st.gpu_binding = Some(gpu_binding);
+    w.st.gpu_binding = Some(gpu_binding);
     let (gpn, gpt) = match w.parsed.as_deref() {
         Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
         _ => (None, None),
@@ -2045,7 +2138,7 @@ fn admit(
         job,
         job_id: w.id.unwrap_or(0),
         attempt,
-        tasks: &w.st.tasks,
+        tasks: &tasks,
         partition: crd_parts.get(&pname).copied(),
         partition_name: &pname,
         array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
@@ -2056,15 +2149,21 @@ fn admit(
         node_gpus: &[],
         limit_end: pods::limit_end(&w.st),
     };
-    let node_ranks = pods::node_ranks(&w.st.tasks);
+    let node_ranks = records.node_ranks();
     let npods = node_ranks.len();
     let gang = bind.gang_ref(&name, attempt);
+    let shared = Shared {
+        job: w.obs.clone(),
+        tasks: records,
+        partition: bind.partition(&pname),
+        table: nodes.clone(),
+    };
     let built = match PodsToCreate::new(
         &ctx,
+        shared,
         node_ranks,
         bind.device_class(&pname),
         gang.clone(),
-        nodes,
     ) {
         Ok(b) => b,
         Err(e) => {
@@ -2072,7 +2171,8 @@ fn admit(
             // pending rather than record an allocation without pods.
             let prev = w.prev.cloned().unwrap_or_default();
             w.st.state = Some(JobState::Pending);
-            w.st.tasks = prev.tasks;
+            // The stored records again (as they were before this admission).
+            w.tasks = Tasks::Kept;
             w.st.start_time = None;
             w.st.node_list = None;
             w.st.gpu_binding = prev.gpu_binding;
@@ -2081,10 +2181,10 @@ fn admit(
         }
     };
     if !muster_crds::step::key_in_pod(npods) {
-        w.plan.secret = Some(pods::build_secret(job));
+        w.plan.secret = Some(Box::new(pods::build_secret(job)));
     }
     if npods > 1 {
-        w.plan.service = Some(pods::build_service(job));
+        w.plan.service = Some(Box::new(pods::build_service(job)));
     }
     if let Some(g) = &gang {
         w.plan.group = Some(gang::build_group(
@@ -2106,7 +2206,7 @@ fn admit(
         format!(
             "job {} allocated {nl}: {} task(s), {} GPU(s); attempt {attempt}",
             w.id.unwrap_or(0),
-            w.st.tasks.len(),
+            w.task_records().len(),
             w.st.num_gpus.unwrap_or(0)
         ),
     ));
@@ -2127,7 +2227,7 @@ fn preempt(w: &mut Work<'_>, for_job: JobId, requeue: bool, pods: &[&PodObs], no
     if requeue && w.job.spec.requeue != Some(false) {
         let m = format!("{msg}; requeued");
         w.st = status::requeued(&w.st, "Preempted", &m, now);
-        w.tasks_kept = false;
+        w.set_tasks(&[]);
         w.plan.events.push(event(true, "Preempted", &m));
         w.plan.effects.push(Effect::Transition(JobState::Preempted));
         w.plan.effects.push(Effect::Transition(JobState::Pending));

@@ -56,13 +56,13 @@ pub(super) fn job(
         ann.insert("sim/exit".to_string(), code.to_string());
     }
     spec.script.get_or_insert_with(|| "python train.py".into());
-    spec.template = Some(PodTemplateSpec {
+    spec.template = Some(Box::new(PodTemplateSpec {
         metadata: Some(ObjectMeta {
             annotations: Some(ann),
             ..Default::default()
         }),
         spec: None,
-    });
+    }));
     BatchJob::new(name, spec)
 }
 

@@ -228,7 +228,7 @@ pub enum BuildError {
 /// first container (created when the template has none): the one place these fields become
 /// the pod's, for building, for the buildability check and for `SLURM_SUBMIT_DIR`.
 pub fn task_template(job: &BatchJob) -> Result<PodTemplateSpec, BuildError> {
-    let mut t = job.spec.template.clone().unwrap_or_default();
+    let mut t = job.spec.template.as_deref().cloned().unwrap_or_default();
     let image = job
         .spec
         .container_image
@@ -993,7 +993,7 @@ pub fn check_buildable(
 /// partition's `defaultImage` ([`TASK_CONTAINER`] when the template has no containers).
 pub fn container_without_image(job: &BatchJob) -> Option<String> {
     let task = task_template(job).ok();
-    let task = task.as_ref().or(job.spec.template.as_ref());
+    let task = task.as_ref().or(job.spec.template.as_deref());
     let spec = task.and_then(|t| t.spec.as_ref());
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
     if containers.is_empty() {
@@ -1687,7 +1687,7 @@ mod tests {
         let j = job(
             "torch",
             BatchJobSpec {
-                template: Some(tmpl),
+                template: Some(Box::new(tmpl)),
                 ..Default::default()
             },
         );
@@ -1751,7 +1751,7 @@ mod tests {
         let j = job(
             "train",
             BatchJobSpec {
-                template: Some(tmpl),
+                template: Some(Box::new(tmpl)),
                 ..Default::default()
             },
         );
@@ -1840,7 +1840,7 @@ mod tests {
         let mut j = job(
             "train",
             BatchJobSpec {
-                template: Some(tmpl),
+                template: Some(Box::new(tmpl)),
                 script: Some("echo hi".into()),
                 ..Default::default()
             },
@@ -2064,7 +2064,7 @@ mod tests {
         let own = job(
             "c",
             BatchJobSpec {
-                template: Some(tmpl),
+                template: Some(Box::new(tmpl)),
                 ..Default::default()
             },
         );

@@ -12,6 +12,9 @@
 //! - [`running_job`], [`pending_job`]: a BatchJob's status/spec as core jobs.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::compact::{StrTable, StrTableBuilder};
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -651,9 +654,19 @@ pub fn node_dra(
     g: Option<&GpuNode>,
     published: &[super::dra::inventory::SliceGpu],
 ) -> (core::Node, Vec<(String, String)>) {
-    let mut out = node(n, None);
-    let (gpus, links, names) =
-        super::dra::inventory::core_gpus(published, g.and_then(|g| g.status.as_ref()));
+    let agent = g.and_then(|g| g.status.as_ref()).map(agent_gpus);
+    node_dra_with(&node_without_gpus(n), agent.as_ref(), published)
+}
+
+/// [`node_dra`] from the node's [`node_without_gpus`] and its GpuNode's [`agent_gpus`] (what
+/// the operator caches of each).
+pub fn node_dra_with(
+    part: &core::Node,
+    agent: Option<&AgentGpus>,
+    published: &[super::dra::inventory::SliceGpu],
+) -> (core::Node, Vec<(String, String)>) {
+    let mut out = part.clone();
+    let (gpus, links, names) = super::dra::inventory::core_gpus(published, agent);
     out.gpus = gpus;
     out.gpu_links = links;
     (out, names)
@@ -662,6 +675,23 @@ pub fn node_dra(
 /// A Node and its GpuNode (if the node agent published one) as a core node. Values that do
 /// not parse count as zero (the node then takes no work) rather than failing the cycle.
 pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
+    let agent = g.and_then(|g| g.status.as_ref()).map(agent_gpus);
+    node_with(&node_without_gpus(n), agent.as_ref())
+}
+
+/// [`node`] from the node's [`node_without_gpus`] and its GpuNode's [`agent_gpus`] (what the
+/// operator caches of each).
+pub fn node_with(part: &core::Node, agent: Option<&AgentGpus>) -> core::Node {
+    let mut out = part.clone();
+    if let Some(a) = agent {
+        out.gpus = a.gpus.clone();
+        out.gpu_links = a.links(&a.gpus);
+    }
+    out
+}
+
+/// What [`node`] reads of a Node: the core node without GPUs (those come from its GpuNode).
+pub fn node_without_gpus(n: &KubeNode) -> core::Node {
     let status = n.status.as_ref();
     let alloc = status.and_then(|s| s.allocatable.as_ref());
     let cpu = alloc
@@ -695,27 +725,6 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
     labels
         .entry(muster_crds::labels::HOSTNAME.to_string())
         .or_insert_with(|| n.name_any());
-    let (gpus, gpu_links) = match g.and_then(|g| g.status.as_ref()) {
-        Some(gs) => {
-            let gpus: Vec<core::Gpu> = gs
-                .gpus
-                .iter()
-                .map(|x| core::Gpu {
-                    index: x.index,
-                    uuid: x.uuid.clone(),
-                    model: x.model.clone(),
-                    memory_mib: x.memory_mib,
-                    healthy: x.health.state == GpuHealthState::Healthy,
-                    numa: x.numa_node,
-                    nvlink_peers: x.nvlink_peers.clone(),
-                })
-                .collect();
-            // The matrix is by NVML index; the core wants it by position in `gpus`.
-            let links = gpu_links(&gpus, &gs.topology);
-            (gpus, links)
-        }
-        None => (Vec::new(), Vec::new()),
-    };
     core::Node {
         name: n.name_any(),
         labels,
@@ -724,8 +733,8 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
         taints,
         ready,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-        gpus,
-        gpu_links,
+        gpus: Vec::new(),
+        gpu_links: Vec::new(),
         extended: alloc
             .into_iter()
             .flatten()
@@ -735,46 +744,88 @@ pub fn node(n: &KubeNode, g: Option<&GpuNode>) -> core::Node {
     }
 }
 
-/// The `nvidia-smi topo -m` matrix (rows and columns by NVML index) re-indexed by position in
-/// `gpus`; empty when it is absent, not square, or any entry does not parse (the core then
-/// derives links from NUMA and NVLink peers).
-pub fn gpu_links(gpus: &[core::Gpu], matrix: &[Vec<String>]) -> Vec<Vec<Link>> {
-    if matrix.is_empty()
-        || matrix.len() != gpus.len()
-        || matrix.iter().any(|r| r.len() != gpus.len())
-    {
-        return Vec::new();
+/// What [`node`] reads of a GpuNode's status: the GPUs as the node agent reports them, and
+/// its `nvidia-smi topo -m` matrix with each cell parsed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentGpus {
+    /// The GPUs, in the status's order.
+    pub gpus: Vec<core::Gpu>,
+    /// The matrix by NVML index, as reported; a cell that does not parse is `None`.
+    pub topology: Vec<Vec<Option<Link>>>,
+}
+
+/// A GpuNode's status as [`AgentGpus`].
+pub fn agent_gpus(gs: &muster_crds::v1alpha1::GpuNodeStatus) -> AgentGpus {
+    AgentGpus {
+        gpus: gs
+            .gpus
+            .iter()
+            .map(|x| core::Gpu {
+                index: x.index,
+                uuid: x.uuid.clone(),
+                model: x.model.clone(),
+                memory_mib: x.memory_mib,
+                healthy: x.health.state == GpuHealthState::Healthy,
+                numa: x.numa_node,
+                nvlink_peers: x.nvlink_peers.clone(),
+            })
+            .collect(),
+        topology: gs
+            .topology
+            .iter()
+            .map(|row| row.iter().map(|c| c.parse::<Link>().ok()).collect())
+            .collect(),
     }
-    let mut out = Vec::with_capacity(gpus.len());
-    for a in gpus {
-        let mut row = Vec::with_capacity(gpus.len());
-        for b in gpus {
-            let Some(cell) = matrix
-                .get(a.index as usize)
-                .and_then(|r| r.get(b.index as usize))
-            else {
-                return Vec::new();
-            };
-            match cell.parse::<Link>() {
-                Ok(l) => row.push(l),
-                Err(_) => return Vec::new(),
-            }
+}
+
+impl AgentGpus {
+    /// The agent's matrix (rows and columns by NVML index) re-indexed by position in `gpus`;
+    /// empty when it is absent, not square, or any entry does not parse (the core then
+    /// derives links from NUMA and NVLink peers).
+    pub fn links(&self, gpus: &[core::Gpu]) -> Vec<Vec<Link>> {
+        let matrix = &self.topology;
+        if matrix.is_empty()
+            || matrix.len() != gpus.len()
+            || matrix.iter().any(|r| r.len() != gpus.len())
+        {
+            return Vec::new();
         }
-        out.push(row);
+        let mut out = Vec::with_capacity(gpus.len());
+        for a in gpus {
+            let mut row = Vec::with_capacity(gpus.len());
+            for b in gpus {
+                match matrix
+                    .get(a.index as usize)
+                    .and_then(|r| r.get(b.index as usize))
+                {
+                    Some(Some(l)) => row.push(*l),
+                    _ => return Vec::new(),
+                }
+            }
+            out.push(row);
+        }
+        out
     }
-    out
 }
 
 /// Nodes by name, in natural name order; [`NodeId`] indexes `nodes`.
 #[derive(Clone, Debug, Default)]
 pub struct NodeTable {
-    /// Core nodes.
-    pub nodes: Vec<core::Node>,
+    /// Core nodes, shared with every cycle's snapshot ([`core::Snapshot::nodes`]).
+    pub nodes: Arc<Vec<core::Node>>,
     /// Index by name.
     pub index: HashMap<String, NodeId>,
-    /// The NVIDIA DRA driver's devices: `(pool, device)` to the node and the GPU's NVML index
-    /// (what a ResourceClaim's allocation names, as the core counts it).
-    pub devices: HashMap<(String, String), (NodeId, u32)>,
+    /// The NVIDIA DRA driver's devices by pool (see [`NodeTable::device`]).
+    devices: HashMap<Box<str>, PoolDevices>,
+}
+
+/// One pool's devices: their names, and each one's node and GPU (NVML index). A pool is one
+/// node's GPUs (the driver names it after the node): a few names, searched in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct PoolDevices {
+    names: StrTable,
+    /// By name id: the node and the GPU's NVML index.
+    gpus: Vec<(NodeId, u32)>,
 }
 
 impl NodeTable {
@@ -787,7 +838,7 @@ impl NodeTable {
             .map(|(i, n)| (n.name.clone(), i as NodeId))
             .collect();
         NodeTable {
-            nodes,
+            nodes: Arc::new(nodes),
             index,
             devices: HashMap::new(),
         }
@@ -796,18 +847,53 @@ impl NodeTable {
     /// Adds the DRA devices of nodes: by node name, each GPU's `(pool, device)` by position
     /// in the node's GPUs.
     pub fn with_devices(mut self, names: HashMap<String, Vec<(String, String)>>) -> Self {
-        for (node, list) in names {
-            let Some(&id) = self.index.get(&node) else {
-                continue;
-            };
+        let mut pools: HashMap<&str, (StrTableBuilder, Vec<(NodeId, u32)>)> = HashMap::new();
+        // In node order, so that a device two nodes claim (never, from one driver) resolves
+        // the same way every time.
+        let mut named: Vec<(NodeId, &Vec<(String, String)>)> = names
+            .iter()
+            .filter_map(|(node, list)| Some((*self.index.get(node)?, list)))
+            .collect();
+        named.sort_unstable_by_key(|(id, _)| *id);
+        for (id, list) in named {
             let gpus = &self.nodes[id as usize].gpus;
-            for (pos, key) in list.into_iter().enumerate() {
-                if let Some(g) = gpus.get(pos) {
-                    self.devices.insert(key, (id, g.index));
+            for ((pool, device), g) in list.iter().zip(gpus) {
+                let (b, rows) = pools.entry(pool.as_str()).or_default();
+                let d = b.id(device) as usize;
+                if d == rows.len() {
+                    rows.push((id, g.index));
+                } else {
+                    rows[d] = (id, g.index);
                 }
             }
         }
+        self.devices = pools
+            .into_iter()
+            .map(|(pool, (b, gpus))| {
+                (
+                    pool.into(),
+                    PoolDevices {
+                        names: b.finish(),
+                        gpus,
+                    },
+                )
+            })
+            .collect();
         self
+    }
+
+    /// The node and GPU (NVML index) of the NVIDIA DRA driver's device `device` of pool
+    /// `pool` (what a ResourceClaim's allocation names, as the core counts it).
+    pub fn device(&self, pool: &str, device: &str) -> Option<(NodeId, u32)> {
+        let p = self.devices.get(pool)?;
+        (0..p.gpus.len())
+            .find(|&i| p.names.get(i as u32) == device)
+            .map(|i| p.gpus[i])
+    }
+
+    /// Whether `self` and `other` know the same devices.
+    pub fn same_devices(&self, other: &NodeTable) -> bool {
+        self.devices == other.devices
     }
 
     /// The id of a node; a name not in the table maps past the end, which the core treats as
@@ -849,10 +935,21 @@ pub fn running_job(
     nodes: &NodeTable,
     stopping_since: Option<i64>,
 ) -> RunningJob {
-    let empty = BatchJobStatus::default();
-    let st = job.status.as_ref().unwrap_or(&empty);
-    let tasks = st
-        .tasks
+    let tasks = job
+        .status
+        .as_ref()
+        .map(|st| core_tasks(&st.tasks, nodes))
+        .unwrap_or_default();
+    running_job_with(job, tasks, id, partition, stopping_since)
+}
+
+/// Task records as the core's running job holds them (a node not in `nodes` maps past the
+/// end: see [`NodeTable::id`]).
+pub fn core_tasks(
+    tasks: &[muster_crds::v1alpha1::TaskAllocation],
+    nodes: &NodeTable,
+) -> Vec<TaskAlloc> {
+    tasks
         .iter()
         .map(|t| TaskAlloc {
             node: nodes.id(&t.node),
@@ -860,7 +957,20 @@ pub fn running_job(
             cpu_millis: t.cpu_millis,
             memory_mib: t.memory_mib,
         })
-        .collect();
+        .collect()
+}
+
+/// [`running_job`] with its tasks given (the operator's job cache keeps a status's task
+/// records apart from the object).
+pub fn running_job_with(
+    job: &BatchJob,
+    tasks: Vec<TaskAlloc>,
+    id: JobId,
+    partition: Option<PartitionId>,
+    stopping_since: Option<i64>,
+) -> RunningJob {
+    let empty = BatchJobStatus::default();
+    let st = job.status.as_ref().unwrap_or(&empty);
     let time_limit = status_limit_secs(st);
     RunningJob {
         id,
@@ -1438,6 +1548,15 @@ mod tests {
         assert!(cpu_only.gpus.is_empty());
     }
 
+    /// The agent's matrix `matrix` re-indexed for `gpus` (as [`node`] does).
+    fn gpu_links(gpus: &[core::Gpu], matrix: &[Vec<String>]) -> Vec<Vec<Link>> {
+        let status = muster_crds::v1alpha1::GpuNodeStatus {
+            topology: matrix.to_vec(),
+            ..Default::default()
+        };
+        agent_gpus(&status).links(gpus)
+    }
+
     #[test]
     fn topology_matrix_is_reindexed_by_position() {
         let gpus: Vec<core::Gpu> = [1u32, 0]
@@ -1478,6 +1597,35 @@ mod tests {
             .match_labels
             .insert("muster.dev/leaf".into(), "leaf2".into());
         assert!(!in_partition(&p, &n));
+    }
+
+    #[test]
+    fn dra_devices_resolve_to_their_node_and_gpu() {
+        let mut a = node(&kube_node("gpu1", true), Some(&gpu_node("gpu1", 2, &[])));
+        // Positions and NVML indices differ: the device at position 0 is GPU 1.
+        a.gpus.reverse();
+        let b = node(&kube_node("gpu2", true), Some(&gpu_node("gpu2", 2, &[])));
+        let names = |pool: &str| {
+            vec![
+                (pool.to_string(), "gpu-0".to_string()),
+                (pool.to_string(), "gpu-1".to_string()),
+            ]
+        };
+        let t = NodeTable::new(vec![b, a]).with_devices(
+            [
+                ("gpu1".to_string(), names("gpu1")),
+                ("gpu2".to_string(), names("gpu2")),
+                ("gone".to_string(), names("gone")),
+            ]
+            .into(),
+        );
+        assert_eq!(t.device("gpu1", "gpu-0"), Some((0, 1)));
+        assert_eq!(t.device("gpu1", "gpu-1"), Some((0, 0)));
+        assert_eq!(t.device("gpu2", "gpu-1"), Some((1, 1)));
+        assert_eq!(t.device("gpu2", "gpu-2"), None);
+        assert_eq!(t.device("gone", "gpu-0"), None, "a node not in the table");
+        assert!(t.same_devices(&t.clone()));
+        assert!(!t.same_devices(&NodeTable::default()));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::exec::{ApiError, WriteKind};
 use super::kube_api::{FIELD_MANAGER, api_error};
 use super::metrics::Metrics;
-use crate::core::RunningJob;
+use crate::core::priority::UsageSpan;
 
 /// The ConfigMap's name.
 pub const CONFIGMAP: &str = "muster-fairshare";
@@ -84,11 +84,11 @@ impl Usage {
     }
 
     /// Accrues the running jobs' GPU time up to `now`.
-    pub fn accrue(&mut self, running: &[RunningJob], now: i64) {
+    pub fn accrue(&mut self, running: &[UsageSpan], now: i64) {
         if now <= self.record.time {
             return;
         }
-        self.record.usage = crate::core::priority::decay_usage(
+        self.record.usage = crate::core::priority::decay_usage_spans(
             &self.record.usage,
             running,
             self.record.time,

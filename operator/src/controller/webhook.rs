@@ -44,7 +44,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::admission;
-use super::runner::{NodeCache, Stores};
+use super::runner::Stores;
 use super::translate;
 use super::validate::{ClaimModes, World};
 
@@ -450,7 +450,6 @@ struct WebhookState {
     stores: Stores,
     ready: Arc<AtomicBool>,
     operator: Option<String>,
-    nodes: std::sync::Mutex<NodeCache>,
 }
 
 fn review_response(r: AdmissionResponse) -> Response {
@@ -491,14 +490,7 @@ async fn validate_batchjobs(
     let parts = st.stores.partitions.state();
     let objs: Vec<&Partition> = parts.iter().map(|p| p.as_ref()).collect();
     let table = translate::partitions(objs.iter().copied());
-    let nodes = {
-        let mut cache = st.nodes.lock().unwrap_or_else(|e| e.into_inner());
-        cache.table(
-            &st.stores.nodes.state(),
-            &st.stores.gpunodes.state(),
-            &st.stores.slices.state(),
-        )
-    };
+    let nodes = st.stores.node_table();
     let volume_claims: Vec<ClaimModes> = st
         .stores
         .volume_claims
@@ -575,7 +567,6 @@ impl Webhook {
             stores,
             ready,
             operator,
-            nodes: std::sync::Mutex::new(NodeCache::default()),
         });
         let app = Router::new()
             .route(admission::MUTATE_BATCHJOBS, post(mutate_batchjobs))

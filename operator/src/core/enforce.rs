@@ -112,7 +112,7 @@ mod tests {
 
     fn snap() -> Snapshot {
         Snapshot {
-            nodes: ClusterSpec::sandbox().nodes().unwrap(),
+            nodes: ClusterSpec::sandbox().nodes().unwrap().into(),
             ..Default::default()
         }
     }
@@ -134,8 +134,9 @@ mod tests {
     #[test]
     fn timeouts_and_node_failures_are_found() {
         let mut s = snap();
-        s.nodes[1].ready = false;
-        s.nodes[2].gpus[3].healthy = false;
+        let nodes = std::sync::Arc::make_mut(&mut s.nodes);
+        nodes[1].ready = false;
+        nodes[2].gpus[3].healthy = false;
         s.running = vec![
             job(1, 0, 0, 0, Some(100)),
             job(2, 0, 1, 0, Some(99)),
@@ -162,7 +163,7 @@ mod tests {
     #[test]
     fn cordoned_nodes_do_not_kill_jobs() {
         let mut s = snap();
-        s.nodes[0].unschedulable = true;
+        std::sync::Arc::make_mut(&mut s.nodes)[0].unschedulable = true;
         s.running = vec![job(1, 0, 0, 0, None)];
         assert!(stops(&s, 10).is_empty());
     }

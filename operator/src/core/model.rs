@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,8 +24,11 @@ pub type PartitionId = u32;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Snapshot {
-    /// Every node (GPU or not); [`NodeId`] indexes this list.
-    pub nodes: Vec<Node>,
+    /// Every node (GPU or not); [`NodeId`] indexes this list. Shared: the operator's node
+    /// table and every cycle's snapshot hold one list (16,384 translated nodes are ~30 MiB);
+    /// `Arc::make_mut` gives a changed copy.
+    #[serde(with = "shared_nodes")]
+    pub nodes: Arc<Vec<Node>>,
     /// Partitions; [`PartitionId`] indexes this list.
     pub partitions: Vec<Partition>,
     /// Jobs holding an allocation (running, or being stopped).
@@ -38,6 +42,23 @@ pub struct Snapshot {
     /// [`decay_usage`](super::priority::decay_usage) for how the operator keeps it current.
     #[serde(default)]
     pub usage: BTreeMap<String, f64>,
+}
+
+/// [`Snapshot::nodes`] (de)serialized as a plain list (serde's `rc` feature is not needed).
+mod shared_nodes {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Node;
+
+    pub fn serialize<S: Serializer>(v: &Arc<Vec<Node>>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_slice().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Vec<Node>>, D::Error> {
+        Vec::<Node>::deserialize(d).map(Arc::new)
+    }
 }
 
 /// A partition, with its node selector still as labels (evaluated by the core on
@@ -798,7 +819,7 @@ impl Snapshot {
     /// A snapshot of `nodes` with one partition `gpu` over all of them using `topology`.
     pub fn with_nodes(nodes: Vec<Node>, topology: Vec<String>) -> Snapshot {
         Snapshot {
-            nodes,
+            nodes: Arc::new(nodes),
             partitions: vec![Partition::new("gpu", topology)],
             ..Default::default()
         }

@@ -756,7 +756,7 @@ mod tests {
     #[test]
     fn an_occupancy_for_other_nodes_is_built_again() {
         let mut small = snap();
-        small.nodes.truncate(4);
+        std::sync::Arc::make_mut(&mut small.nodes).truncate(4);
         let prep_small = Prepared::new(&small.nodes, &small.partitions);
         let mut occ = Occupancy::new(&prep_small, &small);
         let mut s = snap();

@@ -32,11 +32,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use muster_crds::v1alpha1::{GpuHealthState, GpuNodeStatus};
-
 use super::NVIDIA_DRIVER;
 use super::api::{Device, DeviceAttribute, ResourceSlice};
+use crate::controller::compact::{StrId, StrTable, StrTableBuilder};
 use crate::controller::quantity;
+use crate::controller::translate::AgentGpus;
 use crate::core::{self, Link};
 
 /// The standard attribute of a device's PCIe root complex.
@@ -84,21 +84,30 @@ fn string_attr(d: &Device, name: &str) -> Option<String> {
 }
 
 /// What the operator keeps of one of the NVIDIA driver's ResourceSlices: its node, pool
-/// generation and whole GPUs (a few hundred bytes per GPU, not the full slice).
+/// generation and whole GPUs, compact (the slice's strings in one [`StrTable`]: a slice of 8
+/// GPUs was ~45 allocations, 16,384 of them cached for as long as the nodes exist).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SliceObs {
-    /// The slice's name.
-    pub name: String,
-    /// Its resourceVersion (what caches key on).
-    pub resource_version: String,
-    /// `spec.nodeName`.
-    pub node: Option<String>,
-    /// `spec.pool.name`.
-    pub pool: String,
+    /// The slice's name (0), its pool (1), its node (2, when it names one), and the GPUs'
+    /// device names, UUIDs, models and PCIe roots.
+    strs: StrTable,
+    has_node: bool,
     /// `spec.pool.generation`.
-    pub generation: i64,
+    generation: i64,
     /// Its whole GPUs (type `gpu`: MIG and VFIO devices are left out).
-    pub gpus: Vec<SliceGpu>,
+    gpus: Box<[GpuRow]>,
+}
+
+/// A [`SliceGpu`] of a [`SliceObs`], its strings by id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct GpuRow {
+    device: StrId,
+    uuid: StrId,
+    index: Option<u32>,
+    minor: Option<u32>,
+    model: StrId,
+    memory_mib: u64,
+    pcie_root: Option<StrId>,
 }
 
 impl SliceObs {
@@ -106,6 +115,13 @@ impl SliceObs {
     pub fn from_slice(s: &ResourceSlice) -> Option<SliceObs> {
         if s.spec.driver != NVIDIA_DRIVER {
             return None;
+        }
+        let mut b = StrTableBuilder::default();
+        // Ids 0, 1 and 2 by position, even when the pool or node repeats the name.
+        b.id_new(s.metadata.name.as_deref().unwrap_or_default());
+        b.id_new(&s.spec.pool.name);
+        if let Some(n) = &s.spec.node_name {
+            b.id_new(n);
         }
         let mut gpus = Vec::new();
         for d in &s.spec.devices {
@@ -126,25 +142,64 @@ impl SliceObs {
                 .or_else(|| d.capacity.get(&format!("{NVIDIA_DRIVER}/memory")))
                 .and_then(|c| quantity::memory_mib(&c.value).ok())
                 .unwrap_or(0);
-            gpus.push(SliceGpu {
-                pool: s.spec.pool.name.clone(),
-                device: d.name.clone(),
-                uuid,
+            gpus.push(GpuRow {
+                device: b.id(&d.name),
+                uuid: b.id(&uuid),
                 index: int_attr(d, "index"),
                 minor,
-                model: string_attr(d, "productName").unwrap_or_default(),
+                model: b.id(&string_attr(d, "productName").unwrap_or_default()),
                 memory_mib,
-                pcie_root: d.attributes.get(PCIE_ROOT).and_then(|a| a.string.clone()),
+                pcie_root: d
+                    .attributes
+                    .get(PCIE_ROOT)
+                    .and_then(|a| a.string.as_deref())
+                    .map(|r| b.id(r)),
             });
         }
         Some(SliceObs {
-            name: s.metadata.name.clone().unwrap_or_default(),
-            resource_version: s.metadata.resource_version.clone().unwrap_or_default(),
-            node: s.spec.node_name.clone(),
-            pool: s.spec.pool.name.clone(),
+            strs: b.finish(),
+            has_node: s.spec.node_name.is_some(),
             generation: s.spec.pool.generation,
-            gpus,
+            gpus: gpus.into_boxed_slice(),
         })
+    }
+
+    /// The slice's name.
+    pub fn name(&self) -> &str {
+        self.strs.get(0)
+    }
+
+    /// `spec.pool.name`.
+    pub fn pool(&self) -> &str {
+        self.strs.get(1)
+    }
+
+    /// `spec.nodeName`.
+    pub fn node(&self) -> Option<&str> {
+        self.has_node.then(|| self.strs.get(2))
+    }
+
+    /// `spec.pool.generation`.
+    pub fn generation(&self) -> i64 {
+        self.generation
+    }
+
+    /// Its whole GPUs (type `gpu`: MIG and VFIO devices are left out), in the slice's order.
+    pub fn gpus(&self) -> Vec<SliceGpu> {
+        let s = &self.strs;
+        self.gpus
+            .iter()
+            .map(|g| SliceGpu {
+                pool: self.pool().to_string(),
+                device: s.get(g.device).to_string(),
+                uuid: s.get(g.uuid).to_string(),
+                index: g.index,
+                minor: g.minor,
+                model: s.get(g.model).to_string(),
+                memory_mib: g.memory_mib,
+                pcie_root: g.pcie_root.map(|r| s.get(r).to_string()),
+            })
+            .collect()
     }
 }
 
@@ -163,7 +218,7 @@ impl kube::runtime::reflector::Lookup for SliceObs {
         "resourceslices".into()
     }
     fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
-        Some(self.name.as_str().into())
+        Some(SliceObs::name(self).into())
     }
     fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
         None
@@ -182,8 +237,8 @@ pub fn by_node<'a>(
 ) -> HashMap<&'a str, Vec<&'a SliceObs>> {
     let mut out: HashMap<&str, Vec<&SliceObs>> = HashMap::new();
     for s in slices {
-        if let Some(n) = &s.node {
-            out.entry(n.as_str()).or_default().push(s);
+        if let Some(n) = s.node() {
+            out.entry(n).or_default().push(s);
         }
     }
     out
@@ -199,22 +254,22 @@ pub fn node_gpus(mine: &[&SliceObs]) -> Option<Vec<SliceGpu>> {
     }
     let mut newest: HashMap<&str, i64> = HashMap::new();
     for s in mine {
-        let g = newest.entry(s.pool.as_str()).or_insert(i64::MIN);
+        let g = newest.entry(s.pool()).or_insert(i64::MIN);
         *g = (*g).max(s.generation);
     }
     let mut out: BTreeMap<(String, u32, String), SliceGpu> = BTreeMap::new();
     for s in mine {
-        if newest.get(s.pool.as_str()) != Some(&s.generation) {
+        if newest.get(s.pool()) != Some(&s.generation) {
             continue;
         }
-        for g in &s.gpus {
+        for g in s.gpus() {
             out.insert(
                 (
                     g.pool.clone(),
                     g.minor.unwrap_or(u32::MAX),
                     g.device.clone(),
                 ),
-                g.clone(),
+                g,
             );
         }
     }
@@ -229,8 +284,8 @@ pub type CoreGpus = (Vec<core::Gpu>, Vec<Vec<Link>>, Vec<(String, String)>);
 /// GpuNode (NVML index, NUMA, NVLink peers, health, `nvidia-smi topo` matrix), and the
 /// `(pool, device)` of each, by position. A GPU the driver publishes and the GpuNode does not
 /// know is healthy (the driver only publishes devices it can prepare).
-pub fn core_gpus(published: &[SliceGpu], agent: Option<&GpuNodeStatus>) -> CoreGpus {
-    let by_uuid: HashMap<&str, &muster_crds::v1alpha1::GpuInfo> = agent
+pub fn core_gpus(published: &[SliceGpu], agent: Option<&AgentGpus>) -> CoreGpus {
+    let by_uuid: HashMap<&str, &core::Gpu> = agent
         .map(|a| a.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect())
         .unwrap_or_default();
     let mut gpus = Vec::with_capacity(published.len());
@@ -256,15 +311,14 @@ pub fn core_gpus(published: &[SliceGpu], agent: Option<&GpuNodeStatus>) -> CoreG
             } else {
                 known.map(|k| k.memory_mib).unwrap_or(0)
             },
-            healthy: known.is_none_or(|k| k.health.state == GpuHealthState::Healthy),
-            numa: known.and_then(|k| k.numa_node),
+            healthy: known.is_none_or(|k| k.healthy),
+            numa: known.and_then(|k| k.numa),
             nvlink_peers: known.map(|k| k.nvlink_peers.clone()).unwrap_or_default(),
         });
         names.push((p.pool.clone(), p.device.clone()));
         roots.push(p.pcie_root.clone());
     }
-    let matrix = agent.map(|a| a.topology.as_slice()).unwrap_or(&[]);
-    let mut links = crate::controller::translate::gpu_links(&gpus, matrix);
+    let mut links = agent.map(|a| a.links(&gpus)).unwrap_or_default();
     if links.is_empty() && roots.iter().any(Option::is_some) {
         links = derived_links(&gpus, &roots);
     }
@@ -305,7 +359,7 @@ mod tests {
     use super::*;
     use crate::controller::dra::api::{DeviceCapacity, ResourcePool, ResourceSliceSpec};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use muster_crds::v1alpha1::{GpuHealth, GpuInfo};
+    use muster_crds::v1alpha1::{GpuHealth, GpuHealthState, GpuInfo, GpuNodeStatus};
 
     /// A device as v25.12 publishes it.
     fn device(minor: u32, uuid: &str, root: &str) -> Device {
@@ -351,6 +405,26 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_cached_slice_keeps_its_name_pool_node_and_gpus() {
+        // Pool and node the same string, the name too: each still reads back.
+        let mut s = slice("n1", 3, vec![device(0, "GPU-a", "pci0000:00")]);
+        s.metadata.name = Some("n1".into());
+        let o = SliceObs::from_slice(&s).unwrap();
+        assert_eq!((o.name(), o.pool(), o.node()), ("n1", "n1", Some("n1")));
+        assert_eq!(o.generation(), 3);
+        let g = o.gpus();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].pool, "n1");
+        assert_eq!(g[0].uuid, "GPU-a");
+        assert_eq!(g[0].pcie_root.as_deref(), Some("pci0000:00"));
+        // A slice for all nodes (no node name) has none.
+        s.spec.node_name = None;
+        s.spec.pool.name = "shared".into();
+        let o = SliceObs::from_slice(&s).unwrap();
+        assert_eq!((o.name(), o.pool(), o.node()), ("n1", "shared", None));
     }
 
     #[test]
@@ -428,6 +502,7 @@ mod tests {
             ],
             ..Default::default()
         };
+        let agent = crate::controller::translate::agent_gpus(&agent);
         let (gpus, links, names) = core_gpus(&g, Some(&agent));
         assert_eq!(
             gpus[0].index, 1,

@@ -1,0 +1,102 @@
+//! A cached object's strings kept together: deduplicated and concatenated into one allocation
+//! (with one of offsets), instead of one heap allocation per string.
+//!
+//! The caches hold tens of thousands of objects for as long as they exist, each with dozens
+//! of short strings (names, label keys and values, GPU UUIDs and models): at 16,384 nodes that
+//! was millions of allocations of a few bytes, each with the allocator's header and rounding,
+//! scattered over pages that the transient allocations of a big cycle freed around them.
+
+use std::collections::HashMap;
+
+/// A string's id in a [`StrTable`].
+pub type StrId = u32;
+
+/// An object's distinct strings (see the [module docs](self)). Ids are given in order of
+/// first insertion, so the same strings inserted in the same order give an equal table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StrTable {
+    text: Box<str>,
+    ends: Box<[u32]>,
+}
+
+/// Offsets are `u32`: an object is bounded by the API server's request limit (a few MiB).
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).expect("a cached object's strings are far below 4 GiB")
+}
+
+impl StrTable {
+    /// String `id`.
+    ///
+    /// # Panics
+    /// If `id` was not given by the builder of this table.
+    pub fn get(&self, id: StrId) -> &str {
+        let i = id as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.text[start..self.ends[i] as usize]
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.text.len() + std::mem::size_of_val(&*self.ends)
+    }
+}
+
+/// Builds a [`StrTable`].
+#[derive(Default)]
+pub struct StrTableBuilder {
+    ids: HashMap<String, StrId>,
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl StrTableBuilder {
+    /// The id of `s`, inserting it the first time.
+    pub fn id(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        self.text.push_str(s);
+        self.ends.push(offset(self.text.len()));
+        let id = offset(self.ends.len() - 1);
+        self.ids.insert(s.to_string(), id);
+        id
+    }
+
+    /// Inserts `s` as a new string even if it is there already (for strings whose ids are
+    /// fixed by position).
+    pub fn id_new(&mut self, s: &str) -> StrId {
+        self.text.push_str(s);
+        self.ends.push(offset(self.text.len()));
+        let id = offset(self.ends.len() - 1);
+        self.ids.entry(s.to_string()).or_insert(id);
+        id
+    }
+
+    /// The table.
+    pub fn finish(self) -> StrTable {
+        StrTable {
+            text: self.text.into_boxed_str(),
+            ends: self.ends.into_boxed_slice(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_come_back_once_each() {
+        let mut b = StrTableBuilder::default();
+        let words = ["gpu001", "", "muster.dev/leaf", "gpu001", "leaf1", "", "é"];
+        let ids: Vec<StrId> = words.iter().map(|w| b.id(w)).collect();
+        assert_eq!(ids[0], ids[3], "the same string, the same id");
+        assert_eq!(ids[1], ids[5]);
+        let t = b.finish();
+        assert_eq!(ids.iter().max(), Some(&4), "five distinct strings");
+        for (w, id) in words.iter().zip(&ids) {
+            assert_eq!(t.get(*id), *w);
+        }
+        assert_eq!(t.heap_bytes(), "gpu001muster.dev/leafleaf1é".len() + 5 * 4);
+    }
+}

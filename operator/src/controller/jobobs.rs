@@ -1,0 +1,486 @@
+//! BatchJobs as the operator caches them: the object with its task records (`status.tasks`)
+//! held compact.
+//!
+//! A running gang's status has a record per task (rank, node, GPU indices and UUIDs, the
+//! node pod), each a struct of five heap strings and vectors: at 16,384 nodes the 200,000
+//! records of 6,250 running gangs were ~50 MiB in the BatchJob cache alone, and again in
+//! the own-write overlay while written answers waited for the watch. [`TaskRecords`] keeps
+//! the same records losslessly in a handful of flat arrays (a job's distinct strings once,
+//! rows of integers), about a fifth of the size; [`TaskRecords::to_vec`] gives back exactly
+//! the records it was made from, so a status written from the cache is byte-for-byte the
+//! stored one.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use super::compact::{StrId, StrTable, StrTableBuilder};
+
+use kube::ResourceExt;
+use kube::runtime::reflector::Lookup;
+use kube::runtime::watcher;
+use muster_crds::v1alpha1::{BatchJob, TaskAllocation};
+
+/// No string (a task without a pod name).
+const NONE: StrId = StrId::MAX;
+
+/// One task record, every string and list by reference into the job's arrays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Row {
+    rank: u32,
+    node: StrId,
+    node_rank: u32,
+    local_rank: u32,
+    /// Index into [`TaskRecords::sizes`].
+    size: u32,
+    /// End of this task's GPU indices in [`TaskRecords::gpus`] (they start at the previous
+    /// row's end).
+    gpus_end: u32,
+    /// End of this task's UUIDs in [`TaskRecords::uuids`], likewise.
+    uuids_end: u32,
+    pod: StrId,
+}
+
+/// A job's task records (`status.tasks`), compact and lossless (see the [module docs](self)).
+///
+/// Offsets are `u32`: a BatchJob is bounded by the API server's request limit (a few MiB),
+/// far below 4 GiB of strings or 4 billion tasks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskRecords {
+    /// The job's distinct strings (node names, GPU UUIDs, pod names).
+    strs: StrTable,
+    /// The tasks, in record order.
+    rows: Box<[Row]>,
+    /// Every task's GPU indices, concatenated in record order.
+    gpus: Box<[u32]>,
+    /// Every task's GPU UUIDs (string ids), concatenated in record order.
+    uuids: Box<[StrId]>,
+    /// The distinct (CPU millicores, memory MiB) pairs of the tasks.
+    sizes: Box<[(u64, u64)]>,
+}
+
+fn idx(n: usize) -> u32 {
+    u32::try_from(n).expect("a BatchJob's task records are far below 4 GiB")
+}
+
+impl TaskRecords {
+    /// The records of `tasks`.
+    pub fn new(tasks: &[TaskAllocation]) -> TaskRecords {
+        if tasks.is_empty() {
+            return TaskRecords::default();
+        }
+        let mut strings = StrTableBuilder::default();
+        let mut sizes: Vec<(u64, u64)> = Vec::new();
+        let mut size_ids: HashMap<(u64, u64), u32> = HashMap::new();
+        let mut rows = Vec::with_capacity(tasks.len());
+        let mut gpus = Vec::with_capacity(tasks.iter().map(|t| t.gpus.len()).sum());
+        let mut uuids = Vec::with_capacity(tasks.iter().map(|t| t.gpu_uuids.len()).sum());
+        for t in tasks {
+            let node = strings.id(&t.node);
+            gpus.extend_from_slice(&t.gpus);
+            for u in &t.gpu_uuids {
+                uuids.push(strings.id(u));
+            }
+            let key = (t.cpu_millis, t.memory_mib);
+            let size = *size_ids.entry(key).or_insert_with(|| {
+                sizes.push(key);
+                idx(sizes.len() - 1)
+            });
+            rows.push(Row {
+                rank: t.rank,
+                node,
+                node_rank: t.node_rank,
+                local_rank: t.local_rank,
+                size,
+                gpus_end: idx(gpus.len()),
+                uuids_end: idx(uuids.len()),
+                pod: t.pod.as_deref().map_or(NONE, |p| strings.id(p)),
+            });
+        }
+        TaskRecords {
+            strs: strings.finish(),
+            rows: rows.into_boxed_slice(),
+            gpus: gpus.into_boxed_slice(),
+            uuids: uuids.into_boxed_slice(),
+            sizes: sizes.into_boxed_slice(),
+        }
+    }
+
+    /// How many tasks.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// No tasks (no allocation recorded).
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The tasks, in record order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = TaskRef<'_>> + '_ {
+        (0..self.rows.len()).map(|i| TaskRef { recs: self, i })
+    }
+
+    /// The records as `status.tasks` holds them (exactly those [`TaskRecords::new`] was
+    /// given).
+    pub fn to_vec(&self) -> Vec<TaskAllocation> {
+        self.iter().map(|t| t.to_allocation()).collect()
+    }
+
+    /// The job's node indices (`node_rank`s), ascending, each once: one node pod each.
+    pub fn node_ranks(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.rows.iter().map(|r| r.node_rank).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn string(&self, id: StrId) -> &str {
+        self.strs.get(id)
+    }
+
+    /// Heap bytes held (for the figures).
+    pub fn heap_bytes(&self) -> usize {
+        self.strs.heap_bytes()
+            + std::mem::size_of_val(&*self.rows)
+            + std::mem::size_of_val(&*self.gpus)
+            + std::mem::size_of_val(&*self.uuids)
+            + std::mem::size_of_val(&*self.sizes)
+    }
+}
+
+/// One task of [`TaskRecords`].
+#[derive(Clone, Copy, Debug)]
+pub struct TaskRef<'a> {
+    recs: &'a TaskRecords,
+    i: usize,
+}
+
+impl<'a> TaskRef<'a> {
+    fn row(&self) -> &'a Row {
+        &self.recs.rows[self.i]
+    }
+
+    fn starts(&self) -> (usize, usize) {
+        match self.i.checked_sub(1).map(|p| &self.recs.rows[p]) {
+            Some(prev) => (prev.gpus_end as usize, prev.uuids_end as usize),
+            None => (0, 0),
+        }
+    }
+
+    /// Global rank.
+    pub fn rank(&self) -> u32 {
+        self.row().rank
+    }
+
+    /// The node's name.
+    pub fn node(&self) -> &'a str {
+        self.recs.string(self.row().node)
+    }
+
+    /// Index of the node in the job's node list.
+    pub fn node_rank(&self) -> u32 {
+        self.row().node_rank
+    }
+
+    /// Rank on the node.
+    pub fn local_rank(&self) -> u32 {
+        self.row().local_rank
+    }
+
+    /// CPU millicores.
+    pub fn cpu_millis(&self) -> u64 {
+        self.recs.sizes[self.row().size as usize].0
+    }
+
+    /// Memory in MiB.
+    pub fn memory_mib(&self) -> u64 {
+        self.recs.sizes[self.row().size as usize].1
+    }
+
+    /// GPU indices on the node.
+    pub fn gpus(&self) -> &'a [u32] {
+        let (start, _) = self.starts();
+        &self.recs.gpus[start..self.row().gpus_end as usize]
+    }
+
+    /// GPU UUIDs, in the order of [`TaskRef::gpus`].
+    pub fn gpu_uuids(&self) -> impl ExactSizeIterator<Item = &'a str> + 'a {
+        let (_, start) = self.starts();
+        let recs = self.recs;
+        recs.uuids[start..self.row().uuids_end as usize]
+            .iter()
+            .map(move |&u| recs.string(u))
+    }
+
+    /// The node pod's name, once recorded.
+    pub fn pod(&self) -> Option<&'a str> {
+        let p = self.row().pod;
+        (p != NONE).then(|| self.recs.string(p))
+    }
+
+    /// The record as `status.tasks` holds it.
+    pub fn to_allocation(&self) -> TaskAllocation {
+        TaskAllocation {
+            rank: self.rank(),
+            node: self.node().to_string(),
+            node_rank: self.node_rank(),
+            local_rank: self.local_rank(),
+            cpu_millis: self.cpu_millis(),
+            memory_mib: self.memory_mib(),
+            gpus: self.gpus().to_vec(),
+            gpu_uuids: self.gpu_uuids().map(str::to_string).collect(),
+            pod: self.pod().map(str::to_string),
+        }
+    }
+}
+
+/// A BatchJob as the operator caches it: the object without its task records, and the
+/// records compact (see the [module docs](self)). Managed fields are dropped (nothing reads
+/// them).
+#[derive(Clone, Debug)]
+pub struct JobObs {
+    /// The object; its `status.tasks` is always empty (the records are `tasks`).
+    job: BatchJob,
+    tasks: TaskRecords,
+}
+
+impl JobObs {
+    /// `job` as cached.
+    pub fn new(mut job: BatchJob) -> JobObs {
+        job.metadata.managed_fields = None;
+        let tasks = match job.status.as_mut() {
+            Some(st) => {
+                let recs = TaskRecords::new(&st.tasks);
+                st.tasks = Vec::new();
+                recs
+            }
+            None => TaskRecords::default(),
+        };
+        JobObs { job, tasks }
+    }
+
+    /// The object without its task records (`status.tasks` is empty: read
+    /// [`JobObs::tasks`]).
+    pub fn job(&self) -> &BatchJob {
+        &self.job
+    }
+
+    /// The task records of its status.
+    pub fn tasks(&self) -> &TaskRecords {
+        &self.tasks
+    }
+
+    /// The uid (empty when unset).
+    pub fn uid(&self) -> String {
+        ResourceExt::uid(&self.job).unwrap_or_default()
+    }
+
+    /// The whole object, task records included.
+    pub fn to_batchjob(&self) -> BatchJob {
+        let mut j = self.job.clone();
+        if let Some(st) = j.status.as_mut() {
+            st.tasks = self.tasks.to_vec();
+        }
+        j
+    }
+}
+
+impl Lookup for JobObs {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "BatchJob".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "muster.dev".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "batchjobs".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        self.job.metadata.name.as_deref().map(Cow::Borrowed)
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.job.metadata.namespace.as_deref().map(Cow::Borrowed)
+    }
+    // Not part of the store's key: left out so every key does not carry two more strings.
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+/// A BatchJob watch event as the job cache keeps it.
+pub fn slim_event(ev: watcher::Event<BatchJob>) -> Option<watcher::Event<JobObs>> {
+    use watcher::Event as E;
+    Some(match ev {
+        E::Apply(j) => E::Apply(JobObs::new(j)),
+        E::Delete(j) => E::Delete(JobObs::new(j)),
+        E::InitApply(j) => E::InitApply(JobObs::new(j)),
+        E::Init => E::Init,
+        E::InitDone => E::InitDone,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use muster_crds::v1alpha1::BatchJobStatus;
+
+    /// A deterministic generator (no dependency on a random crate's streams).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+    }
+
+    fn random_tasks(rng: &mut Rng) -> Vec<TaskAllocation> {
+        let n = rng.below(40) as u32;
+        (0..n)
+            .map(|rank| {
+                let node_rank = rng.below(5) as u32;
+                let g = rng.below(4) as usize;
+                let gpus: Vec<u32> = (0..g).map(|_| rng.below(8) as u32).collect();
+                // UUIDs as recorded: all of them, none (unknown), or (hand-edited) a different
+                // count; some repeated across tasks (shared GPUs), some empty.
+                let gpu_uuids: Vec<String> = match rng.below(4) {
+                    0 => Vec::new(),
+                    1 => (0..rng.below(3)).map(|i| format!("GPU-x{i}")).collect(),
+                    _ => gpus
+                        .iter()
+                        .map(|x| {
+                            if rng.below(10) == 0 {
+                                String::new()
+                            } else {
+                                format!("GPU-n{node_rank}-{x}")
+                            }
+                        })
+                        .collect(),
+                };
+                TaskAllocation {
+                    rank: if rng.below(8) == 0 { rank * 3 } else { rank },
+                    node: format!("gpu{:03}", node_rank + rng.below(2) as u32),
+                    node_rank,
+                    local_rank: rng.below(8) as u32,
+                    cpu_millis: [0, 1000, 2500, u64::MAX][rng.below(4) as usize],
+                    memory_mib: [0, 8192, 1 << 40][rng.below(3) as usize],
+                    gpus,
+                    gpu_uuids,
+                    pod: match rng.below(3) {
+                        0 => None,
+                        1 => Some(String::new()),
+                        _ => Some(format!("job-{node_rank}")),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_come_back_exactly() {
+        let mut rng = Rng(14);
+        for _ in 0..2_000 {
+            let tasks = random_tasks(&mut rng);
+            let recs = TaskRecords::new(&tasks);
+            assert_eq!(recs.len(), tasks.len());
+            assert_eq!(recs.is_empty(), tasks.is_empty());
+            assert_eq!(recs.to_vec(), tasks);
+            let mut ranks: Vec<u32> = tasks.iter().map(|t| t.node_rank).collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            assert_eq!(recs.node_ranks(), ranks);
+            for (t, r) in tasks.iter().zip(recs.iter()) {
+                assert_eq!(r.node(), t.node);
+                assert_eq!(r.gpus(), t.gpus.as_slice());
+                assert_eq!(r.gpu_uuids().len(), t.gpu_uuids.len());
+                assert_eq!(r.pod(), t.pod.as_deref());
+            }
+        }
+    }
+
+    /// A 4-node gang of 8 single-GPU tasks, as an admission records it.
+    fn gang() -> Vec<TaskAllocation> {
+        (0..32u32)
+            .map(|rank| {
+                let node = rank / 8;
+                TaskAllocation {
+                    rank,
+                    node: format!("gpu{:05}", 100 + node),
+                    node_rank: node,
+                    local_rank: rank % 8,
+                    cpu_millis: 1000,
+                    memory_mib: 8192,
+                    gpus: vec![rank % 8],
+                    gpu_uuids: vec![format!("GPU-{:08x}-1111-2222-3333-{:012x}", node, rank % 8)],
+                    pod: Some(format!("train-{node}")),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_gang_is_a_fraction_of_its_records() {
+        let tasks = gang();
+        let recs = TaskRecords::new(&tasks);
+        // What the records hold (each string and vector an allocation of its own, whose
+        // allocator overhead comes on top of this).
+        let records: usize = tasks
+            .iter()
+            .map(|t| {
+                std::mem::size_of::<TaskAllocation>()
+                    + t.node.len()
+                    + t.gpus.len() * 4
+                    + t.gpu_uuids.len() * std::mem::size_of::<String>()
+                    + t.gpu_uuids.iter().map(String::len).sum::<usize>()
+                    + t.pod.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        assert!(
+            recs.heap_bytes() * 2 < records,
+            "{} bytes compact, {records} as records",
+            recs.heap_bytes()
+        );
+        assert_eq!(recs.to_vec(), tasks);
+    }
+
+    #[test]
+    fn the_cached_job_keeps_everything_but_moves_the_records() {
+        let mut j = BatchJob::new("train", Default::default());
+        j.metadata.namespace = Some("ns".into());
+        j.metadata.uid = Some("u1".into());
+        j.metadata.managed_fields = Some(vec![Default::default()]);
+        j.status = Some(BatchJobStatus {
+            job_id: Some(7),
+            tasks: gang(),
+            ..Default::default()
+        });
+        let obs = JobObs::new(j.clone());
+        assert!(obs.job().status.as_ref().unwrap().tasks.is_empty());
+        assert_eq!(obs.tasks().len(), 32);
+        assert_eq!(obs.uid(), "u1");
+        j.metadata.managed_fields = None;
+        let json = |j: &BatchJob| serde_json::to_value(j).unwrap();
+        assert_eq!(json(&obs.to_batchjob()), json(&j));
+        // Keyed by namespace and name, as the reflector store keys BatchJobs.
+        assert_eq!(Lookup::name(&obs).as_deref(), Some("train"));
+        assert_eq!(Lookup::namespace(&obs).as_deref(), Some("ns"));
+        // A job without a status has no records and stays without one.
+        let bare = JobObs::new(BatchJob::new("b", Default::default()));
+        assert!(bare.tasks().is_empty());
+        assert!(bare.job().status.is_none());
+        assert!(bare.to_batchjob().status.is_none());
+    }
+}
