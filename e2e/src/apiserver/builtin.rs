@@ -9,11 +9,12 @@ use regex::Regex;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 
+use super::cel::CrdValidation;
 use super::error::{FieldError, FieldErrorKind};
 use super::resources::{
     Builtin, CrdVersion, Features, GroupResource, PrinterColumn, ResourceType, WorkloadApi,
 };
-use super::schema::{CrdValidation, Schema};
+use super::schema::Schema;
 
 /// An operation generic over a built-in kind's typed representation, dispatched by
 /// [`with_type`].
