@@ -40,9 +40,14 @@ pub struct CrdValidation {
     root_reads: Option<Vec<String>>,
     /// Where rules are below each top-level field.
     props: Vec<(String, RuleTree)>,
-    /// The raw schema, when it declares defaults: rules see values defaulted (a no-op for new
-    /// objects, which were defaulted on decoding; an old one may predate a default).
+    /// The root's rules read `oldSelf` (transition rules, messages).
+    root_old: bool,
+    /// The raw schema, when what rules see of it declares defaults: rules see values defaulted
+    /// (a no-op for new objects, which were defaulted on decoding; an old one may predate a
+    /// default).
     defaults: Option<Value>,
+    /// The root's view has defaults.
+    root_defaults: bool,
 }
 
 impl std::fmt::Debug for CrdValidation {
@@ -63,6 +68,10 @@ impl std::fmt::Debug for CrdValidation {
 #[derive(Debug, Default)]
 struct RuleTree {
     here: bool,
+    /// A rule here reads `oldSelf` (the old value is converted for those only).
+    old: bool,
+    /// Defaults are declared at or below this field (top-level fields only).
+    defaults: bool,
     props: Vec<(String, RuleTree)>,
     items: Option<Box<RuleTree>>,
     additional: Option<Box<RuleTree>>,
@@ -106,6 +115,8 @@ impl RuleTree {
         }
         let t = RuleTree {
             here: !c.validations.is_empty(),
+            old: reads_old(c),
+            defaults: false,
             props,
             items,
             additional,
@@ -118,6 +129,22 @@ impl RuleTree {
             || !t.branches.is_empty();
         any.then_some(t)
     }
+}
+
+/// Whether a rule of this node (or its message) reads `oldSelf`: otherwise the old value is
+/// not converted, which nothing could observe.
+fn reads_old(c: &CompiledSchema) -> bool {
+    c.validations.iter().any(|r| match r {
+        Ok(cr) => {
+            cr.is_transition_rule
+                || cr.rule.optional_old_self == Some(true)
+                || cr
+                    .message_program
+                    .as_ref()
+                    .is_some_and(|p| p.references().has_variable("oldSelf"))
+        }
+        Err(_) => false,
+    })
 }
 
 fn has_rules(v: &Value) -> bool {
@@ -273,16 +300,29 @@ impl CrdValidation {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
+        let field_defaults = |k: &str| has_defaults(&schema["properties"][k]);
         let mut props: Vec<(String, RuleTree)> = shape
             .properties
             .iter()
-            .filter_map(|(k, p)| Some((k.clone(), RuleTree::of(p)?)))
+            .filter_map(|(k, p)| {
+                let mut t = RuleTree::of(p)?;
+                t.defaults = field_defaults(k);
+                Some((k.clone(), t))
+            })
             .collect();
         props.sort_by(|a, b| a.0.cmp(&b.0));
+        let root_reads = top_level_reads(&exprs);
+        let root_defaults = !shape.validations.is_empty()
+            && match &root_reads {
+                Some(keep) => keep.iter().any(|k| field_defaults(k)),
+                None => has_defaults(schema),
+            };
         Ok(Some(Self {
-            root_reads: top_level_reads(&exprs),
-            props,
+            root_old: reads_old(&shape),
+            root_reads,
+            root_defaults,
             defaults: has_defaults(schema).then(|| schema.clone()),
+            props,
             shape,
         }))
     }
@@ -290,17 +330,15 @@ impl CrdValidation {
     /// Evaluate the rules on a new object (and its old version on update).
     pub fn validate(&self, new: &Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errs = Vec::new();
-        let defaulted = |v: &Value| -> Value {
-            match &self.defaults {
-                Some(s) => kube_cel::apply_defaults(s, v),
-                None => v.clone(),
-            }
-        };
         if !self.shape.validations.is_empty() {
             let keep = self.root_reads.as_deref();
-            let n = defaulted(&root_view(new, keep));
-            let o = old.map(|o| defaulted(&root_view(o, keep)));
-            eval_node(&self.shape, &n, o.as_ref(), "", &mut errs);
+            let view = |v: &Value| match self.defaults.as_ref().filter(|_| self.root_defaults) {
+                Some(s) => kube_cel::apply_defaults(s, &root_view(v, keep)),
+                None => root_view(v, keep),
+            };
+            let n = view(new);
+            let o = old.filter(|_| self.root_old).map(view);
+            eval_node(&self.shape, &n, o.as_ref(), old.is_some(), "", &mut errs);
         }
         for (k, tree) in &self.props {
             let Some(nv) = new.get(k).filter(|v| !v.is_null()) else {
@@ -311,7 +349,7 @@ impl CrdValidation {
                 continue;
             }
             let shape = &self.shape.properties[k];
-            match &self.defaults {
+            match self.defaults.as_ref().filter(|_| tree.defaults) {
                 Some(s) => {
                     let sub = &s["properties"][k];
                     let nv = kube_cel::apply_defaults(sub, nv);
@@ -370,7 +408,14 @@ fn walk(
     errs: &mut Vec<CelError>,
 ) {
     if tree.here {
-        eval_node(shape, v, old, &path, errs);
+        eval_node(
+            shape,
+            v,
+            old.filter(|_| tree.old),
+            old.is_some(),
+            &path,
+            errs,
+        );
     }
     if let Some(obj) = v.as_object() {
         for (k, t) in &tree.props {
@@ -455,17 +500,18 @@ fn matches(
     })
 }
 
-/// Evaluate the rules of one schema node on its value.
+/// Evaluate the rules of one schema node on its value. `old` is given when a rule reads it,
+/// `has_old` tells whether there is one (an update).
 fn eval_node(
     shape: &CompiledSchema,
     v: &Value,
     old: Option<&Value>,
+    has_old: bool,
     path: &str,
     errs: &mut Vec<CelError>,
 ) {
     let this = to_cel(v, Some(shape));
     let before = old.map(|o| to_cel(o, Some(shape)));
-    let has_old = before.is_some();
     ROOT.with(|root| {
         let mut ctx = root.new_inner_scope();
         ctx.add_variable_from_value("self", this);
@@ -849,7 +895,8 @@ mod tests {
                 {"rule": "!has(self.a) || !has(self.b)", "message": "a or b", "fieldPath": ".a"},
                 {"rule": "self.n <= 3", "messageExpression": "'n is ' + string(self.n)", "reason": "FieldValueForbidden"},
                 {"rule": "!has(oldSelf.n) || self.n >= oldSelf.n", "message": "n may not decrease"},
-                {"rule": "has(self.n)", "optionalOldSelf": true, "message": "n is required"}],
+                {"rule": "has(self.n)", "optionalOldSelf": true, "message": "n is required"},
+                {"rule": "!has(self.n) || self.n != 2", "messageExpression": "'2, was ' + string(oldSelf.n)"}],
             "properties": {
                 "a": {"type": "string", "x-kubernetes-validations": [{"rule": "self.matches('^[a-z]+$')"}]},
                 "b": {"type": "string"},
