@@ -223,11 +223,25 @@ fn from_fields_v1(v: &Value) -> BTreeSet<Path> {
     out
 }
 
-fn matches_key(item: &Value, key: &str) -> bool {
-    let Ok(Value::Object(k)) = serde_json::from_str::<Value>(key) else {
-        return false;
-    };
-    k.iter().all(|(f, v)| item.get(f) == Some(v))
+/// The fields of a list-map key (`k:{"name":"a"}`), parsed once per lookup rather than per
+/// item compared.
+fn parse_key(key: &str) -> Option<Map<String, Value>> {
+    match serde_json::from_str::<Value>(key) {
+        Ok(Value::Object(k)) => Some(k),
+        _ => None,
+    }
+}
+
+fn matches_key(item: &Value, key: &Option<Map<String, Value>>) -> bool {
+    key.as_ref()
+        .is_some_and(|k| k.iter().all(|(f, v)| item.get(f) == Some(v)))
+}
+
+/// Whether a live list item has the key of a configured one (`key_json(cfg, keys)`, compared
+/// without building it).
+fn same_item(live: &Value, cfg: &Value, keys: &[String]) -> bool {
+    keys.iter()
+        .all(|k| cfg.get(k).is_none_or(|v| live.get(k) == Some(v)))
 }
 
 fn get_path<'a>(v: &'a Value, path: &[El]) -> Option<&'a Value> {
@@ -235,7 +249,10 @@ fn get_path<'a>(v: &'a Value, path: &[El]) -> Option<&'a Value> {
     for e in path {
         cur = match e {
             El::Field(f) => cur.get(f)?,
-            El::Key(k) => cur.as_array()?.iter().find(|i| matches_key(i, k))?,
+            El::Key(k) => {
+                let k = parse_key(k);
+                cur.as_array()?.iter().find(|i| matches_key(i, &k))?
+            }
             El::Val(x) => {
                 let x: Value = serde_json::from_str(x).ok()?;
                 cur.as_array()?.iter().find(|i| **i == x)?
@@ -262,9 +279,10 @@ fn remove_path(v: &mut Value, path: &[El]) {
     for e in parent {
         let next = match e {
             El::Field(f) => cur.get_mut(f),
-            El::Key(k) => cur
-                .as_array_mut()
-                .and_then(|a| a.iter_mut().find(|i| matches_key(i, k))),
+            El::Key(k) => cur.as_array_mut().and_then(|a| {
+                let k = parse_key(k);
+                a.iter_mut().find(|i| matches_key(i, &k))
+            }),
             El::Val(_) | El::Dot => None,
         };
         match next {
@@ -280,7 +298,8 @@ fn remove_path(v: &mut Value, path: &[El]) {
         }
         El::Key(k) => {
             if let Some(a) = cur.as_array_mut() {
-                a.retain(|i| !matches_key(i, k));
+                let k = parse_key(k);
+                a.retain(|i| !matches_key(i, &k));
             }
         }
         El::Val(x) => {
@@ -313,8 +332,7 @@ fn merge(live: &mut Value, cfg: &Value, cur: Cursor, names: &mut Vec<String>) {
         (Value::Array(la), Value::Array(ca)) => match cur.list_type(names) {
             ListType::Map(keys) => {
                 for ci in ca {
-                    let kj = key_json(ci, &keys);
-                    match la.iter_mut().find(|li| matches_key(li, &kj)) {
+                    match la.iter_mut().find(|li| same_item(li, ci, &keys)) {
                         Some(li) => merge(li, ci, cur.item(), names),
                         None => la.push(ci.clone()),
                     }
@@ -430,7 +448,13 @@ impl Apply<'_> {
             .filter(|(_, e)| e["operation"] == "Apply" && !is_mine(e, self))
             .map(|(i, e)| (i, from_fields_v1(&e["fieldsV1"])))
             .collect();
-        for p in &new_set {
+        // (No other applier: nothing to conflict with, no path to look up.)
+        let contested = if others.is_empty() {
+            None
+        } else {
+            Some(&new_set)
+        };
+        for p in contested.into_iter().flatten() {
             if p.last() == Some(&El::Dot) {
                 continue;
             }
@@ -493,14 +517,11 @@ impl Apply<'_> {
                 }
             }
         }
-        // Record this manager's new field set.
-        let entry = self.entry(&new_set);
+        // Record this manager's new field set (an unchanged one keeps its entry).
         match managed.iter().position(|e| is_mine(e, self)) {
-            Some(i) if old_set == new_set => {
-                let _ = i;
-            }
-            Some(i) => managed[i] = entry,
-            None => managed.push(entry),
+            Some(_) if old_set == new_set => {}
+            Some(i) => managed[i] = self.entry(&new_set),
+            None => managed.push(self.entry(&new_set)),
         }
         managed.retain(|e| {
             e["operation"] != "Apply"

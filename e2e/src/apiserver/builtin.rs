@@ -9,11 +9,12 @@ use regex::Regex;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value, json};
 
+use super::cel::CrdValidation;
 use super::error::{FieldError, FieldErrorKind};
 use super::resources::{
     Builtin, CrdVersion, Features, GroupResource, PrinterColumn, ResourceType, WorkloadApi,
 };
-use super::schema::{CrdValidation, Schema};
+use super::schema::Schema;
 
 /// An operation generic over a built-in kind's typed representation, dispatched by
 /// [`with_type`].
@@ -105,7 +106,7 @@ pub fn normalize(rt: &ResourceType, v: Value) -> Result<(Value, Vec<String>), St
     };
     let out = out?;
     let mut unknown = Vec::new();
-    diff_unknown(&v, &out, "", &mut unknown);
+    diff_unknown(&v, &out, &mut String::new(), &mut unknown);
     Ok((out, unknown))
 }
 
@@ -127,7 +128,7 @@ pub fn normalize_pod_status(pod: &mut Value) -> Result<Vec<String>, String> {
         .map_err(|e| e.to_string())?;
     let out = serde_json::to_value(typed).map_err(|e| e.to_string())?;
     let mut unknown = Vec::new();
-    diff_unknown(&input, &out, "status", &mut unknown);
+    diff_unknown(&input, &out, &mut "status".to_string(), &mut unknown);
     m.insert("status".into(), out);
     Ok(unknown)
 }
@@ -141,27 +142,34 @@ pub fn same_but_status(a: &Value, b: &Value) -> bool {
     rest(a) == rest(b) && a.iter().all(|(k, v)| k == "status" || b.get(k) == Some(v))
 }
 
-fn diff_unknown(input: &Value, output: &Value, path: &str, out: &mut Vec<String>) {
+/// The fields of `input` the typed decode dropped (`output` lacks them), by path. `path` is a
+/// buffer the walk extends and truncates: a path string is made only for a dropped field.
+fn diff_unknown(input: &Value, output: &Value, path: &mut String, out: &mut Vec<String>) {
     match (input, output) {
         (Value::Object(i), Value::Object(o)) => {
             for (k, v) in i {
                 if v.is_null() {
                     continue;
                 }
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                match o.get(k) {
-                    None => out.push(p),
-                    Some(ov) => diff_unknown(v, ov, &p, out),
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
                 }
+                path.push_str(k);
+                match o.get(k) {
+                    None => out.push(path.clone()),
+                    Some(ov) => diff_unknown(v, ov, path, out),
+                }
+                path.truncate(len);
             }
         }
         (Value::Array(i), Value::Array(o)) => {
             for (n, (a, b)) in i.iter().zip(o).enumerate() {
-                diff_unknown(a, b, &format!("{path}[{n}]"), out);
+                let len = path.len();
+                use std::fmt::Write;
+                let _ = write!(path, "[{n}]");
+                diff_unknown(a, b, path, out);
+                path.truncate(len);
             }
         }
         _ => {}

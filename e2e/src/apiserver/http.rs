@@ -435,9 +435,11 @@ fn write_opts(req: &Req) -> Result<WriteOpts, ApiError> {
     })
 }
 
-fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Vec<u8> {
+/// The response body: a stored object as it is stored (shared, not copied), anything else
+/// encoded.
+fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Bytes {
     match (fmt, view, body) {
-        (Format::Object, View::Plain, Body::Stored(s)) => s.bytes.to_vec(),
+        (Format::Object, View::Plain, Body::Stored(s)) => s.bytes.clone(),
         _ => {
             let v = view.out(body.value());
             let out = match fmt {
@@ -455,7 +457,7 @@ fn render(rt: &ResourceType, view: View, fmt: &Format, body: &Body) -> Vec<u8> {
                     )
                 }
             };
-            serde_json::to_vec(&out).unwrap_or_default()
+            Bytes::from(serde_json::to_vec(&out).unwrap_or_default())
         }
     }
 }
@@ -968,7 +970,7 @@ async fn patch_object(
                     )
                 })?;
             opts.apply = true;
-            let mut cfg = view.inp(raw_patch.clone());
+            let mut cfg = view.inp(raw_patch);
             if cfg["apiVersion"].as_str().unwrap_or("").is_empty()
                 || cfg["kind"].as_str().unwrap_or("").is_empty()
             {

@@ -29,6 +29,7 @@ mod admission;
 mod apply;
 pub mod auth;
 mod builtin;
+mod cel;
 mod discovery;
 mod error;
 mod faults;

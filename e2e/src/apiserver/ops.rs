@@ -564,7 +564,7 @@ impl Shared {
         let coll = self.store.collection(&rt.storage);
         let fields = builtin::fields_fn(&rt.storage);
         for attempt in 0.. {
-            match coll.commit(&self.store, Write::Create(obj.clone()), fields) {
+            match coll.commit(&self.store, Write::Create(&mut obj), fields) {
                 Ok(stored) => {
                     self.after_write(rt, None, Some(&obj), false);
                     return Ok(Written {
@@ -707,7 +707,7 @@ impl Shared {
             }
             if rt.generation {
                 let g = meta(&old)["generation"].as_i64().unwrap_or(1);
-                let changed = spec_part(rt, &new) != spec_part(rt, &old);
+                let changed = spec_changed(rt, &new, &old);
                 new["metadata"]["generation"] = json!(if changed { g + 1 } else { g });
             }
             new["metadata"]["resourceVersion"] = json!(cur.meta.rv.to_string());
@@ -732,9 +732,9 @@ impl Shared {
                     .unwrap_or(0)
                     == 0;
             let write = if remove {
-                Write::Delete(new.clone(), cur.meta.rv)
+                Write::Delete(&mut new, cur.meta.rv)
             } else {
-                Write::Update(new.clone(), cur.meta.rv)
+                Write::Update(&mut new, cur.meta.rv)
             };
             match coll.commit(&self.store, write, fields) {
                 Ok(stored) => {
@@ -772,9 +772,15 @@ impl Shared {
                     }
                 },
                 Part::Status => {
-                    let status = new.get("status").cloned();
-                    let managed = new["metadata"]["managedFields"].clone();
-                    new = old.clone();
+                    // Taken out of the written object (not copied): everything else is the
+                    // stored object's.
+                    let status = new.as_object_mut().and_then(|m| m.remove("status"));
+                    let managed = new
+                        .get_mut("metadata")
+                        .and_then(Value::as_object_mut)
+                        .and_then(|m| m.remove("managedFields"))
+                        .unwrap_or(Value::Null);
+                    new = clone_but_status(old, is_apply);
                     match status {
                         Some(s) => new["status"] = s,
                         None => {
@@ -930,7 +936,7 @@ impl Shared {
             }
             let old = obj.clone();
             let write = if immediate {
-                Write::Delete(obj.clone(), cur.meta.rv)
+                Write::Delete(&mut obj, cur.meta.rv)
             } else {
                 let m = obj_mut(&mut obj, "metadata");
                 m.insert("deletionTimestamp".into(), json!(time_plus(grace)));
@@ -942,7 +948,7 @@ impl Shared {
                 if rt.builtin == Builtin::Namespace {
                     obj["status"]["phase"] = json!("Terminating");
                 }
-                Write::Update(obj.clone(), cur.meta.rv)
+                Write::Update(&mut obj, cur.meta.rv)
             };
             match coll.commit(&self.store, write, fields) {
                 Ok(stored) => {
@@ -964,8 +970,8 @@ impl Shared {
         let coll = self.store.collection(gr);
         let fields = builtin::fields_fn(gr);
         while let Some(cur) = coll.get(key) {
-            let v = cur.value();
-            match coll.commit(&self.store, Write::Delete(v.clone(), cur.meta.rv), fields) {
+            let mut v = cur.value();
+            match coll.commit(&self.store, Write::Delete(&mut v, cur.meta.rv), fields) {
                 Ok(_) => {
                     let _ = self.gc.send(GcWork::OwnerGone(cur.meta.uid.to_string()));
                     if gr.group == "apiextensions.k8s.io" {
@@ -1091,7 +1097,7 @@ impl Shared {
                 c.retain(|c| c["type"] != "PodScheduled");
                 c.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()}));
             }
-            match coll.commit(&self.store, Write::Update(pod, cur.meta.rv), fields) {
+            match coll.commit(&self.store, Write::Update(&mut pod, cur.meta.rv), fields) {
                 Ok(_) => return Ok(()),
                 Err(CommitError::NotFound) => return Err(ApiError::not_found(rt, name)),
                 Err(_) => continue,
@@ -1146,6 +1152,32 @@ impl Shared {
     }
 }
 
+/// `v` without its status (and without `metadata.managedFields` when `no_managed`): the part of
+/// a stored object a status write keeps, copied without the parts it replaces.
+fn clone_but_status(v: &Value, no_managed: bool) -> Value {
+    let Some(m) = v.as_object() else {
+        return v.clone();
+    };
+    let mut out = Map::new();
+    for (k, x) in m {
+        match (k.as_str(), x) {
+            ("status", _) => {}
+            ("metadata", Value::Object(md)) if no_managed => {
+                let md: Map<String, Value> = md
+                    .iter()
+                    .filter(|(f, _)| *f != "managedFields")
+                    .map(|(f, y)| (f.clone(), y.clone()))
+                    .collect();
+                out.insert(k.clone(), Value::Object(md));
+            }
+            _ => {
+                out.insert(k.clone(), x.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
 fn obj_mut_v<'a>(v: &'a mut Value, key: &str) -> &'a mut Value {
     obj_mut(v, key);
     &mut v[key]
@@ -1156,15 +1188,21 @@ pub const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizer the API server puts on CRDs.
 pub const CRD_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
-fn spec_part(rt: &ResourceType, v: &Value) -> Map<String, Value> {
-    let mut m = v.as_object().cloned().unwrap_or_default();
-    m.remove("metadata");
-    m.remove("apiVersion");
-    m.remove("kind");
-    if rt.status {
-        m.remove("status");
-    }
-    m
+/// Whether two versions of an object differ outside metadata, type and (where it is a
+/// subresource) status: what bumps `metadata.generation`. Compared in place, not copied.
+fn spec_changed(rt: &ResourceType, a: &Value, b: &Value) -> bool {
+    let empty = Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let counts = |k: &String| {
+        !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") && !(rt.status && k == "status")
+    };
+    a.iter().filter(|(k, _)| counts(k)).count() != b.iter().filter(|(k, _)| counts(k)).count()
+        || a.iter()
+            .filter(|(k, _)| counts(k))
+            .any(|(k, v)| b.get(k) != Some(v))
 }
 
 fn generate_name(prefix: &str) -> String {

@@ -7,7 +7,8 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use super::schema::{CrdValidation, Schema};
+use super::cel::CrdValidation;
+use super::schema::Schema;
 
 /// A group and resource (plural): the storage identity of a kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

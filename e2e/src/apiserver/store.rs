@@ -178,14 +178,15 @@ pub enum CommitError {
     Conflict,
 }
 
-/// A write to commit.
-pub enum Write {
+/// A write to commit. The value is borrowed (the writer keeps it: it gets the new
+/// resourceVersion, and a refused write can be retried) rather than copied per write.
+pub enum Write<'a> {
     /// Create an object that must not exist.
-    Create(Value),
+    Create(&'a mut Value),
     /// Replace the object at the expected rv.
-    Update(Value, u64),
+    Update(&'a mut Value, u64),
     /// Delete the object at the expected rv; the value is its final state, as watchers see it.
-    Delete(Value, u64),
+    Delete(&'a mut Value, u64),
 }
 
 /// Extracts a kind's selectable fields from an object.
@@ -312,12 +313,12 @@ impl Collection {
         write: Write,
         fields: FieldsFn,
     ) -> Result<Stored, CommitError> {
-        let (mut value, expect, typ) = match write {
+        let (value, expect, typ) = match write {
             Write::Create(v) => (v, None, EventType::Added),
             Write::Update(v, rv) => (v, Some(rv), EventType::Modified),
             Write::Delete(v, rv) => (v, Some(rv), EventType::Deleted),
         };
-        let key = key_of(&value);
+        let key = key_of(value);
         let mut objects = self.objects.lock().expect("objects lock");
         let prev = objects.get(&key).cloned();
         match (&prev, expect) {
@@ -330,8 +331,8 @@ impl Collection {
         if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
             m.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
-        let bytes = Bytes::from(serde_json::to_vec(&value).expect("JSON values serialize"));
-        let meta = Arc::new(extract_meta(&value, rv, fields));
+        let bytes = Bytes::from(serde_json::to_vec(&*value).expect("JSON values serialize"));
+        let meta = Arc::new(extract_meta(value, rv, fields));
         let stored = Stored { bytes, meta };
         if typ == EventType::Deleted {
             objects.remove(&key);
