@@ -31,6 +31,48 @@ fn without_managed_fields(mut j: BatchJob) -> BatchJob {
 }
 use super::plan::{JobEvent, StatusWrite};
 
+/// The applied configuration of a status write, serialized straight from the planned status:
+/// no `serde_json::Value` of it built and dropped per write (that was ~2% of the operator's CPU
+/// when it starts a burst of one-node jobs).
+#[derive(Debug, serde::Serialize)]
+struct StatusApply<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'a str,
+    kind: &'a str,
+    metadata: ApplyMeta<'a>,
+    status: &'a muster_crds::v1alpha1::BatchJobStatus,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ApplyMeta<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    /// The precondition, when the planner gives one.
+    #[serde(rename = "resourceVersion", skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a str>,
+}
+
+impl<'a> StatusApply<'a> {
+    fn new(
+        api_version: &'a str,
+        kind: &'a str,
+        ns: &'a str,
+        name: &'a str,
+        w: &'a StatusWrite,
+    ) -> Self {
+        StatusApply {
+            api_version,
+            kind,
+            metadata: ApplyMeta {
+                name,
+                namespace: ns,
+                resource_version: w.resource_version.as_deref(),
+            },
+            status: &w.status,
+        }
+    }
+}
+
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "muster-operator";
 
@@ -144,16 +186,9 @@ impl ClusterApi for KubeApi {
         w: &'a StatusWrite,
     ) -> BoxFuture<'a, Result<BatchJob, ApiError>> {
         async move {
-            let mut meta = serde_json::json!({ "name": name, "namespace": ns });
-            if let Some(rv) = &w.resource_version {
-                meta["resourceVersion"] = rv.clone().into();
-            }
-            let body = serde_json::json!({
-                "apiVersion": BatchJob::api_version(&()),
-                "kind": BatchJob::kind(&()),
-                "metadata": meta,
-                "status": w.status,
-            });
+            let api_version = BatchJob::api_version(&());
+            let kind = BatchJob::kind(&());
+            let body = StatusApply::new(&api_version, &kind, ns, name, w);
             self.jobs(ns)
                 .patch_status(
                     name,
@@ -391,5 +426,40 @@ impl ClusterApi for KubeApi {
                 .map_err(api_error)
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The status write's body is the object the operator applied before it was serialized
+    /// straight from the status: apiVersion, kind, name, namespace, the precondition when
+    /// given, the whole status.
+    #[test]
+    fn status_apply_body_is_the_applied_object() {
+        let status: muster_crds::v1alpha1::BatchJobStatus = serde_json::from_value(json!({
+            "jobId": 7, "state": "RUNNING", "numNodes": 1, "nodeList": "gpu0001",
+            "tasks": [{"rank": 0, "node": "gpu0001", "gpus": [3], "gpuUuids": ["GPU-3"],
+                "cpuMillis": 1000, "memoryMib": 512, "localRank": 0, "nodeRank": 0}],
+            "submitTime": "2026-11-28T00:00:00Z"
+        }))
+        .unwrap();
+        for rv in [Some("42".to_string()), None] {
+            let w = StatusWrite {
+                status: status.clone(),
+                resource_version: rv.clone(),
+            };
+            let (av, kind) = (BatchJob::api_version(&()), BatchJob::kind(&()));
+            let got = serde_json::to_value(StatusApply::new(&av, &kind, "ns", "job", &w)).unwrap();
+            let mut meta = json!({"name": "job", "namespace": "ns"});
+            if let Some(rv) = &rv {
+                meta["resourceVersion"] = rv.clone().into();
+            }
+            let want = json!({"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob",
+                "metadata": meta, "status": w.status});
+            assert_eq!(got, want);
+        }
     }
 }
