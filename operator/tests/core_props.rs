@@ -964,3 +964,73 @@ proptest! {
         }
     }
 }
+
+/// Time limits of the order property's jobs (`None`: unlimited).
+const LIMITS: [Option<u64>; 8] = [
+    None,
+    Some(600),
+    Some(1_800),
+    Some(3_600),
+    Some(8 * 3_600),
+    Some(86_400),
+    Some(7 * 86_400),
+    Some(40 * 86_400),
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The short-limit credit's bounds (`priority`'s docs), on random queues of one-node jobs
+    /// and two-node gangs submitted up to 12 days apart, for several credits: a job passes
+    /// one submitted before it only with a larger short-limit factor and less than the credit
+    /// later, and never passes a gang.
+    #[test]
+    fn the_short_limit_credit_is_bounded_and_never_passes_a_gang(
+        jobs in prop::collection::vec((0u32..12 * 86_400, 0usize..LIMITS.len(), prop::bool::weighted(0.25)), 1..40),
+        credit in prop::sample::select(vec![0u64, 3_600, 86_400, 7 * 86_400]),
+    ) {
+        let spec = ClusterSpec::tree("order", 1, 2, 2, 8);
+        let mut s = Snapshot::with_nodes(spec.nodes().unwrap(), spec.topology());
+        // Held, so each job is listed as the cycle reaches it: the queue order.
+        s.pending = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, &(back, l, gang))| {
+                let r = JobRequest::nodes(if gang { 2 } else { 1 }, 8);
+                let r = match LIMITS[l] {
+                    Some(t) => r.time(t),
+                    None => r,
+                };
+                let mut j = PendingJob::new(i as u64 + 1, NOW - i64::from(back), r);
+                j.hold = true;
+                j
+            })
+            .collect();
+        let cfg = Config { short_limit_age_secs: credit, ..Config::default() };
+        let d = schedule(&s, NOW, &cfg);
+        let info = |id: JobId| -> (i64, f64, bool) {
+            let (back, l, gang) = jobs[(id - 1) as usize];
+            let f = priority::short_limit_factor_of(LIMITS[l], gang);
+            (NOW - i64::from(back), f, gang)
+        };
+        let order: Vec<JobId> = d.pending.iter().map(|p| p.job).collect();
+        prop_assert_eq!(order.len(), jobs.len());
+        for (a, &j) in order.iter().enumerate() {
+            let (sj, fj, _) = info(j);
+            for &k in &order[a + 1..] {
+                let (sk, fk, gang_k) = info(k);
+                if sj <= sk {
+                    continue;
+                }
+                // j was submitted after k and is ahead of it.
+                prop_assert!(!gang_k, "job {} passed gang {}: {:?}", j, k, order);
+                prop_assert!(fj > fk, "job {} (factor {}) passed {} (factor {})", j, fj, k, fk);
+                prop_assert!(
+                    sj - sk <= credit as i64,
+                    "job {} passed {} submitted {} s before it (credit {})",
+                    j, k, sj - sk, credit
+                );
+            }
+        }
+    }
+}

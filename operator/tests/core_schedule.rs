@@ -353,6 +353,103 @@ fn tiers_then_priority_then_submit_time_then_id() {
     assert_eq!(order, [4, 5]);
 }
 
+/// The queue order of `s`'s pending jobs (all held, so each is listed as the cycle reaches
+/// it) under `cfg`.
+fn queue_order(s: &Snapshot, cfg: &Config) -> Vec<JobId> {
+    let mut s = s.clone();
+    for j in &mut s.pending {
+        j.hold = true;
+    }
+    let d = schedule(&s, NOW, cfg);
+    d.pending.iter().map(|p| p.job).collect()
+}
+
+#[test]
+fn short_limits_go_first_within_the_credit_and_gangs_keep_their_place() {
+    const H: i64 = 3600;
+    const DAY: i64 = 86_400;
+    let mut s = sandbox();
+    let one = |id, submit, limit: Option<u64>| {
+        let r = JobRequest::nodes(1, 8);
+        PendingJob::new(
+            id,
+            submit,
+            match limit {
+                Some(l) => r.time(l),
+                None => r,
+            },
+        )
+    };
+    // Credits: 30 min 6.4 days, 7 days 1.3 days, unlimited none.
+    s.pending = vec![
+        one(1, NOW - H, Some(7 * DAY as u64)),
+        one(2, NOW, Some(1800)),
+        one(3, NOW - 2 * H, None),
+        one(4, NOW - 60, Some(1800)),
+    ];
+    let cfg = Config::default();
+    assert_eq!(queue_order(&s, &cfg), [4, 2, 1, 3]);
+    // Priorities show the credit: fair share 10,000 plus 1000 x (age + credit) / 7 days.
+    let mut held = s.clone();
+    for j in &mut held.pending {
+        j.hold = true;
+    }
+    let d = schedule(&held, NOW, &cfg);
+    let credit = (7 * DAY) as f64 * priority::short_limit_factor(Some(7 * DAY as u64));
+    let want = 10_000 + (1000.0 * (H as f64 + credit.round()) / (7 * DAY) as f64).round() as u32;
+    assert_eq!(pending(&d, 1).priority, want);
+    assert_eq!(pending(&d, 3).priority, 10_000 + 12);
+    // The credit is bounded: a 30-minute job submitted 5.2 days after a 7-day one (a credit
+    // 5.1 days larger) comes after it.
+    s.pending = vec![
+        one(1, NOW - 6 * DAY, Some(7 * DAY as u64)),
+        one(2, NOW - 6 * DAY + 5 * DAY + 5 * H, Some(1800)),
+        one(3, NOW - 6 * DAY + 5 * DAY, Some(1800)),
+    ];
+    assert_eq!(queue_order(&s, &cfg), [3, 1, 2]);
+    // No credit: submit order.
+    let plain = Config {
+        short_limit_age_secs: 0,
+        ..Config::default()
+    };
+    assert_eq!(queue_order(&s, &plain), [1, 3, 2]);
+    // A gang, whatever its limit, is passed by no later job; it passes one-node jobs whose
+    // credited age is less than its own (a 7-day one submitted 3 days before it), not those
+    // submitted more than 7 days before it.
+    s.pending = vec![
+        PendingJob::new(10, NOW - 60, JobRequest::nodes(2, 8).time(7 * DAY as u64)),
+        one(11, NOW, Some(900)),
+        one(12, NOW - 3 * DAY, Some(7 * DAY as u64)),
+        one(13, NOW - 8 * DAY, None),
+        PendingJob::new(14, NOW - 30, JobRequest::gpus(12)),
+    ];
+    assert_eq!(queue_order(&s, &cfg), [13, 10, 14, 11, 12]);
+    assert_eq!(queue_order(&s, &plain), [13, 12, 10, 14, 11]);
+}
+
+#[test]
+fn a_short_job_takes_the_freed_node_before_an_older_long_one() {
+    // One free node; a 7-day job waited an hour, a 1-hour job just came: the short one starts,
+    // the long one gets the reservation behind it.
+    let mut s = sandbox();
+    let others: Vec<String> = (2..=16).map(|i| format!("gpu{i:03}")).collect();
+    fill(&mut s, 100, &others, NOW + 50_000);
+    s.pending = vec![
+        PendingJob::new(1, NOW - 3600, JobRequest::nodes(1, 8).time(7 * 86_400)),
+        PendingJob::new(2, NOW, JobRequest::nodes(1, 8).time(3600)),
+    ];
+    let d = schedule(&s, NOW, &Config::default());
+    assert_eq!(names(&s, &started(&d, 2).nodes), ["gpu001"]);
+    assert_eq!(pending(&d, 1).start_estimate, Some(NOW + 3600));
+    // In submit order the long one takes it.
+    let plain = Config {
+        short_limit_age_secs: 0,
+        ..Config::default()
+    };
+    let d = schedule(&s, NOW, &plain);
+    started(&d, 1);
+}
+
 #[test]
 fn fair_share_favours_the_namespace_that_used_less() {
     let mut s = sandbox();

@@ -41,7 +41,9 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
 use muster_operator::core::baseline::Yardstick;
-use muster_operator::core::priority::{PriorityInput, decay_usage, fair_share_factors, priority};
+use muster_operator::core::priority::{
+    PriorityInput, decay_usage, fair_share_factors, priority, queued_since, short_limit_factor_of,
+};
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,
     Prepared, Reason, RunningJob, Snapshot, Start, TaskAlloc, schedule_incremental,
@@ -114,6 +116,7 @@ impl Policy {
                 weight_age: 0.0,
                 weight_job_size: 0.0,
                 weight_fair_share: 0.0,
+                short_limit_age_secs: 0,
                 backfill: false,
                 topology_wait_secs: 0,
                 reserve_after_secs: 0,
@@ -243,6 +246,12 @@ pub struct SimJob {
     pub min_gpus: u32,
     /// Its share of the partition (the priority's job-size factor).
     pub size_fraction: f64,
+    /// Its time limit as the core resolves it (the partition's default or maximum when it
+    /// asks none; `None`: unlimited), for the priority's short-limit factor.
+    pub limit: Option<u64>,
+    /// Whether it spans nodes (`priority::spans_nodes`): a gang gets the whole short-limit
+    /// factor.
+    pub gang: bool,
     /// Why it can never run on this cluster, found when the workload was built (it is
     /// rejected on arrival under every policy).
     pub reject: Option<String>,
@@ -458,9 +467,9 @@ enum EndKind {
 
 const NONE: u32 = u32::MAX;
 
-/// The core's queue order: tier (high first), priority (high first), submit time, id; then
-/// the job's queue position.
-type OrderKey = (Reverse<u32>, Reverse<u32>, i64, u64, usize);
+/// The core's queue order: tier (high first), priority (high first), queued time
+/// (`priority::queued_since`), submit time, id; then the job's queue position.
+type OrderKey = (Reverse<u32>, Reverse<u32>, i64, i64, u64, usize);
 
 struct Engine<'a> {
     cl: &'a Cluster,
@@ -848,18 +857,22 @@ impl Engine<'_> {
                     .and_then(|p| self.snap.partitions.get(p as usize))
                     .map(|p| p.priority_tier)
                     .unwrap_or(0);
+                let sj = &self.w.jobs[(j.id - 1) as usize];
+                let short = short_limit_factor_of(sj.limit, sj.gang);
                 let pr = priority(
                     &PriorityInput {
                         namespace: &j.namespace,
                         age_secs: t - j.eligible_time.unwrap_or(j.submit_time),
-                        size_fraction: self.w.jobs[(j.id - 1) as usize].size_fraction,
+                        size_fraction: sj.size_fraction,
                         nice: j.nice,
                         fixed: j.priority,
+                        short_limit: short,
                     },
                     &fs,
                     &self.cfg,
                 );
-                (Reverse(tier), Reverse(pr), j.submit_time, j.id, pos)
+                let since = queued_since(j.submit_time, short, &self.cfg);
+                (Reverse(tier), Reverse(pr), since, j.submit_time, j.id, pos)
             })
             .collect();
         let k = self.opts.max_queue;
@@ -867,7 +880,7 @@ impl Engine<'_> {
             keyed.select_nth_unstable(k - 1);
         }
         keyed.truncate(k);
-        let picked: Vec<usize> = keyed.iter().map(|x| x.4).collect();
+        let picked: Vec<usize> = keyed.iter().map(|x| x.5).collect();
         self.snap.pending.clear();
         for &pos in &picked {
             self.snap.pending.push(std::mem::take(&mut self.queue[pos]));

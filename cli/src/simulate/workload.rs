@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use muster_operator::core::priority::spans_nodes;
 use muster_operator::core::shape::normalize;
 use muster_operator::core::tree::in_partition;
 use muster_operator::core::{ArrayTask, Partition, PendingJob};
@@ -76,6 +77,8 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
                 })
         })
         .collect();
+    // The core's widest node (any partition): what makes a request a gang for priority.
+    let widest = cl.nodes.iter().map(|n| n.gpus.len() as u32).max().unwrap_or(0);
     let first = trace.jobs.first().map(|j| j.submit).unwrap_or(0);
     let speed = if rules.speedup > 0.0 {
         rules.speedup
@@ -128,6 +131,8 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         pending.user = tj.user.clone();
         let mut min_gpus = 0;
         let mut size_fraction = 0.0;
+        let mut limit = None;
+        let mut gang = false;
         let mut reject = None;
         match partition {
             _ if tj.cancel => {
@@ -142,9 +147,11 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
             Some(p) => {
                 let part = &partitions[p as usize];
                 let (pg, pn, max_node) = sizes[p as usize];
+                limit = part.effective_limit(pending.request.time_limit);
                 match normalize(&pending.request, part) {
                     Err(m) => reject = Some(format!("BadConstraints: {m}")),
                     Ok(d) => {
+                        gang = spans_nodes(&d, widest);
                         min_gpus = u32::try_from(d.min_gpus()).unwrap_or(u32::MAX);
                         size_fraction = if pg > 0 {
                             d.min_gpus() as f64 / pg as f64
@@ -178,6 +185,8 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
             pending,
             min_gpus,
             size_fraction,
+            limit,
+            gang,
             reject,
         });
     }

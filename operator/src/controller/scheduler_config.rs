@@ -110,6 +110,13 @@ pub const KEYS: &[Key] = &[
         check: |c| c.max_age_secs >= 1,
     },
     Key {
+        name: "shortLimitAgeSecs",
+        allowed: "a whole number of seconds >= 0",
+        slurm: "",
+        kind: Kind::Whole(0),
+        check: |_| true,
+    },
+    Key {
         name: "fairShareHalfLifeSecs",
         allowed: "a whole number of seconds >= 1",
         slurm: "PriorityDecayHalfLife",

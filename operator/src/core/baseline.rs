@@ -32,12 +32,13 @@ pub enum Yardstick {
 
 impl Yardstick {
     /// The core configuration the yardstick runs with, from `base` (Muster's): priority
-    /// weights zeroed, so the order is tier, submit time, job id.
+    /// weights and the short-limit credit zeroed, so the order is tier, submit time, job id.
     pub fn config(self, base: &Config) -> Config {
         let fifo = Config {
             weight_age: 0.0,
             weight_job_size: 0.0,
             weight_fair_share: 0.0,
+            short_limit_age_secs: 0,
             backfill: true,
             ..base.clone()
         };

@@ -32,7 +32,8 @@
 //!    Callers that only have whole snapshots (the operator) keep a [`KeptOccupancy`], which
 //!    finds what changed itself by a fingerprint of every running job (see [`kept`]).
 //! 3. **Order.** Pending jobs are sorted by partition priority tier, then priority (below),
-//!    then submit time, then job id.
+//!    then queued time (submit time less the short-limit credit), then submit time, then job
+//!    id.
 //! 4. **Nominate.** For each job in order: eligibility ([reasons](#reasons)), then a
 //!    placement *now* (gang, topology, within-node, backfill rules below). If none: can it
 //!    ever fit (else `BadConstraints` / `ReqNodeNotAvail`)? May it preempt? Otherwise it gets
@@ -139,7 +140,7 @@
 //! # Priority
 //!
 //! ```text
-//! priority = round( weight_age        * min(1, age / max_age)
+//! priority = round( weight_age        * min(1, (age + short_limit_age * short) / max_age)
 //!                 + weight_job_size   * min(1, job GPUs / partition GPUs)
 //!                 + weight_fair_share * 2^(-U/S) )  -  nice
 //! ```
@@ -148,11 +149,17 @@
 //! the namespace's share of all decayed GPU-seconds ([`Snapshot::usage`], carried forward by
 //! [`priority::decay_usage`] with `fair_share_half_life_secs`) and `S` its share of
 //! [`Config::shares`] among namespaces with usage or jobs. `--priority` replaces the sum.
-//! Defaults: age 1000 (full after 7 days), job size 0, fair share 10000, half-life 7
-//! days — fair share first, then age. The size factor is off by default: with it, a bigger
-//! gang submitted later becomes the queue head and the room freed for it waits while earlier
-//! smaller jobs could use it (`weight_job_size` turns it on for sites that want that). Order:
-//! tier, priority, submit time, job id.
+//! `short` is the **short-limit factor**: 1 for a time limit of 15 minutes or less, 0 for 30
+//! days or unlimited, linear in the log of the limit between (1 h: 0.83, 8 h: 0.56, 1 day:
+//! 0.43), and 1 for every multi-node gang. A job's age is credited `short_limit_age * short`
+//! ([`Config::short_limit_age_secs`], 7 days): one-node jobs go shortest first, a job is
+//! passed only by jobs submitted less than 7 days after it, and no job submitted after a gang
+//! passes it (details and bounds: [`priority`]). Defaults: age 1000 (full after 7 days), job
+//! size 0, fair share 10000, half-life 7 days — fair share first, then credited age. The size
+//! factor is off by default: with it, a bigger gang submitted later becomes the queue head
+//! and the room freed for it waits while earlier smaller jobs could use it
+//! (`weight_job_size` turns it on for sites that want that). Order: tier, priority, queued
+//! time (submit time less the credit), submit time, job id.
 //!
 //! # Backfill and reservations
 //!

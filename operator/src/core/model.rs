@@ -486,6 +486,12 @@ pub struct Config {
     pub weight_fair_share: f64,
     /// Age at which the age factor reaches 1.
     pub max_age_secs: u64,
+    /// Age a waiting job is credited for a short time limit, times its short-limit factor (1
+    /// for a limit of 15 minutes or less, 0 for 30 days or unlimited, on a log scale between;
+    /// 1 for a multi-node gang): one-node jobs go shortest first, and no job passes another
+    /// submitted more than this before it. 0: submit order. See
+    /// [`priority`](super::priority).
+    pub short_limit_age_secs: u64,
     /// Half-life of the fair-share usage decay.
     pub fair_share_half_life_secs: u64,
     /// Shares per namespace (default 1 each).
@@ -516,6 +522,7 @@ impl Default for Config {
             weight_job_size: 0.0,
             weight_fair_share: 10_000.0,
             max_age_secs: 7 * 24 * 3600,
+            short_limit_age_secs: 7 * 24 * 3600,
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,

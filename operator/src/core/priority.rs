@@ -1,8 +1,8 @@
 //! Multifactor priority and fair-share usage.
 //!
 //! ```text
-//! priority = round( weight_age       * min(1, age / max_age)
-//!                 + weight_job_size  * min(1, job GPUs / partition GPUs)
+//! priority = round( weight_age        * min(1, (age + short_limit_age * short) / max_age)
+//!                 + weight_job_size   * min(1, job GPUs / partition GPUs)
 //!                 + weight_fair_share * 2^(-U/S) )  -  nice
 //! ```
 //! `age` counts from the job's eligible time (its submit time until the operator records
@@ -11,12 +11,30 @@
 //! `fair_share_half_life_secs`), `S` its share of the configured shares (1 each by default)
 //! among namespaces that have usage or jobs — Slurm's classic fair-share factor, so a
 //! namespace using exactly its share scores 0.5, an idle one 1. `--priority` replaces the
-//! sum; the result is clamped to `0..=u32::MAX`. Ties go to the earlier submit time, then the
-//! lower job id.
+//! sum; the result is clamped to `0..=u32::MAX`. Ties go to the earlier queued time (the
+//! submit time less the credit below, [`queued_since`]), then the earlier submit time, then
+//! the lower job id.
+//!
+//! **Short limits first, within a bound.** `short` is the job's short-limit factor
+//! ([`short_limit_factor_of`]): 1 for a time limit of 15 minutes or less, 0 for 30 days or
+//! more (and unlimited), linear in the logarithm of the limit between (1 h: 0.83, 8 h: 0.56,
+//! 1 day: 0.43, 7 days: 0.18). A job's age is credited `short_limit_age * short` (default:
+//! 7 days times the factor): among jobs of equal fair share a shorter job is queued as if it
+//! had been submitted that much earlier, and jobs of equal priority are ordered by that
+//! queued time, so the order does not change when an age factor fills.
+//! The credit is bounded: with equal fair share and nice, a job is passed only by jobs
+//! submitted less than `short_limit_age` after it. A multi-node gang ([`spans_nodes`]) gets the whole credit
+//! whatever its limit, so no job submitted after a gang passes it: a gang needs room freed
+//! on many nodes at once, and a job that passes it takes nodes it waits for. One-node jobs
+//! go shortest first around the gangs. Why, and what it gives (`muster bench --quality`):
+//! README, "Scheduling quality". It needs limits that say something about run times: with
+//! one limit for every job it orders as submit order, with gangs ahead of one-node jobs
+//! submitted up to `short_limit_age * (1 - short)` before them.
 
 use std::collections::BTreeMap;
 
 use super::model::{Config, RunningJob};
+use super::shape::Demand;
 
 /// Inputs of one job's priority.
 pub struct PriorityInput<'a> {
@@ -30,6 +48,43 @@ pub struct PriorityInput<'a> {
     pub nice: i32,
     /// `--priority`.
     pub fixed: Option<u32>,
+    /// The short-limit factor, 0–1 ([`short_limit_factor_of`]; 0: no age credit).
+    pub short_limit: f64,
+}
+
+/// Time limits up to this get the whole short-limit factor.
+pub const SHORT_LIMIT_FULL_SECS: u64 = 15 * 60;
+
+/// Time limits from this (and unlimited jobs) get none.
+pub const SHORT_LIMIT_NONE_SECS: u64 = 30 * 24 * 3600;
+
+/// The short-limit factor of a time limit (`None`: unlimited): 1 up to
+/// [`SHORT_LIMIT_FULL_SECS`], 0 from [`SHORT_LIMIT_NONE_SECS`], linear in the logarithm of
+/// the limit between.
+pub fn short_limit_factor(limit_secs: Option<u64>) -> f64 {
+    let Some(l) = limit_secs else {
+        return 0.0;
+    };
+    let l = l.clamp(SHORT_LIMIT_FULL_SECS, SHORT_LIMIT_NONE_SECS) as f64;
+    let none = SHORT_LIMIT_NONE_SECS as f64;
+    (none / l).ln() / (none / SHORT_LIMIT_FULL_SECS as f64).ln()
+}
+
+/// Whether a request spans nodes: more than one node, or more GPUs than the widest node has
+/// (`widest_node`). Such a gang gets the whole short-limit factor.
+pub fn spans_nodes(d: &Demand, widest_node: u32) -> bool {
+    d.min_nodes >= 2 || d.min_gpus() > u64::from(widest_node)
+}
+
+/// The short-limit factor of a waiting job, given its time limit (`None`: unlimited) and
+/// whether it spans nodes ([`spans_nodes`]): its own factor for a one-node job, the whole
+/// factor for a gang, so that no job submitted after a gang passes it.
+pub fn short_limit_factor_of(limit_secs: Option<u64>, gang: bool) -> f64 {
+    if gang {
+        1.0
+    } else {
+        short_limit_factor(limit_secs)
+    }
 }
 
 /// The fair-share factor of every namespace (Slurm's `2^(-U/S)`).
@@ -67,15 +122,32 @@ pub fn fair_share_factors<'a>(
         .collect()
 }
 
+/// Seconds of age a job is credited for its short-limit factor (`short_limit` ×
+/// [`Config::short_limit_age_secs`], whole seconds; none when age has no weight).
+pub fn short_limit_credit(short_limit: f64, cfg: &Config) -> i64 {
+    if cfg.weight_age <= 0.0 {
+        return 0;
+    }
+    (cfg.short_limit_age_secs as f64 * short_limit.clamp(0.0, 1.0)).round() as i64
+}
+
+/// When a job counts as queued, for ordering jobs of equal priority: its submit time less its
+/// short-limit credit. Ordering ties by it (then by submit time and id) keeps jobs in the
+/// order of their credited age when their age factors are full.
+pub fn queued_since(submit: i64, short_limit: f64, cfg: &Config) -> i64 {
+    submit.saturating_sub(short_limit_credit(short_limit, cfg))
+}
+
 /// A job's priority.
 pub fn priority(inp: &PriorityInput<'_>, fair_share: &BTreeMap<String, f64>, cfg: &Config) -> u32 {
     if let Some(p) = inp.fixed {
         return p;
     }
+    let credit = short_limit_credit(inp.short_limit, cfg) as f64;
     let age = if cfg.max_age_secs == 0 {
         1.0
     } else {
-        (inp.age_secs.max(0) as f64 / cfg.max_age_secs as f64).min(1.0)
+        ((inp.age_secs.max(0) as f64 + credit) / cfg.max_age_secs as f64).min(1.0)
     };
     let size = inp.size_fraction.clamp(0.0, 1.0);
     let fs = fair_share.get(inp.namespace).copied().unwrap_or(1.0);
@@ -189,6 +261,7 @@ mod tests {
             size_fraction: 0.0,
             nice: 0,
             fixed: None,
+            short_limit: 0.0,
         };
         let light = priority(&base, &fs, &cfg);
         let heavy = priority(
@@ -231,6 +304,85 @@ mod tests {
             &cfg,
         );
         assert_eq!(fixed, 7);
+    }
+
+    #[test]
+    fn the_short_limit_factor_falls_with_the_log_of_the_limit() {
+        let f = short_limit_factor;
+        assert_eq!(f(Some(60)), 1.0);
+        assert_eq!(f(Some(SHORT_LIMIT_FULL_SECS)), 1.0);
+        assert_eq!(f(Some(SHORT_LIMIT_NONE_SECS)), 0.0);
+        assert_eq!(f(Some(u64::MAX)), 0.0);
+        assert_eq!(f(None), 0.0);
+        for (limit, want) in [(3_600, 0.83), (8 * 3_600, 0.56), (86_400, 0.43), (7 * 86_400, 0.18)]
+        {
+            assert!((f(Some(limit)) - want).abs() < 0.005, "{limit}: {}", f(Some(limit)));
+        }
+        // Halving the limit always adds the same amount.
+        let step = f(Some(1_800)) - f(Some(3_600));
+        assert!((f(Some(43_200)) - f(Some(86_400)) - step).abs() < 1e-12);
+    }
+
+    #[test]
+    fn gangs_take_the_whole_short_limit_factor() {
+        assert_eq!(
+            short_limit_factor_of(Some(86_400), false),
+            short_limit_factor(Some(86_400))
+        );
+        assert_eq!(short_limit_factor_of(Some(7 * 86_400), true), 1.0);
+        assert_eq!(short_limit_factor_of(None, true), 1.0);
+        assert_eq!(short_limit_factor_of(None, false), 0.0);
+    }
+
+    #[test]
+    fn a_short_limit_is_credited_as_age_up_to_the_full_factor() {
+        let cfg = Config::default();
+        let fs = BTreeMap::new();
+        let at = |age: i64, short: f64| {
+            priority(
+                &PriorityInput {
+                    namespace: "a",
+                    age_secs: age,
+                    size_fraction: 0.0,
+                    nice: 0,
+                    fixed: None,
+                    short_limit: short,
+                },
+                &fs,
+                &cfg,
+            )
+        };
+        // Fair share 1 for a namespace without usage: 10,000.
+        assert_eq!(at(0, 0.0), 10_000);
+        // Half the credit is half of max_age.
+        assert_eq!(at(0, 0.5), 10_500);
+        assert_eq!(at(3 * 86_400, 0.5), at(3 * 86_400 + 302_400, 0.0));
+        // The credit and the age together are capped at the full age factor.
+        assert_eq!(at(0, 1.0), 11_000);
+        assert_eq!(at(86_400, 1.0), 11_000);
+        assert_eq!(at(30 * 86_400, 0.0), 11_000);
+        // No credit without the age weight, nor with shortLimitAgeSecs 0.
+        let off = Config {
+            short_limit_age_secs: 0,
+            ..Config::default()
+        };
+        let p = |cfg: &Config| {
+            let inp = PriorityInput {
+                namespace: "a",
+                age_secs: 0,
+                size_fraction: 0.0,
+                nice: 0,
+                fixed: None,
+                short_limit: 1.0,
+            };
+            priority(&inp, &fs, cfg)
+        };
+        assert_eq!(p(&off), 10_000);
+        let no_age = Config {
+            weight_age: 0.0,
+            ..Config::default()
+        };
+        assert_eq!(p(&no_age), 10_000);
     }
 
     #[test]

@@ -15,7 +15,9 @@ use super::model::{
 use super::node::NodeId;
 use super::occupancy::{Occupancy, RunInfo};
 use super::prepared::Prepared;
-use super::priority::{PriorityInput, fair_share_factors, priority};
+use super::priority::{
+    PriorityInput, fair_share_factors, priority, queued_since, short_limit_factor_of, spans_nodes,
+};
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};
 use super::util::{NameKey, natural_cmp_keyed};
@@ -45,9 +47,9 @@ pub fn schedule_prepared(prep: &Prepared, snap: &Snapshot, now: i64, cfg: &Confi
     }
 }
 
-/// Queue order: tier (high first), priority (high first), submit time, job id, then the
-/// pending index.
-type OrderKey = (Reverse<u32>, Reverse<u32>, i64, JobId, usize);
+/// Queue order: tier (high first), priority (high first), queued time (submit time less the
+/// short-limit credit, [`queued_since`]), submit time, job id, then the pending index.
+type OrderKey = (Reverse<u32>, Reverse<u32>, i64, i64, JobId, usize);
 
 /// One way to satisfy a job's constraint: a class (partition, node filter, per-node needs)
 /// and the feature-count requirements `(filter, nodes)`.
@@ -333,16 +335,29 @@ impl<'a> Cycle<'a> {
     /// time, job id.
     fn order(&mut self, sizes: &[(u64, u64)], fs: &BTreeMap<String, f64>) -> Vec<(usize, u32)> {
         let snap = self.snap;
-        let mut demands = Vec::with_capacity(snap.pending.len());
+        let demands: Vec<Option<Result<Demand, String>>> = snap
+            .pending
+            .iter()
+            .map(|j| {
+                j.partition
+                    .and_then(|p| snap.partitions.get(p as usize))
+                    .map(|p| normalize(&j.request, p))
+            })
+            .collect();
+        let widest = self.widest_node;
         let mut keyed: Vec<OrderKey> = snap
             .pending
             .iter()
+            .zip(&demands)
             .enumerate()
-            .map(|(i, j)| {
+            .map(|(i, (j, demand))| {
                 let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
                 let tier = part.map(|p| p.priority_tier).unwrap_or(0);
-                let demand = part.map(|p| normalize(&j.request, p));
-                let size = match (&demand, j.partition) {
+                let short = short_limit_factor_of(
+                    part.and_then(|p| p.effective_limit(j.request.time_limit)),
+                    matches!(demand, Some(Ok(d)) if spans_nodes(d, widest)),
+                );
+                let size = match (demand, j.partition) {
                     (Some(dm), Some(pi)) => match dm {
                         Ok(d) => {
                             let (g, n) = sizes[pi as usize];
@@ -365,17 +380,18 @@ impl<'a> Cycle<'a> {
                         size_fraction: size,
                         nice: j.nice,
                         fixed: j.priority,
+                        short_limit: short,
                     },
                     fs,
                     self.cfg,
                 );
-                demands.push(demand);
-                (Reverse(tier), Reverse(pr), j.submit_time, j.id, i)
+                let since = queued_since(j.submit_time, short, self.cfg);
+                (Reverse(tier), Reverse(pr), since, j.submit_time, j.id, i)
             })
             .collect();
         self.demands = demands;
         keyed.sort_unstable();
-        keyed.into_iter().map(|k| (k.4, k.1.0)).collect()
+        keyed.into_iter().map(|k| (k.5, k.1.0)).collect()
     }
 
     /// Tries to start the job; otherwise preempts for it or reserves for it, and sets its

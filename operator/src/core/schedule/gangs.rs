@@ -19,8 +19,7 @@ impl Cycle<'_> {
             let Some(Some(Ok(d))) = self.demands.get(idx) else {
                 continue;
             };
-            if pos == usize::MAX || (d.min_nodes < 2 && d.min_gpus() <= u64::from(self.widest_node))
-            {
+            if pos == usize::MAX || !spans_nodes(d, self.widest_node) {
                 continue;
             }
             let job = &self.snap.pending[idx];
