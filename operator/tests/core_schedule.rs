@@ -413,9 +413,10 @@ fn short_limits_go_first_within_the_credit_and_gangs_keep_their_place() {
         ..Config::default()
     };
     assert_eq!(queue_order(&s, &plain), [1, 3, 2]);
-    // A gang, whatever its limit, is passed by no later job; it passes one-node jobs whose
-    // credited age is less than its own (a 7-day one submitted 3 days before it), not those
-    // submitted more than 7 days before it.
+    // No one-node job passes a gang that waited longer: the 15-minute job 11 (a 7-day credit)
+    // comes after the gangs 10 and 14 submitted a minute and 30 s before it, though it
+    // passes the 7-day job 12 without them. A gang gets its own limit's credit: 10 (7 days)
+    // does not pass the 7-day job 12 submitted 3 days before it.
     s.pending = vec![
         PendingJob::new(10, NOW - 60, JobRequest::nodes(2, 8).time(7 * DAY as u64)),
         one(11, NOW, Some(900)),
@@ -423,7 +424,18 @@ fn short_limits_go_first_within_the_credit_and_gangs_keep_their_place() {
         one(13, NOW - 8 * DAY, None),
         PendingJob::new(14, NOW - 30, JobRequest::gpus(12)),
     ];
-    assert_eq!(queue_order(&s, &cfg), [13, 10, 14, 11, 12]);
+    assert_eq!(queue_order(&s, &cfg), [13, 12, 10, 14, 11]);
+    let no_gangs: Vec<PendingJob> = s
+        .pending
+        .iter()
+        .filter(|j| ![10, 14].contains(&j.id))
+        .cloned()
+        .collect();
+    let alone = Snapshot {
+        pending: no_gangs,
+        ..s.clone()
+    };
+    assert_eq!(queue_order(&alone, &cfg), [13, 11, 12]);
     assert_eq!(queue_order(&s, &plain), [13, 12, 10, 14, 11]);
 }
 

@@ -42,7 +42,8 @@ use std::time::Instant;
 
 use muster_operator::core::baseline::Yardstick;
 use muster_operator::core::priority::{
-    PriorityInput, decay_usage, fair_share_factors, priority, queued_since, short_limit_factor_of,
+    PriorityInput, ShortLimitInput, capped_short_limit_factors, decay_usage, fair_share_factors,
+    priority, queued_since, short_limit_factor,
 };
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,
@@ -249,8 +250,8 @@ pub struct SimJob {
     /// Its time limit as the core resolves it (the partition's default or maximum when it
     /// asks none; `None`: unlimited), for the priority's short-limit factor.
     pub limit: Option<u64>,
-    /// Whether it spans nodes (`priority::spans_nodes`): a gang gets the whole short-limit
-    /// factor.
+    /// Whether it spans nodes (`priority::spans_nodes`): a gang caps the short-limit credit
+    /// of later one-node jobs (`priority::capped_short_limit_factors`).
     pub gang: bool,
     /// Why it can never run on this cluster, found when the workload was built (it is
     /// rejected on arrival under every policy).
@@ -847,6 +848,20 @@ impl Engine<'_> {
         } else {
             BTreeMap::new()
         };
+        let shorts: Vec<ShortLimitInput> = self
+            .queue
+            .iter()
+            .map(|j| {
+                let sj = &self.w.jobs[(j.id - 1) as usize];
+                ShortLimitInput {
+                    since: j.eligible_time.unwrap_or(j.submit_time),
+                    partition: j.partition,
+                    factor: short_limit_factor(sj.limit),
+                    gang: sj.gang,
+                }
+            })
+            .collect();
+        let shorts = capped_short_limit_factors(&shorts, &self.cfg);
         let mut keyed: Vec<OrderKey> = self
             .queue
             .iter()
@@ -858,7 +873,7 @@ impl Engine<'_> {
                     .map(|p| p.priority_tier)
                     .unwrap_or(0);
                 let sj = &self.w.jobs[(j.id - 1) as usize];
-                let short = short_limit_factor_of(sj.limit, sj.gang);
+                let short = shorts[pos];
                 let pr = priority(
                     &PriorityInput {
                         namespace: &j.namespace,

@@ -78,7 +78,12 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         })
         .collect();
     // The core's widest node (any partition): what makes a request a gang for priority.
-    let widest = cl.nodes.iter().map(|n| n.gpus.len() as u32).max().unwrap_or(0);
+    let widest = cl
+        .nodes
+        .iter()
+        .map(|n| n.gpus.len() as u32)
+        .max()
+        .unwrap_or(0);
     let first = trace.jobs.first().map(|j| j.submit).unwrap_or(0);
     let speed = if rules.speedup > 0.0 {
         rules.speedup

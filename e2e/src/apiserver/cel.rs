@@ -81,9 +81,9 @@ struct RuleTree {
 
 #[derive(Clone, Copy, Debug)]
 enum Junctor {
-    AllOf,
-    OneOf,
-    AnyOf,
+    All,
+    One,
+    Any,
 }
 
 impl RuleTree {
@@ -103,9 +103,9 @@ impl RuleTree {
             .map(Box::new);
         let mut branches = Vec::new();
         for (j, list) in [
-            (Junctor::AllOf, &c.all_of),
-            (Junctor::OneOf, &c.one_of),
-            (Junctor::AnyOf, &c.any_of),
+            (Junctor::All, &c.all_of),
+            (Junctor::One, &c.one_of),
+            (Junctor::Any, &c.any_of),
         ] {
             for (i, b) in list.iter().enumerate() {
                 if let Some(t) = RuleTree::of(b) {
@@ -450,9 +450,9 @@ fn walk(
     }
     for (j, i, t) in &tree.branches {
         let s = match j {
-            Junctor::AllOf => &shape.all_of[*i],
-            Junctor::OneOf => &shape.one_of[*i],
-            Junctor::AnyOf => &shape.any_of[*i],
+            Junctor::All => &shape.all_of[*i],
+            Junctor::One => &shape.one_of[*i],
+            Junctor::Any => &shape.any_of[*i],
         };
         walk(t, s, v, old, path.clone(), errs);
     }

@@ -1197,7 +1197,7 @@ fn spec_changed(rt: &ResourceType, a: &Value, b: &Value) -> bool {
         b.as_object().unwrap_or(&empty),
     );
     let counts = |k: &String| {
-        !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") && !(rt.status && k == "status")
+        !(matches!(k.as_str(), "metadata" | "apiVersion" | "kind") || rt.status && k == "status")
     };
     a.iter().filter(|(k, _)| counts(k)).count() != b.iter().filter(|(k, _)| counts(k)).count()
         || a.iter()

@@ -698,15 +698,14 @@ fn partition_status_counts_nodes_gpus_and_jobs() {
     assert_eq!(p.nodes, 2);
     assert_eq!(p.node_list.as_deref(), Some("node[1-2]"));
     assert_eq!(p.gpus_total, 16);
-    // The two-node gang goes first (it gets the whole short-limit credit, the one-node job
-    // with no time limit none); the other waits.
+    // The earlier job goes first (no job-size factor by default); the bigger one waits.
     let held: u32 = ["a", "b"]
         .iter()
         .filter_map(|n| h.cluster.job(n).status)
         .filter(|s| s.state == Some(JobState::Running))
         .map(|s| s.num_gpus.unwrap_or(0))
         .sum();
-    assert_eq!(held, 16);
+    assert_eq!(held, 4);
     assert_eq!(p.gpus_allocated, held);
     assert_eq!(p.running_jobs, 1);
     assert_eq!(p.pending_jobs, 1);

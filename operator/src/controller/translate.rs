@@ -847,7 +847,9 @@ impl NodeTable {
     /// Adds the DRA devices of nodes: by node name, each GPU's `(pool, device)` by position
     /// in the node's GPUs.
     pub fn with_devices(mut self, names: HashMap<String, Vec<(String, String)>>) -> Self {
-        let mut pools: HashMap<&str, (StrTableBuilder, Vec<(NodeId, u32)>)> = HashMap::new();
+        // Per pool: its device names, and each device's (node, GPU index).
+        type Pool = (StrTableBuilder, Vec<(NodeId, u32)>);
+        let mut pools: HashMap<&str, Pool> = HashMap::new();
         // In node order, so that a device two nodes claim (never, from one driver) resolves
         // the same way every time.
         let mut named: Vec<(NodeId, &Vec<(String, String)>)> = names

@@ -487,9 +487,9 @@ pub struct Config {
     /// Age at which the age factor reaches 1.
     pub max_age_secs: u64,
     /// Age a waiting job is credited for a short time limit, times its short-limit factor (1
-    /// for a limit of 15 minutes or less, 0 for 30 days or unlimited, on a log scale between;
-    /// 1 for a multi-node gang): one-node jobs go shortest first, and no job passes another
-    /// submitted more than this before it. 0: submit order. See
+    /// for a limit of 15 minutes or less, 0 for 30 days or unlimited, on a log scale between):
+    /// jobs go shortest first, no job passes another submitted more than this before it, and
+    /// no one-node job passes a gang that has waited longer. 0: submit order. See
     /// [`priority`](super::priority).
     pub short_limit_age_secs: u64,
     /// Half-life of the fair-share usage decay.

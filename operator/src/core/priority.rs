@@ -16,20 +16,21 @@
 //! the lower job id.
 //!
 //! **Short limits first, within a bound.** `short` is the job's short-limit factor
-//! ([`short_limit_factor_of`]): 1 for a time limit of 15 minutes or less, 0 for 30 days or
+//! ([`short_limit_factor`]): 1 for a time limit of 15 minutes or less, 0 for 30 days or
 //! more (and unlimited), linear in the logarithm of the limit between (1 h: 0.83, 8 h: 0.56,
 //! 1 day: 0.43, 7 days: 0.18). A job's age is credited `short_limit_age * short` (default:
 //! 7 days times the factor): among jobs of equal fair share a shorter job is queued as if it
 //! had been submitted that much earlier, and jobs of equal priority are ordered by that
-//! queued time, so the order does not change when an age factor fills.
-//! The credit is bounded: with equal fair share and nice, a job is passed only by jobs
-//! submitted less than `short_limit_age` after it. A multi-node gang ([`spans_nodes`]) gets the whole credit
-//! whatever its limit, so no job submitted after a gang passes it: a gang needs room freed
-//! on many nodes at once, and a job that passes it takes nodes it waits for. One-node jobs
-//! go shortest first around the gangs. Why, and what it gives (`muster bench --quality`):
-//! README, "Scheduling quality". It needs limits that say something about run times: with
-//! one limit for every job it orders as submit order, with gangs ahead of one-node jobs
-//! submitted up to `short_limit_age * (1 - short)` before them.
+//! queued time, so the order does not change when an age factor fills. The credit is
+//! bounded twice. With equal fair share and nice, a job is passed only by jobs submitted
+//! less than `short_limit_age` after it. And a one-node job never passes a waiting multi-node
+//! gang ([`spans_nodes`]) of its partition whose age started before its own
+//! ([`capped_short_limit_factors`]): a gang needs room freed on many nodes at once, and a
+//! later job that passed it would take the nodes it waits for, without end under a steady
+//! stream of short jobs. A gang gets the credit of its own limit, so it is not put ahead of
+//! earlier jobs for being a gang. Why, and what it gives (`muster bench --quality`): README,
+//! "Scheduling quality". It needs limits that say something about run times: with one limit
+//! for every job it orders by submit time.
 
 use std::collections::BTreeMap;
 
@@ -48,7 +49,7 @@ pub struct PriorityInput<'a> {
     pub nice: i32,
     /// `--priority`.
     pub fixed: Option<u32>,
-    /// The short-limit factor, 0–1 ([`short_limit_factor_of`]; 0: no age credit).
+    /// The short-limit factor, 0–1 ([`capped_short_limit_factors`]; 0: no age credit).
     pub short_limit: f64,
 }
 
@@ -76,15 +77,49 @@ pub fn spans_nodes(d: &Demand, widest_node: u32) -> bool {
     d.min_nodes >= 2 || d.min_gpus() > u64::from(widest_node)
 }
 
-/// The short-limit factor of a waiting job, given its time limit (`None`: unlimited) and
-/// whether it spans nodes ([`spans_nodes`]): its own factor for a one-node job, the whole
-/// factor for a gang, so that no job submitted after a gang passes it.
-pub fn short_limit_factor_of(limit_secs: Option<u64>, gang: bool) -> f64 {
-    if gang {
-        1.0
-    } else {
-        short_limit_factor(limit_secs)
+/// One waiting job, for [`capped_short_limit_factors`].
+#[derive(Clone, Copy, Debug)]
+pub struct ShortLimitInput {
+    /// When its age starts (eligible time, else submit time).
+    pub since: i64,
+    /// Its partition (gangs cap only the jobs of their own partition).
+    pub partition: Option<u32>,
+    /// Its own short-limit factor ([`short_limit_factor`]).
+    pub factor: f64,
+    /// Whether it spans nodes ([`spans_nodes`]).
+    pub gang: bool,
+}
+
+/// The short-limit factors of a queue, each one-node job's own capped so that it passes no
+/// gang of its partition whose age started before its own: the credit is at most the gang's credit
+/// plus how much longer the gang has waited. A gang needs room freed on many nodes at once; a
+/// later job that passed it would take the nodes it waits for, without end under a steady
+/// stream of short jobs.
+pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], cfg: &Config) -> Vec<f64> {
+    let mut out: Vec<f64> = jobs.iter().map(|j| j.factor).collect();
+    let span = cfg.short_limit_age_secs as f64;
+    if span <= 0.0 || cfg.weight_age <= 0.0 || !jobs.iter().any(|j| j.gang) {
+        return out;
     }
+    let mut by_since: Vec<usize> = (0..jobs.len()).collect();
+    // Gangs first among equal times: a job is capped by a gang that started with it.
+    by_since.sort_unstable_by_key(|&i| (jobs[i].since, !jobs[i].gang, i));
+    // Per partition, the least of (gang credit - gang since) over the gangs seen.
+    let mut least: BTreeMap<Option<u32>, f64> = BTreeMap::new();
+    for i in by_since {
+        let j = &jobs[i];
+        if j.gang {
+            let v = j.factor.clamp(0.0, 1.0) * span - j.since as f64;
+            least
+                .entry(j.partition)
+                .and_modify(|l| *l = l.min(v))
+                .or_insert(v);
+        } else if let Some(l) = least.get(&j.partition) {
+            let cap = ((j.since as f64 + l) / span).max(0.0);
+            out[i] = j.factor.min(cap);
+        }
+    }
+    out
 }
 
 /// The fair-share factor of every namespace (Slurm's `2^(-U/S)`).
@@ -314,9 +349,17 @@ mod tests {
         assert_eq!(f(Some(SHORT_LIMIT_NONE_SECS)), 0.0);
         assert_eq!(f(Some(u64::MAX)), 0.0);
         assert_eq!(f(None), 0.0);
-        for (limit, want) in [(3_600, 0.83), (8 * 3_600, 0.56), (86_400, 0.43), (7 * 86_400, 0.18)]
-        {
-            assert!((f(Some(limit)) - want).abs() < 0.005, "{limit}: {}", f(Some(limit)));
+        for (limit, want) in [
+            (3_600, 0.83),
+            (8 * 3_600, 0.56),
+            (86_400, 0.43),
+            (7 * 86_400, 0.18),
+        ] {
+            assert!(
+                (f(Some(limit)) - want).abs() < 0.005,
+                "{limit}: {}",
+                f(Some(limit))
+            );
         }
         // Halving the limit always adds the same amount.
         let step = f(Some(1_800)) - f(Some(3_600));
@@ -324,14 +367,44 @@ mod tests {
     }
 
     #[test]
-    fn gangs_take_the_whole_short_limit_factor() {
+    fn one_node_jobs_are_capped_by_the_gangs_that_waited_longer() {
+        let cfg = Config::default();
+        let span = cfg.short_limit_age_secs as f64;
+        let job = |since, partition, factor, gang| ShortLimitInput {
+            since,
+            partition: Some(partition),
+            factor,
+            gang,
+        };
+        let jobs = [
+            // A gang with no limit, waiting since 0.
+            job(0, 0, 0.0, true),
+            // A 15-minute job an hour later: capped to the gang's credit plus the hour.
+            job(3_600, 0, 1.0, false),
+            // The same before the gang: not capped.
+            job(-60, 0, 1.0, false),
+            // The same in another partition: not capped.
+            job(3_600, 1, 1.0, false),
+            // A later gang keeps its own factor.
+            job(7_200, 0, 0.9, true),
+            // Under its cap already.
+            job(3_600, 0, 0.0001, false),
+        ];
+        let got = capped_short_limit_factors(&jobs, &cfg);
+        assert_eq!(got, [0.0, 3_600.0 / span, 1.0, 1.0, 0.9, 0.0001]);
+        // No gang, or no credit: the jobs' own factors.
         assert_eq!(
-            short_limit_factor_of(Some(86_400), false),
-            short_limit_factor(Some(86_400))
+            capped_short_limit_factors(&jobs[1..4], &cfg),
+            [1.0, 1.0, 1.0]
         );
-        assert_eq!(short_limit_factor_of(Some(7 * 86_400), true), 1.0);
-        assert_eq!(short_limit_factor_of(None, true), 1.0);
-        assert_eq!(short_limit_factor_of(None, false), 0.0);
+        let off = Config {
+            short_limit_age_secs: 0,
+            ..Config::default()
+        };
+        assert_eq!(
+            capped_short_limit_factors(&jobs, &off),
+            jobs.map(|j| j.factor)
+        );
     }
 
     #[test]

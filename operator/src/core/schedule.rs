@@ -16,7 +16,8 @@ use super::node::NodeId;
 use super::occupancy::{Occupancy, RunInfo};
 use super::prepared::Prepared;
 use super::priority::{
-    PriorityInput, fair_share_factors, priority, queued_since, short_limit_factor_of, spans_nodes,
+    PriorityInput, ShortLimitInput, capped_short_limit_factors, fair_share_factors, priority,
+    queued_since, short_limit_factor, spans_nodes,
 };
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};
@@ -345,6 +346,24 @@ impl<'a> Cycle<'a> {
             })
             .collect();
         let widest = self.widest_node;
+        let shorts: Vec<ShortLimitInput> = snap
+            .pending
+            .iter()
+            .zip(&demands)
+            .map(|(j, demand)| {
+                let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
+                let gang = matches!(demand, Some(Ok(d)) if spans_nodes(d, widest));
+                ShortLimitInput {
+                    since: j.eligible_time.unwrap_or(j.submit_time),
+                    partition: j.partition,
+                    factor: short_limit_factor(
+                        part.and_then(|p| p.effective_limit(j.request.time_limit)),
+                    ),
+                    gang,
+                }
+            })
+            .collect();
+        let shorts = capped_short_limit_factors(&shorts, self.cfg);
         let mut keyed: Vec<OrderKey> = snap
             .pending
             .iter()
@@ -353,10 +372,7 @@ impl<'a> Cycle<'a> {
             .map(|(i, (j, demand))| {
                 let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
                 let tier = part.map(|p| p.priority_tier).unwrap_or(0);
-                let short = short_limit_factor_of(
-                    part.and_then(|p| p.effective_limit(j.request.time_limit)),
-                    matches!(demand, Some(Ok(d)) if spans_nodes(d, widest)),
-                );
+                let short = shorts[i];
                 let size = match (demand, j.partition) {
                     (Some(dm), Some(pi)) => match dm {
                         Ok(d) => {
