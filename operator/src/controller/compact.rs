@@ -8,6 +8,47 @@
 
 use std::collections::HashMap;
 
+/// `kube::runtime::reflector::Lookup` for a compact cached object. The store's key is
+/// (namespace, name): the resource version and uid are left out of it (two more strings per
+/// object, and nothing looks them up).
+macro_rules! cached_lookup {
+    ($ty:ty, $kind:literal, $group:literal, $version:literal, $plural:literal,
+     |$o:ident| name: $name:expr, namespace: $ns:expr) => {
+        impl kube::runtime::reflector::Lookup for $ty {
+            type DynamicType = ();
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                let $o = self;
+                $name.map(std::borrow::Cow::Borrowed)
+            }
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                #[allow(unused_variables)] // cluster-scoped: no namespace to read
+                let $o = self;
+                $ns.map(std::borrow::Cow::Borrowed)
+            }
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                None
+            }
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                None
+            }
+        }
+    };
+}
+pub(crate) use cached_lookup;
+
 /// A string's id in a [`StrTable`].
 pub type StrId = u32;
 

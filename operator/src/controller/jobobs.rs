@@ -10,13 +10,11 @@
 //! the records it was made from, so a status written from the cache is byte-for-byte the
 //! stored one.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::compact::{StrId, StrTable, StrTableBuilder};
+use super::compact::{StrId, StrTable, StrTableBuilder, cached_lookup};
 
 use kube::ResourceExt;
-use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use muster_crds::v1alpha1::{BatchJob, TaskAllocation};
 
@@ -285,35 +283,8 @@ impl JobObs {
     }
 }
 
-impl Lookup for JobObs {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "BatchJob".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "muster.dev".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "batchjobs".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.job.metadata.name.as_deref().map(Cow::Borrowed)
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.job.metadata.namespace.as_deref().map(Cow::Borrowed)
-    }
-    // Not part of the store's key: left out so every key does not carry two more strings.
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
+cached_lookup!(JobObs, "BatchJob", "muster.dev", "v1alpha1", "batchjobs",
+    |o| name: o.job.metadata.name.as_deref(), namespace: o.job.metadata.namespace.as_deref());
 
 /// A BatchJob watch event as the job cache keeps it.
 pub fn slim_event(ev: watcher::Event<BatchJob>) -> Option<watcher::Event<JobObs>> {
@@ -330,6 +301,7 @@ pub fn slim_event(ev: watcher::Event<BatchJob>) -> Option<watcher::Event<JobObs>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::runtime::reflector::Lookup;
     use muster_crds::v1alpha1::BatchJobStatus;
 
     /// A deterministic generator (no dependency on a random crate's streams).

@@ -10,18 +10,16 @@
 //! translation), rebuilt when any Node, GpuNode or ResourceSlice event arrived since, and
 //! shared: the leader's cycles and the admission webhook read the same table.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use muster_crds::v1alpha1::GpuNode;
 
-use super::compact::{StrId, StrTable, StrTableBuilder};
+use super::compact::{StrId, StrTable, StrTableBuilder, cached_lookup};
 use super::dra::inventory::{self, SliceObs};
 use super::translate::{self, AgentGpus, NodeTable};
 use crate::core::{self, Link, Taint, TaintEffect};
@@ -114,34 +112,7 @@ impl NodeObs {
     }
 }
 
-impl Lookup for NodeObs {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Node".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "nodes".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(NodeObs::name(self)))
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
+cached_lookup!(NodeObs, "Node", "", "v1", "nodes", |o| name: Some(NodeObs::name(o)), namespace: None);
 
 /// A GpuNode as cached: its name and its agent's GPUs ([`translate::agent_gpus`], `None`
 /// before the agent reports), compact.
@@ -272,34 +243,7 @@ impl GpuObs {
     }
 }
 
-impl Lookup for GpuObs {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "GpuNode".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "muster.dev".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1alpha1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "gpunodes".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
+cached_lookup!(GpuObs, "GpuNode", "muster.dev", "v1alpha1", "gpunodes", |o| name: Some(&*o.name), namespace: None);
 
 /// A Node watch event as the node cache keeps it.
 pub fn slim_node(ev: watcher::Event<Node>) -> Option<watcher::Event<NodeObs>> {

@@ -12,10 +12,10 @@ use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher::Event;
 use serde::{Deserialize, Serialize};
 
+use super::compact::cached_lookup;
 use super::plan::PodObs;
 
 /// A task pod as cached: metadata (trimmed by the reflector), the first container's name and
@@ -150,36 +150,7 @@ impl kube::Resource for TaskPod {
     }
 }
 
-/// The pod store's key is (namespace, name); resource version and uid are left out of it
-/// (they would be two more strings per pod, and nothing looks them up).
-impl Lookup for PodObs {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.name))
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.namespace))
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-}
+cached_lookup!(PodObs, "Pod", "", "v1", "pods", |o| name: Some(&*o.name), namespace: Some(&*o.namespace));
 
 /// A pod watch event as the pod store keeps it: the pod read into a [`PodObs`]. A pod the
 /// planner cannot read (no `muster.dev/batchjob` label, which the watch's selector already
