@@ -721,15 +721,19 @@ impl<'a> Cycle<'a> {
                 .iter()
                 .all(|&(p, _)| ps.tree.leaf_of[p as usize] == ps.tree.leaf_of[first[0].0 as usize]);
             let view = inp.leaf_aggs;
-            let choices = view
-                .iter()
-                .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
-                .count();
+            // The leaf scan last: with no later gang (every one-node job's case) it is not
+            // needed, and it reads every leaf.
+            let no_choice = || {
+                view.iter()
+                    .filter(|a| a.units >= d.need() && a.nodes >= d.min_nodes)
+                    .nth(1)
+                    .is_none()
+            };
             if e.placement != Placement::Topology
                 || !one_leaf
-                || choices < 2
                 || !counts.is_empty()
                 || self.gangs.partition_point(|g| g.pos <= self.at) >= self.gangs.len()
+                || no_choice()
             {
                 self.buf = buf;
                 return Some(first);
