@@ -26,8 +26,9 @@
 //! 5. the whole test control plane (API server double, kube-scheduler stand-in, simulated
 //!    kubelet) with 1,024 nodes: a 512-node gang's time from submission to every pod Running
 //!    (target <= 1 s);
-//! 6. 16,384 nodes (API server double only): 6,250 gangs of 4 nodes x 8 tasks (4,096 of them
-//!    with a GPU per task), 200,000 tasks: operator RSS and peak (target <= 256 MiB).
+//! 6. 16,384 nodes (API server double only): 6,250 gangs of 4 nodes x 8 tasks (4,000 of them
+//!    with a GPU per task, 98% of the GPUs), 200,000 tasks: operator RSS and peak (target <=
+//!    256 MiB).
 //!
 //! Each is measured twice, on fresh control planes: GPU binding by `NVIDIA_VISIBLE_DEVICES`
 //! (`env`: the server does not serve `resource.k8s.io`) and by ResourceClaims (`dra`: the
@@ -985,10 +986,13 @@ async fn big_cluster(bin: &std::path::Path, dra: bool) {
     let port = metrics_port(2, dra);
     let op = spawn_operator(bin, kubeconfig.path(), port);
     let pid = op.0.id();
-    // 4,096 GPU gangs (131,072 tasks, a GPU each) and 2,154 CPU gangs (68,928 tasks).
+    // 4,000 GPU gangs (128,000 tasks, a GPU each) and 2,250 CPU gangs (72,000 tasks). Not
+    // every GPU: with CPU gangs taking CPUs and memory on the same nodes, whether the last of
+    // a 100% fill fits depended on how the submissions fell into cycles (one run in two left
+    // 42 gangs pending), and this phase measures memory, not packing.
     let all: Vec<BatchJob> = (0..6250)
         .map(|i| {
-            if i < 4096 {
+            if i < 4000 {
                 job(
                     &format!("g-{i}"),
                     json!({"nodes": 4, "ntasksPerNode": 8, "gpusPerTask": 1, "time": "1:00:00"}),
