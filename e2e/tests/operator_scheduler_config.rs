@@ -10,7 +10,9 @@
 //! start); with `backfill: false` it waits behind `big` (reason Priority, as Slurm's
 //! sched/builtin); with `maxReservations: 0` `big` has no estimated start. Negative outcomes
 //! are checked after the operator has run further cycles (its cycle counter), not after a
-//! wall-clock delay. (The refusal of bad keys at startup is the binary's:
+//! wall-clock delay. The short-limit order (`shortLimitAgeSecs`) has its own scenario at the
+//! end: two jobs wait for one node, and the one with the shorter limit gets it first unless the
+//! credit is off. (The refusal of bad keys at startup is the binary's:
 //! `operator/tests/operator_cli.rs`.)
 
 mod operator_support;
@@ -141,4 +143,65 @@ async fn no_reservations_means_no_estimated_starts() {
     assert_eq!(big.reason.as_deref(), Some("Resources"));
     assert_eq!(big.start_time, None, "no reservation, no estimated start");
     op.shutdown().await.unwrap();
+}
+
+/// One node held for a few seconds; `week` (7-day limit) is submitted, then `quick`
+/// (10 minutes). Returns which of the two got the node when it freed.
+async fn first_of_two_waiting(config: &str) -> &'static str {
+    let env = Env::start().await;
+    env.add_nodes(&[NodeDef::new("gpu001", 8, "leaf1")]).await;
+    env.default_partition().await;
+    let mut settings = env.settings();
+    settings.plan.scheduler = load(config);
+    let op = env.start_operator(settings);
+    env.submit(batchjob(
+        "long",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
+        4,
+    ))
+    .await;
+    env.until_state("long", JobState::Running, 30).await;
+    env.submit(batchjob(
+        "week",
+        json!({"nodes": 1, "gres": "gpu:8", "time": "7-00:00:00"}),
+        3600,
+    ))
+    .await;
+    env.until(30, "week waits", || async {
+        reason(&env, "week").await.as_deref() == Some("Resources")
+    })
+    .await;
+    // Submit times are whole seconds: quick's must be later than week's.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    env.submit(batchjob(
+        "quick",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 10}),
+        3600,
+    ))
+    .await;
+    let running = |name: &'static str| {
+        let env = &env;
+        async move { env.job(name).await.status.and_then(|s| s.state) == Some(JobState::Running) }
+    };
+    env.until(60, "one of the waiting jobs starts", || async {
+        running("week").await || running("quick").await
+    })
+    .await;
+    let first = if running("quick").await {
+        "quick"
+    } else {
+        "week"
+    };
+    op.shutdown().await.unwrap();
+    first
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shorter_limit_gets_the_freed_node_first() {
+    assert_eq!(first_of_two_waiting("# defaults\n").await, "quick");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_short_limit_credit_keeps_submit_order() {
+    assert_eq!(first_of_two_waiting("shortLimitAgeSecs: 0\n").await, "week");
 }
