@@ -37,7 +37,13 @@
 //!
 //! Array jobs are in [`plan`]'s array section: the parent creates one child BatchJob per index.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+/// The cycle's maps and sets hash names and uids of every job and pod, every cycle: with
+/// foldhash rather than std's SipHash (HashDoS resistance buys nothing here: the keys come
+/// from objects the API server already admitted, and the seed is still random per map).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -318,7 +324,7 @@ pub struct Inputs<'a> {
     pub pods: &'a [Arc<PodObs>],
     /// BatchJobs this operator created that the watch has not delivered yet (namespace,
     /// name): array elements counted as existing so they are not created twice.
-    pub expected_jobs: &'a HashSet<(String, String)>,
+    pub expected_jobs: &'a std::collections::HashSet<(String, String)>,
     /// Decayed GPU-seconds per namespace (fair share).
     pub usage: &'a BTreeMap<String, f64>,
     /// Every ResourceClaim in the cluster (none where `resource.k8s.io/v1` is not served):
@@ -381,6 +387,18 @@ pub struct PlannedStatus {
     tasks: Arc<TaskRecords>,
     /// The resourceVersion it was computed from.
     pub resource_version: Option<String>,
+}
+
+#[cfg(test)]
+impl PlannedStatus {
+    /// An empty status computed from `resource_version`.
+    pub(crate) fn empty(resource_version: &str) -> Self {
+        PlannedStatus {
+            status: BatchJobStatus::default(),
+            tasks: Arc::default(),
+            resource_version: Some(resource_version.into()),
+        }
+    }
 }
 
 impl PlannedStatus {
@@ -922,7 +940,7 @@ pub fn plan(
     };
 
     // Pods by (namespace, job name).
-    let mut pods_of: HashMap<(&str, &str), Vec<&PodObs>> = HashMap::new();
+    let mut pods_of: HashMap<(&str, &str), Vec<&PodObs>> = HashMap::default();
     for p in inp.pods {
         pods_of
             .entry((p.namespace.as_str(), p.job.as_str()))
@@ -932,13 +950,18 @@ pub fn plan(
 
     // Jobs in submission order, so that new ids increase with it.
     let mut order: Vec<&Arc<JobObs>> = inp.jobs.iter().collect();
-    order.sort_by(|a, b| {
-        let (a, b) = (a.job(), b.job());
-        let t = |j: &BatchJob| j.metadata.creation_timestamp.as_ref().map(secs);
-        t(a).cmp(&t(b))
-            .then_with(|| a.namespace().cmp(&b.namespace()))
-            .then_with(|| a.name_any().cmp(&b.name_any()))
-    });
+    // Keys borrowed, not `namespace()`/`name_any()` copies: jobs submitted in the same second
+    // tie on the time, and the copies were most of the sort's cost.
+    fn submit_key(j: &BatchJob) -> (Option<i64>, Option<&str>, &str) {
+        let m = &j.metadata;
+        let name = m.name.as_deref().or(m.generate_name.as_deref());
+        (
+            m.creation_timestamp.as_ref().map(secs),
+            m.namespace.as_deref(),
+            name.unwrap_or_default(),
+        )
+    }
+    order.sort_by(|a, b| submit_key(a.job()).cmp(&submit_key(b.job())));
     let live_uids: HashSet<String> = order.iter().filter_map(|j| j.job().uid()).collect();
     mem.retain(&live_uids);
 
@@ -1050,7 +1073,7 @@ pub fn plan(
         .collect();
 
     // Arrays: each parent's elements and `%N`.
-    let mut children_of: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut children_of: HashMap<String, Vec<usize>> = HashMap::default();
     for (i, w) in works.iter().enumerate() {
         if w.job.labels().contains_key(labels::ARRAY_PARENT)
             && let Some(o) = w
@@ -1072,7 +1095,7 @@ pub fn plan(
         .collect();
 
     // Held allocations: (uid, attempt).
-    let mut held: HashSet<(String, u32)> = HashSet::new();
+    let mut held: HashSet<(String, u32)> = HashSet::default();
     for wi in 0..works.len() {
         if works[wi].skip {
             continue;
@@ -1286,7 +1309,7 @@ pub fn plan(
     drop(snap);
 
     // Muster's claims by job: those not of an allocation the job keeps are deleted.
-    let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::new();
+    let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::default();
     for c in inp.claims.iter().filter(|c| c.is_musters() && !c.deleting) {
         if let Some(j) = &c.job {
             claims_of
@@ -1397,9 +1420,9 @@ struct BindCtx {
 
 impl BindCtx {
     fn new(inp: &Inputs<'_>) -> Self {
-        let mut by_partition = HashMap::new();
-        let mut class = HashMap::new();
-        let mut partitions = HashMap::new();
+        let mut by_partition = HashMap::default();
+        let mut class = HashMap::default();
+        let mut partitions = HashMap::default();
         for p in inp.partitions {
             let name = p.name_any();
             partitions.insert(name.clone(), p.clone());
@@ -1461,7 +1484,7 @@ fn claim_holds(
     now: i64,
     synthetic: &mut JobId,
 ) -> Vec<RunningJob> {
-    let mut taken: HashSet<(core::NodeId, u32)> = HashSet::new();
+    let mut taken: HashSet<(core::NodeId, u32)> = HashSet::default();
     for r in running {
         for t in &r.tasks {
             taken.extend(t.gpus.iter().map(|g| (t.node, *g)));
@@ -1525,7 +1548,7 @@ fn claim_holds(
 
 fn build_dep_index(works: &[Work<'_>]) -> DepIndex {
     let mut jobs: Vec<DepJob> = Vec::with_capacity(works.len());
-    let mut parent_pos: HashMap<&str, usize> = HashMap::new();
+    let mut parent_pos: HashMap<&str, usize> = HashMap::default();
     for w in works {
         let st = &w.st;
         jobs.push(DepJob {
@@ -2254,7 +2277,7 @@ fn step_parent(
     wi: usize,
     kids: &[usize],
     dep_index: &DepIndex,
-    expected: &HashSet<(String, String)>,
+    expected: &std::collections::HashSet<(String, String)>,
     cfg: &PlanSettings,
     now: i64,
 ) {
@@ -2578,7 +2601,7 @@ fn partition_statuses(
 ) -> Vec<PartitionWrite> {
     let now = inp.now;
     // GPUs held per node (running jobs, holds, and this cycle's starts).
-    let mut used: HashMap<u32, HashSet<u32>> = HashMap::new();
+    let mut used: HashMap<u32, HashSet<u32>> = HashMap::default();
     for r in &snap.running {
         for t in &r.tasks {
             used.entry(t.node)
@@ -2593,7 +2616,7 @@ fn partition_statuses(
                 .extend(t.gpus.iter().copied());
         }
     }
-    let mut counts: HashMap<&str, (u32, u32)> = HashMap::new();
+    let mut counts: HashMap<&str, (u32, u32)> = HashMap::default();
     for w in works {
         if w.skip || w.is_parent || w.job.metadata.deletion_timestamp.is_some() {
             continue;
