@@ -10,7 +10,8 @@
 //! finalizer → events. A failed finalizer or status write skips the job's remaining steps
 //! (claims and pods exist only for a recorded allocation; they are deleted only once the
 //! reason is recorded); a failed Secret or claim creation skips the pods (a pod never exists
-//! before its credential and claim). Jobs run concurrently (bounded).
+//! before its credential and claim). Jobs run concurrently (bounded). New jobs' finalizers
+//! may be written ahead, while the cycle plans ([`add_finalizers`], [`super::early`]).
 //!
 //! # Crash injection
 //! [`Faults`] is consulted before every write: returning [`Fault::Crash`] stops the whole
@@ -650,6 +651,54 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             )
         });
     }
+}
+
+/// Adds the allocation finalizer to new jobs while the cycle plans (see [`super::early`]),
+/// at most `concurrency` at once, each gated like any write; `written` holds each job as the
+/// server returned it.
+pub async fn add_finalizers(
+    jobs: Vec<super::early::EarlyFinalizer>,
+    api: &dyn ClusterApi,
+    faults: &dyn Faults,
+    concurrency: usize,
+) -> ExecReport {
+    let state = Ctx {
+        api,
+        faults,
+        dead: AtomicBool::new(false),
+        report: std::sync::Mutex::new(ExecReport::default()),
+        pod_slots: tokio::sync::Semaphore::new(1),
+    };
+    let ctx = &state;
+    stream::iter(jobs)
+        .for_each_concurrent(concurrency.max(1), |j| async move {
+            if ctx.gate(WriteKind::Finalizer, &j.name).is_err() {
+                return;
+            }
+            let res = ctx
+                .api
+                .add_finalizer(
+                    &j.namespace,
+                    &j.name,
+                    j.resource_version.as_deref(),
+                    &j.finalizers,
+                )
+                .await;
+            match res {
+                Ok(obj) => {
+                    let job = Arc::new(JobObs::new(obj));
+                    ctx.with(|r| {
+                        r.written.push(Written {
+                            job,
+                            effects: Vec::new(),
+                        })
+                    });
+                }
+                Err(e) => ctx.fail(&e),
+            }
+        })
+        .await;
+    state.report.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A fresh step credential: 32 random bytes, hex (what `muster-step` reads).

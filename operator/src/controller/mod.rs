@@ -33,6 +33,7 @@ mod cluster_cache;
 mod compact;
 pub mod discovery;
 pub mod dra;
+pub mod early;
 pub mod events;
 pub mod exec;
 pub mod gang;

@@ -40,6 +40,7 @@ use tokio::task::JoinHandle;
 use super::discovery::{self, Capabilities};
 use super::dra::inventory::SliceObs;
 use super::dra::{ClaimObs, DeviceClass, DraSupport, ResourceClaim, ResourceSlice};
+use super::early;
 use super::exec::{self, Faults, NoFaults};
 use super::jobids::JobIds;
 use super::jobobs::{self, JobObs};
@@ -916,6 +917,16 @@ fn release_free_memory() {
     }
 }
 
+/// A spawned task aborted when its handle is dropped (a cycle dropped at leadership loss
+/// must not go on writing).
+struct AbortTask<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortTask<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// One cycle; returns whether an injected crash stopped it.
 async fn run_cycle(
     leader: &mut Leader,
@@ -959,24 +970,50 @@ async fn run_cycle(
         dra: &dra,
         gang: caps.gang,
     };
+    // New jobs get the finalizer while the plan runs (`early`): the writes wait on the API
+    // server, the plan on this thread's CPU. The plan runs in `block_in_place` so that the
+    // writes' task and the watch tasks keep this worker's queue moving meanwhile.
+    let early_jobs = early::select(&jobs);
+    let early_task = (!early_jobs.is_empty()).then(|| {
+        let (api, faults) = (leader.api.clone(), settings.faults.clone());
+        let conc = settings.write_concurrency;
+        AbortTask(tokio::spawn(async move {
+            exec::add_finalizers(early_jobs, &api, faults.as_ref(), conc).await
+        }))
+    });
     let ids = &mut leader.ids;
-    let mut cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
+    let mem = &mut leader.mem;
+    let mut run_plan = || plan::plan(&inp, &settings.plan, mem, &mut || ids.take());
+    let mut cp = match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::CurrentThread => run_plan(),
+        _ => tokio::task::block_in_place(run_plan),
+    };
+    let early_report = match early_task {
+        Some(mut t) => (&mut t.0).await.unwrap_or_default(),
+        None => exec::ExecReport::default(),
+    };
     leader.last_running = std::mem::take(&mut cp.running);
     metrics.set_gauges(&cp.gauges);
     let (starts, queued) = (cp.starts, cp.queued);
-    let fin: HashMap<String, Vec<String>> = jobs
+    let mut fin: HashMap<String, Vec<String>> = jobs
         .iter()
         .map(|j| (j.uid(), j.job().finalizers().to_vec()))
         .collect();
+    early::fold(&mut cp, &early_report, &mut fin);
     let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
-    let mut report = exec::execute(
-        cp,
-        &leader.api,
-        settings.faults.as_ref(),
-        settings.write_concurrency,
-        &finalizers,
-    )
-    .await;
+    let mut report = if early_report.crashed {
+        exec::ExecReport::default()
+    } else {
+        exec::execute(
+            cp,
+            &leader.api,
+            settings.faults.as_ref(),
+            settings.write_concurrency,
+            &finalizers,
+        )
+        .await
+    };
+    early::merge(early_report, &mut report);
     metrics.record(&report);
     for w in &report.written {
         leader.mem.wrote_status(&w.job.uid(), now);

@@ -1,0 +1,214 @@
+//! The allocation finalizer ahead of the plan.
+//!
+//! A job must carry `muster.dev/allocation` before its status records an allocation (see
+//! [`super::exec`]), so a job admitted in the cycle that first sees it used to cost three
+//! writes in a row on its way to running: finalizer, status, pod. Every new job gets the
+//! finalizer at first sight instead (as controllers commonly add theirs on their first
+//! reconcile), written while the cycle plans: the plan is CPU-bound on one thread and the
+//! writes wait on the API server, so they overlap. Once the plan is known, [`fold`] drops the
+//! finalizer step of the jobs that have it and points their status write at the new
+//! resourceVersion; a job whose early write failed keeps its finalizer step, in order.
+//!
+//! The early write carries the snapshot's resourceVersion as its precondition, the same one
+//! the plan's status write would have used, so a job changed meanwhile is written by neither.
+//! A job that never starts (cancelled, deleted while pending) has the finalizer removed as any
+//! job does: once none of its pods is live.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use muster_crds::labels;
+
+use super::exec::ExecReport;
+use super::jobobs::JobObs;
+use super::plan::CyclePlan;
+
+/// A job to give the finalizer ahead of the plan.
+#[derive(Clone, Debug)]
+pub struct EarlyFinalizer {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The resourceVersion the cycle's snapshot holds (the write's precondition).
+    pub resource_version: Option<String>,
+    /// Its finalizers now (ours is added to them).
+    pub finalizers: Vec<String>,
+}
+
+/// The jobs never planned (no status yet) that lack the finalizer, are not being deleted and
+/// are not array parents (a parent never holds an allocation; its elements are created with
+/// the finalizer on).
+pub fn select(jobs: &[Arc<JobObs>]) -> Vec<EarlyFinalizer> {
+    jobs.iter()
+        .map(|o| o.job())
+        .filter(|j| {
+            j.status.is_none()
+                && j.metadata.deletion_timestamp.is_none()
+                && !j.finalizers().iter().any(|f| f == labels::FINALIZER)
+                && (j.spec.array.is_none() || j.labels().contains_key(labels::ARRAY_PARENT))
+        })
+        .map(|j| EarlyFinalizer {
+            namespace: j.namespace().unwrap_or_default(),
+            name: j.name_any(),
+            resource_version: j.resource_version(),
+            finalizers: j.finalizers().to_vec(),
+        })
+        .collect()
+}
+
+/// Takes the early writes into the plan: a job whose finalizer went on needs no finalizer
+/// step, writes its status over the resourceVersion that write returned, and `fin` (its
+/// finalizers by uid) shows ours.
+pub fn fold(plan: &mut CyclePlan, early: &ExecReport, fin: &mut HashMap<String, Vec<String>>) {
+    if early.written.is_empty() {
+        return;
+    }
+    let done: HashMap<String, &JobObs> = early
+        .written
+        .iter()
+        .map(|w| (w.job.uid(), w.job.as_ref()))
+        .collect();
+    for jp in &mut plan.jobs {
+        let Some(obj) = done.get(&jp.uid) else {
+            continue;
+        };
+        jp.add_finalizer = false;
+        if let Some(st) = jp.status.as_mut() {
+            st.resource_version = obj.job().resource_version();
+        }
+    }
+    for (uid, obj) in done {
+        fin.insert(uid, obj.job().finalizers().to_vec());
+    }
+}
+
+/// Adds the early writes to the cycle's report, ahead of the cycle's own (so a later write of
+/// the same job is the one the overlay keeps).
+pub fn merge(early: ExecReport, report: &mut ExecReport) {
+    for (k, v) in early.writes {
+        *report.writes.entry(k).or_default() += v;
+    }
+    for (k, v) in early.errors {
+        *report.errors.entry(k).or_default() += v;
+    }
+    let later = std::mem::replace(&mut report.written, early.written);
+    report.written.extend(later);
+    report.crashed |= early.crashed;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::exec::Written;
+    use crate::controller::plan::{JobPlan, PlannedStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use muster_crds::v1alpha1::{BatchJob, BatchJobStatus};
+
+    fn job(name: &str, rv: &str) -> BatchJob {
+        let mut j = BatchJob::new(name, Default::default());
+        j.metadata.namespace = Some("ns".into());
+        j.metadata.uid = Some(format!("uid-{name}"));
+        j.metadata.resource_version = Some(rv.into());
+        j
+    }
+
+    #[test]
+    fn only_new_jobs_without_the_finalizer_are_selected() {
+        let fresh = job("fresh", "1");
+        let mut planned = job("planned", "2");
+        planned.status = Some(BatchJobStatus::default());
+        let mut has = job("has", "3");
+        has.metadata.finalizers = Some(vec![labels::FINALIZER.into()]);
+        let mut deleting = job("deleting", "4");
+        deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        let mut parent = job("parent", "5");
+        parent.spec.array = Some(IntOrString::String("0-3".into()));
+        let mut element = job("element", "6");
+        element.spec.array = Some(IntOrString::String("0-3".into()));
+        element
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert(labels::ARRAY_PARENT.into(), "parent".into());
+        let jobs: Vec<Arc<JobObs>> = [fresh, planned, has, deleting, parent, element]
+            .into_iter()
+            .map(|j| Arc::new(JobObs::new(j)))
+            .collect();
+        let names: Vec<(String, Option<String>)> = select(&jobs)
+            .into_iter()
+            .map(|e| (e.name, e.resource_version))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("fresh".to_string(), Some("1".to_string())),
+                ("element".to_string(), Some("6".to_string()))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_job_given_the_finalizer_early_writes_its_status_over_the_new_version() {
+        let mut written = job("a", "7");
+        written.metadata.finalizers = Some(vec![labels::FINALIZER.into()]);
+        let early = ExecReport {
+            written: vec![Written {
+                job: Arc::new(JobObs::new(written)),
+                effects: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        let status = PlannedStatus::empty("6");
+        let mut plan = CyclePlan {
+            jobs: vec![
+                JobPlan {
+                    uid: "uid-a".into(),
+                    add_finalizer: true,
+                    status: Some(status.clone()),
+                    ..Default::default()
+                },
+                JobPlan {
+                    uid: "uid-b".into(),
+                    add_finalizer: true,
+                    status: Some(status),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut fin = HashMap::new();
+        fold(&mut plan, &early, &mut fin);
+        let a = &plan.jobs[0];
+        assert!(!a.add_finalizer);
+        assert_eq!(
+            a.status.as_ref().unwrap().resource_version.as_deref(),
+            Some("7")
+        );
+        // Its early write failed or never happened: the finalizer step stays, in order.
+        let b = &plan.jobs[1];
+        assert!(b.add_finalizer);
+        assert_eq!(
+            b.status.as_ref().unwrap().resource_version.as_deref(),
+            Some("6")
+        );
+        assert_eq!(fin["uid-a"], [labels::FINALIZER.to_string()]);
+
+        let mut report = ExecReport {
+            written: vec![Written {
+                job: Arc::new(JobObs::new(job("a", "8"))),
+                effects: Vec::new(),
+            }],
+            ..Default::default()
+        };
+        merge(early, &mut report);
+        let rvs: Vec<String> = report
+            .written
+            .iter()
+            .map(|w| w.job.job().resource_version().unwrap())
+            .collect();
+        assert_eq!(rvs, ["7", "8"]);
+    }
+}
