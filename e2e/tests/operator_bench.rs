@@ -237,6 +237,98 @@ impl Drop for Operator {
 /// Counts BatchJobs in RUNNING (or later) and their pods, through watches.
 struct Progress {
     started: tokio::sync::watch::Receiver<(usize, usize)>,
+    /// The counting task: stopped with the phase's control plane (its watches would retry
+    /// against a server that is gone).
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What the benchmark's progress watch decodes of an object: its namespace/name and, for a
+/// BatchJob, whether it left PENDING. The watch sees every write the operator makes (three
+/// BatchJob events and a Pod event per one-node job), and decoding whole objects (spec,
+/// status, managedFields) here took CPU from the two cores the measured system shares with
+/// this process. serde skips the rest of each object without building it.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(from = "LiteWire")]
+struct Lite<K> {
+    metadata: kube::api::ObjectMeta,
+    started: bool,
+    #[serde(skip)]
+    kind: std::marker::PhantomData<K>,
+}
+
+#[derive(serde::Deserialize)]
+struct LiteWire {
+    metadata: LiteMeta,
+    #[serde(default)]
+    status: Option<LiteStatus>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LiteMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+}
+
+/// A BatchJob's `status.state` (a Pod's `status` has no `state`: always `None`).
+#[derive(serde::Deserialize)]
+struct LiteStatus {
+    #[serde(default)]
+    state: Option<serde_json::Value>,
+}
+
+impl<K> From<LiteWire> for Lite<K> {
+    fn from(w: LiteWire) -> Self {
+        let started = w
+            .status
+            .and_then(|s| s.state)
+            .and_then(|v| serde_json::from_value::<JobState>(v).ok())
+            .is_some_and(|s| s != JobState::Pending);
+        Lite {
+            metadata: kube::api::ObjectMeta {
+                name: w.metadata.name,
+                namespace: w.metadata.namespace,
+                resource_version: w.metadata.resource_version,
+                ..Default::default()
+            },
+            started,
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K> kube::Resource for Lite<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    type DynamicType = ();
+    type Scope = kube::core::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.metadata
+    }
 }
 
 fn progress(client: kube::Client) -> Progress {
@@ -255,27 +347,27 @@ fn progress(client: kube::Client) -> Progress {
         )
     };
     let jobs = watcher(
-        Api::<BatchJob>::all(client.clone()),
+        Api::<Lite<BatchJob>>::all(client.clone()),
         watcher::Config::default(),
     )
+    .default_backoff()
     .applied_objects()
     .filter_map(move |r| {
-        futures::future::ready(r.ok().map(|j: BatchJob| {
-            let started = j
-                .status
-                .as_ref()
-                .and_then(|s| s.state)
-                .is_some_and(|s| s != JobState::Pending);
-            Seen::Job(key(&j.metadata), started)
-        }))
+        futures::future::ready(
+            r.ok()
+                .map(|j: Lite<BatchJob>| Seen::Job(key(&j.metadata), j.started)),
+        )
     });
     let pods = watcher(
-        Api::<Pod>::all(client),
+        Api::<Lite<Pod>>::all(client),
         watcher::Config::default().labels(labels::BATCHJOB),
     )
+    .default_backoff()
     .applied_objects()
-    .filter_map(move |r| futures::future::ready(r.ok().map(|p: Pod| Seen::Pod(key(&p.metadata)))));
-    tokio::spawn(async move {
+    .filter_map(move |r| {
+        futures::future::ready(r.ok().map(|p: Lite<Pod>| Seen::Pod(key(&p.metadata))))
+    });
+    let task = tokio::spawn(async move {
         let mut both = futures::stream::select(jobs.boxed(), pods.boxed());
         let mut started: HashMap<String, bool> = HashMap::new();
         let mut pods: std::collections::HashSet<String> = Default::default();
@@ -294,7 +386,7 @@ fn progress(client: kube::Client) -> Progress {
             let _ = tx.send((n, pods.len()));
         }
     });
-    Progress { started: rx }
+    Progress { started: rx, task }
 }
 
 impl Progress {
