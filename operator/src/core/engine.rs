@@ -20,6 +20,7 @@ use super::node_state::{NodeState, NodeUsers};
 use super::prepared::{Members, Prepared};
 use super::select::Placement;
 use super::shape::{Demand, Mode, Res};
+use super::timeline::SweepBufs;
 use super::tree::Tree;
 use super::util::FnvBuild;
 
@@ -461,6 +462,8 @@ pub struct Engine<'a> {
     /// Extended resources held on each node by the jobs' node pods, when some partition's
     /// pods request one; kept current with the cycle's starts, stops and evictions.
     pub ext: Option<ExtUse>,
+    /// Buffers of the reservation sweep, kept between its calls.
+    pub(super) sweep_bufs: SweepBufs,
 }
 
 impl<'a> Engine<'a> {
@@ -526,6 +529,7 @@ impl<'a> Engine<'a> {
             filter_keys: Vec::new(),
             users: None,
             ext: None,
+            sweep_bufs: SweepBufs::default(),
         }
     }
 

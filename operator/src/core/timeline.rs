@@ -12,6 +12,21 @@ use super::engine::{Engine, LeafAgg, LeafView, NEVER, Selection};
 use super::select::{SelectInput, select};
 use super::shape::{Demand, Res};
 
+/// Per-node buffers of [`Engine::earliest`], kept between its calls: a sweep touches few
+/// nodes, and allocating them zeroed (or copied) for every call (~150 KB at 4,096 nodes, up
+/// to ~100 calls a cycle) cost more than the sweeps. Between calls every entry is at rest
+/// (`raw` and `inwin` zero, `stamp` `i64::MIN`, `caps` `None`); a call puts back what it
+/// changed.
+#[derive(Debug, Default)]
+pub struct SweepBufs {
+    raw: Vec<[i64; 3]>,
+    inwin: Vec<u16>,
+    stamp: Vec<i64>,
+    /// Usable units of the nodes read by the sweep; `None`: the class's `node_units`.
+    caps: Vec<Option<u32>>,
+    aggs: Vec<LeafAgg>,
+}
+
 impl Engine<'_> {
     /// The earliest time ≥ now at which class `cid` with `demand`'s counts can be placed for
     /// `limit` seconds (`None`: unlimited), honouring `max_leaves` before `leaves_deadline`.
@@ -28,7 +43,34 @@ impl Engine<'_> {
         let part = self.classes[cid as usize].part;
         self.events(part);
         self.catch_up_base(cid);
+        let mut bufs = std::mem::take(&mut self.sweep_bufs);
+        let found = self.sweep(
+            cid,
+            demand,
+            limit,
+            max_leaves,
+            leaves_deadline,
+            counts,
+            &mut bufs,
+        );
+        self.sweep_bufs = bufs;
+        found
+    }
+
+    /// [`Engine::earliest`] once the partition's events and the class's base are current.
+    #[allow(clippy::too_many_arguments)]
+    fn sweep(
+        &self,
+        cid: u32,
+        demand: &Demand,
+        limit: Option<u64>,
+        max_leaves: Option<u32>,
+        leaves_deadline: i64,
+        counts: &[(Vec<bool>, u32)],
+        bufs: &mut SweepBufs,
+    ) -> Option<(i64, Selection)> {
         let c = &self.classes[cid as usize];
+        let part = c.part;
         let ps = &self.parts[part as usize];
         let main = ps.events.as_deref().unwrap_or(&[]);
         let recent = ps.new_events.as_slice();
@@ -44,7 +86,19 @@ impl Engine<'_> {
         // zero (holds before releases); they are clamped when read. `raw` holds the changes
         // since now; a node's count now is read from its state when needed (most nodes are
         // never touched by a sweep, so they are never read).
-        let mut raw: Vec<[i64; 3]> = vec![[0; 3]; n];
+        if bufs.raw.len() < n {
+            bufs.raw.resize(n, [0; 3]);
+            bufs.inwin.resize(n, 0);
+            bufs.stamp.resize(n, i64::MIN);
+            bufs.caps.resize(n, None);
+        }
+        let SweepBufs {
+            raw,
+            inwin,
+            stamp,
+            caps,
+            aggs,
+        } = bufs;
         let at = |pos: usize, raw: &[[i64; 3]]| -> [i64; 3] {
             let ns = &self.nodes[tree.nodes[pos] as usize];
             let r = if !ns.sched {
@@ -70,7 +124,6 @@ impl Engine<'_> {
             }
         };
         // Holds beginning in (t, end) per node.
-        let mut inwin: Vec<u16> = vec![0; n];
         let mut lo = 0usize;
         let mut hi = starts.partition_point(|&(s, _)| s < dur(now));
         for &(_, p) in &starts[..hi] {
@@ -107,35 +160,54 @@ impl Engine<'_> {
         // Nodes of leaves without holds have what the class's base says they have now (the
         // base names free GPUs, the sweep counts them: the same for untyped, unbound classes).
         let base_ok = c.bind.is_none() && !self.filters[c.filter as usize].typed;
-        let mut caps: Vec<u32> = (0..n)
-            .map(|p| {
-                if base_ok && ps.leaf_claims[tree.leaf_of[p] as usize].is_empty() {
-                    c.node_units[p]
-                } else {
-                    eff(p, &at(p, &raw), inwin[p], now, dur(now))
+        aggs.clear();
+        if base_ok {
+            // The class's base, with only the leaves with holds read node by node (a cycle's
+            // holds are on few leaves).
+            aggs.extend_from_slice(&c.base);
+            for &l in &ps.claimed_leaves {
+                let mut agg = LeafAgg::default();
+                for p in tree.leaf(l).nodes.clone() {
+                    let p = p as usize;
+                    let u = eff(p, &at(p, raw), inwin[p], now, dur(now));
+                    caps[p] = Some(u);
+                    if u > 0 {
+                        agg.units += u;
+                        agg.nodes += 1;
+                    }
                 }
-            })
-            .collect();
-        let mut aggs = vec![LeafAgg::default(); tree.leaves.len()];
-        for (p, &u) in caps.iter().enumerate() {
-            if u > 0 {
-                let l = tree.leaf_of[p] as usize;
-                aggs[l].units += u;
-                aggs[l].nodes += 1;
+                aggs[l as usize] = agg;
+            }
+        } else {
+            aggs.resize(tree.leaves.len(), LeafAgg::default());
+            for p in 0..n {
+                let u = eff(p, &at(p, raw), inwin[p], now, dur(now));
+                caps[p] = Some(u);
+                if u > 0 {
+                    let l = tree.leaf_of[p] as usize;
+                    aggs[l].units += u;
+                    aggs[l].nodes += 1;
+                }
             }
         }
+        let cap = |caps: &[Option<u32>], p: usize| caps[p].unwrap_or_else(|| c.node_units[p]);
         // Slack is not tracked over time: a future placement is judged by units alone.
-        let mut root_units: u64 = aggs.iter().map(|a| u64::from(a.units)).sum();
-        let mut root_nodes: u64 = aggs.iter().map(|a| u64::from(a.nodes)).sum();
+        let mut root_units = 0u64;
+        let mut root_nodes = 0u64;
+        for a in aggs.iter_mut() {
+            a.slack = 0;
+            root_units += u64::from(a.units);
+            root_nodes += u64::from(a.nodes);
+        }
         let need = u64::from(demand.need());
         // Two sorted lists read as one.
         let mut i = main.partition_point(|e| e.time <= now);
         let mut j = recent.partition_point(|e| e.time <= now);
         let mut t = now;
         let mut check = true;
+        // Every (node, time) the sweep touched, in order; `mark` starts the current time's.
         let mut touched: Vec<u32> = Vec::new();
-        let mut stamp: Vec<i64> = vec![i64::MIN; n];
-        loop {
+        let found = loop {
             if check && root_units >= need && root_nodes >= u64::from(demand.min_nodes) {
                 let ml = if t < leaves_deadline {
                     max_leaves
@@ -146,7 +218,7 @@ impl Engine<'_> {
                     tree,
                     levels: ps.levels,
                     leaf_aggs: LeafView {
-                        base: &aggs,
+                        base: aggs,
                         patch: &[],
                     },
                     demand,
@@ -157,12 +229,12 @@ impl Engine<'_> {
                 };
                 let node_fn = |p: u32| -> (u32, u32) {
                     (
-                        caps[p as usize],
-                        clamp(p as usize, &at(p as usize, &raw)).gpus,
+                        cap(caps, p as usize),
+                        clamp(p as usize, &at(p as usize, raw)).gpus,
                     )
                 };
                 if let Some(sel) = select(&inp, &node_fn) {
-                    return Some((t, sel));
+                    break Some((t, sel));
                 }
             }
             // Advance to the next event time (or the switches deadline).
@@ -176,12 +248,12 @@ impl Engine<'_> {
                 Some(et) if leaves_deadline > t && leaves_deadline < et => leaves_deadline,
                 Some(et) => et,
                 None if leaves_deadline > t && leaves_deadline != NEVER => leaves_deadline,
-                None => return None,
+                None => break None,
             };
             t = next;
             let end = dur(t);
             check = t == leaves_deadline;
-            touched.clear();
+            let mark = touched.len();
             let mut touch = |p: u32, touched: &mut Vec<u32>| {
                 if stamp[p as usize] != t {
                     stamp[p as usize] = t;
@@ -222,19 +294,39 @@ impl Engine<'_> {
                 hi += 1;
                 touch(p, &mut touched);
             }
-            for &p in &touched {
+            for &p in &touched[mark..] {
                 let p = p as usize;
-                let u = eff(p, &at(p, &raw), inwin[p], t, end);
-                let old = caps[p];
+                let u = eff(p, &at(p, raw), inwin[p], t, end);
+                let old = cap(caps, p);
                 if u != old {
                     let l = tree.leaf_of[p] as usize;
                     aggs[l].units = aggs[l].units - old + u;
                     aggs[l].nodes = aggs[l].nodes - u32::from(old > 0) + u32::from(u > 0);
                     root_units = root_units - u64::from(old) + u64::from(u);
                     root_nodes = root_nodes - u64::from(old > 0) + u64::from(u > 0);
-                    caps[p] = u;
+                    caps[p] = Some(u);
                 }
             }
+        };
+        // Back to rest: events and window changes touched their nodes; the window's first
+        // holds were counted without a touch.
+        for &p in &touched {
+            raw[p as usize] = [0; 3];
+            inwin[p as usize] = 0;
+            stamp[p as usize] = i64::MIN;
+            caps[p as usize] = None;
         }
+        if base_ok {
+            for &l in &ps.claimed_leaves {
+                let r = tree.leaf(l).nodes.clone();
+                caps[r.start as usize..r.end as usize].fill(None);
+            }
+        } else {
+            caps[..n].fill(None);
+        }
+        for &(_, p) in &starts[..hi] {
+            inwin[p as usize] = 0;
+        }
+        found
     }
 }
