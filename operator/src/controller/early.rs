@@ -31,6 +31,8 @@ pub struct EarlyFinalizer {
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// UID.
+    pub uid: String,
     /// The resourceVersion the cycle's snapshot holds (the write's precondition).
     pub resource_version: Option<String>,
     /// Its finalizers now (ours is added to them).
@@ -52,40 +54,47 @@ pub fn select(jobs: &[Arc<JobObs>]) -> Vec<EarlyFinalizer> {
         .map(|j| EarlyFinalizer {
             namespace: j.namespace().unwrap_or_default(),
             name: j.name_any(),
+            uid: j.uid().unwrap_or_default(),
             resource_version: j.resource_version(),
             finalizers: j.finalizers().to_vec(),
         })
         .collect()
 }
 
+/// A job the finalizer went on: what its later writes need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Added {
+    /// UID.
+    pub uid: String,
+    /// Its resourceVersion after the write.
+    pub resource_version: Option<String>,
+    /// Its finalizers after the write.
+    pub finalizers: Vec<String>,
+}
+
 /// Takes the early writes into the plan: a job whose finalizer went on needs no finalizer
 /// step, writes its status over the resourceVersion that write returned, and `fin` (its
 /// finalizers by uid) shows ours.
-pub fn fold(plan: &mut CyclePlan, early: &ExecReport, fin: &mut HashMap<String, Vec<String>>) {
-    if early.written.is_empty() {
+pub fn fold(plan: &mut CyclePlan, added: Vec<Added>, fin: &mut HashMap<String, Vec<String>>) {
+    if added.is_empty() {
         return;
     }
-    let done: HashMap<String, &JobObs> = early
-        .written
-        .iter()
-        .map(|w| (w.job.uid(), w.job.as_ref()))
-        .collect();
+    let mut done: HashMap<String, Added> = added.into_iter().map(|a| (a.uid.clone(), a)).collect();
     for jp in &mut plan.jobs {
-        let Some(obj) = done.get(&jp.uid) else {
+        let Some(a) = done.get(&jp.uid) else {
             continue;
         };
         jp.add_finalizer = false;
         if let Some(st) = jp.status.as_mut() {
-            st.resource_version = obj.job().resource_version();
+            st.resource_version = a.resource_version.clone();
         }
     }
-    for (uid, obj) in done {
-        fin.insert(uid, obj.job().finalizers().to_vec());
+    for (uid, a) in done.drain() {
+        fin.insert(uid, a.finalizers);
     }
 }
 
-/// Adds the early writes to the cycle's report, ahead of the cycle's own (so a later write of
-/// the same job is the one the overlay keeps).
+/// Adds the early writes' counts to the cycle's report.
 pub fn merge(early: ExecReport, report: &mut ExecReport) {
     for (k, v) in early.writes {
         *report.writes.entry(k).or_default() += v;
@@ -93,15 +102,12 @@ pub fn merge(early: ExecReport, report: &mut ExecReport) {
     for (k, v) in early.errors {
         *report.errors.entry(k).or_default() += v;
     }
-    let later = std::mem::replace(&mut report.written, early.written);
-    report.written.extend(later);
     report.crashed |= early.crashed;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::exec::Written;
     use crate::controller::plan::{JobPlan, PlannedStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -152,15 +158,11 @@ mod tests {
 
     #[test]
     fn a_job_given_the_finalizer_early_writes_its_status_over_the_new_version() {
-        let mut written = job("a", "7");
-        written.metadata.finalizers = Some(vec![labels::FINALIZER.into()]);
-        let early = ExecReport {
-            written: vec![Written {
-                job: Arc::new(JobObs::new(written)),
-                effects: Vec::new(),
-            }],
-            ..Default::default()
-        };
+        let added = vec![Added {
+            uid: "uid-a".into(),
+            resource_version: Some("7".into()),
+            finalizers: vec![labels::FINALIZER.into()],
+        }];
         let status = PlannedStatus::empty("6");
         let mut plan = CyclePlan {
             jobs: vec![
@@ -180,7 +182,7 @@ mod tests {
             ..Default::default()
         };
         let mut fin = HashMap::new();
-        fold(&mut plan, &early, &mut fin);
+        fold(&mut plan, added, &mut fin);
         let a = &plan.jobs[0];
         assert!(!a.add_finalizer);
         assert_eq!(
@@ -195,20 +197,6 @@ mod tests {
             Some("6")
         );
         assert_eq!(fin["uid-a"], [labels::FINALIZER.to_string()]);
-
-        let mut report = ExecReport {
-            written: vec![Written {
-                job: Arc::new(JobObs::new(job("a", "8"))),
-                effects: Vec::new(),
-            }],
-            ..Default::default()
-        };
-        merge(early, &mut report);
-        let rvs: Vec<String> = report
-            .written
-            .iter()
-            .map(|w| w.job.job().resource_version().unwrap())
-            .collect();
-        assert_eq!(rvs, ["7", "8"]);
+        assert!(!fin.contains_key("uid-b"));
     }
 }

@@ -654,14 +654,15 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
 }
 
 /// Adds the allocation finalizer to new jobs while the cycle plans (see [`super::early`]),
-/// at most `concurrency` at once, each gated like any write; `written` holds each job as the
-/// server returned it.
+/// at most `concurrency` at once, each gated like any write; returns the report and, for each
+/// job written, its new resourceVersion and finalizers (not the object: a burst of 6,250
+/// gangs would hold them all through the plan).
 pub async fn add_finalizers(
     jobs: Vec<super::early::EarlyFinalizer>,
     api: &dyn ClusterApi,
     faults: &dyn Faults,
     concurrency: usize,
-) -> ExecReport {
+) -> (ExecReport, Vec<super::early::Added>) {
     let state = Ctx {
         api,
         faults,
@@ -669,7 +670,8 @@ pub async fn add_finalizers(
         report: std::sync::Mutex::new(ExecReport::default()),
         pod_slots: tokio::sync::Semaphore::new(1),
     };
-    let ctx = &state;
+    let added = std::sync::Mutex::new(Vec::new());
+    let (ctx, out) = (&state, &added);
     stream::iter(jobs)
         .for_each_concurrent(concurrency.max(1), |j| async move {
             if ctx.gate(WriteKind::Finalizer, &j.name).is_err() {
@@ -686,19 +688,22 @@ pub async fn add_finalizers(
                 .await;
             match res {
                 Ok(obj) => {
-                    let job = Arc::new(JobObs::new(obj));
-                    ctx.with(|r| {
-                        r.written.push(Written {
-                            job,
-                            effects: Vec::new(),
+                    out.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(super::early::Added {
+                            uid: j.uid,
+                            resource_version: obj.metadata.resource_version,
+                            finalizers: obj.metadata.finalizers.unwrap_or_default(),
                         })
-                    });
                 }
                 Err(e) => ctx.fail(&e),
             }
         })
         .await;
-    state.report.into_inner().unwrap_or_else(|e| e.into_inner())
+    (
+        state.report.into_inner().unwrap_or_else(|e| e.into_inner()),
+        added.into_inner().unwrap_or_else(|e| e.into_inner()),
+    )
 }
 
 /// A fresh step credential: 32 random bytes, hex (what `muster-step` reads).

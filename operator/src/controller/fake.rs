@@ -933,7 +933,7 @@ impl Harness {
         // New jobs' finalizers first (the operator writes them while it plans, from the same
         // snapshot).
         let early_jobs = super::early::select(&jobs);
-        let early =
+        let (early, added) =
             futures::executor::block_on(exec::add_finalizers(early_jobs, &self.cluster, faults, 8));
         let mut next = self.next_id;
         let mut p = plan::plan(&inp, &self.cfg, &mut self.mem, &mut || {
@@ -947,7 +947,7 @@ impl Harness {
             .iter()
             .map(|j| (j.uid(), j.job().finalizers().to_vec()))
             .collect();
-        super::early::fold(&mut p, &early, &mut fin);
+        super::early::fold(&mut p, added, &mut fin);
         let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
         let mut report = if early.crashed {
             ExecReport::default()

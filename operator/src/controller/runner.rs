@@ -971,8 +971,10 @@ async fn run_cycle(
         gang: caps.gang,
     };
     // New jobs get the finalizer while the plan runs (`early`): the writes wait on the API
-    // server, the plan on this thread's CPU. The plan runs in `block_in_place` so that the
-    // writes' task and the watch tasks keep this worker's queue moving meanwhile.
+    // server, the plan on this thread's CPU. Yielding once lets the writes' task send its
+    // first requests before the plan takes this thread; their answers wake it on the other
+    // worker. (Not `block_in_place`: the thread it adds gets a malloc arena of its own, +10
+    // MiB resident at 4,096 nodes.)
     let early_jobs = early::select(&jobs);
     let early_task = (!early_jobs.is_empty()).then(|| {
         let (api, faults) = (leader.api.clone(), settings.faults.clone());
@@ -981,16 +983,14 @@ async fn run_cycle(
             exec::add_finalizers(early_jobs, &api, faults.as_ref(), conc).await
         }))
     });
+    if early_task.is_some() {
+        tokio::task::yield_now().await;
+    }
     let ids = &mut leader.ids;
-    let mem = &mut leader.mem;
-    let mut run_plan = || plan::plan(&inp, &settings.plan, mem, &mut || ids.take());
-    let mut cp = match tokio::runtime::Handle::current().runtime_flavor() {
-        tokio::runtime::RuntimeFlavor::CurrentThread => run_plan(),
-        _ => tokio::task::block_in_place(run_plan),
-    };
-    let early_report = match early_task {
+    let mut cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
+    let (early_report, added) = match early_task {
         Some(mut t) => (&mut t.0).await.unwrap_or_default(),
-        None => exec::ExecReport::default(),
+        None => Default::default(),
     };
     leader.last_running = std::mem::take(&mut cp.running);
     metrics.set_gauges(&cp.gauges);
@@ -999,7 +999,7 @@ async fn run_cycle(
         .iter()
         .map(|j| (j.uid(), j.job().finalizers().to_vec()))
         .collect();
-    early::fold(&mut cp, &early_report, &mut fin);
+    early::fold(&mut cp, added, &mut fin);
     let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
     let mut report = if early_report.crashed {
         exec::ExecReport::default()
