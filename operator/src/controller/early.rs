@@ -11,8 +11,8 @@
 //!
 //! The early write carries the snapshot's resourceVersion as its precondition, the same one
 //! the plan's status write would have used, so a job changed meanwhile is written by neither.
-//! A job that never starts (cancelled, deleted while pending) has the finalizer removed as any
-//! job does: once none of its pods is live.
+//! A job that never starts keeps the finalizer as an ended job does; deleted, it loses it in
+//! the next cycle (none of its pods is live), as any job does.
 
 use std::collections::HashMap;
 use std::sync::Arc;

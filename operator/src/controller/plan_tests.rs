@@ -574,6 +574,33 @@ fn deleting_a_running_job_releases_its_allocation_first() {
 }
 
 #[test]
+fn a_new_job_gets_the_finalizer_at_first_sight_and_loses_it_when_deleted_pending() {
+    let mut h = harness(1, 8);
+    h.cluster.submit(job("big", gpus(8), 3600, None));
+    h.cycle();
+    // Waits: every GPU is taken. It got the finalizer all the same (written while the cycle
+    // planned), and its pending status went over the version that write returned.
+    h.cluster.submit(job("waits", gpus(8), 3600, None));
+    let r = h.cycle();
+    assert_eq!(r.errors.get("conflict"), None, "{:?}", r.errors);
+    let w = h.cluster.job("waits");
+    assert_eq!(w.finalizers(), [labels::FINALIZER.to_string()]);
+    assert_eq!(
+        w.status.as_ref().and_then(|s| s.state),
+        Some(JobState::Pending)
+    );
+    // No writes for it the next cycle: nothing changed.
+    let r = h.step(1);
+    assert_eq!(r.writes.get(&WriteKind::Finalizer), None);
+    // Deleted while pending: no pod is live, so the finalizer goes in the next cycle.
+    h.cluster.delete_job("waits");
+    assert!(h.cluster.has_job("waits"), "held by the finalizer");
+    h.step(1);
+    assert!(!h.cluster.has_job("waits"));
+    assert_eq!(h.cluster.state("big"), JobState::Running);
+}
+
+#[test]
 fn arrays_run_each_index_as_its_own_gang_under_the_throttle() {
     let mut h = harness(4, 8);
     let mut spec = gpus(1);
