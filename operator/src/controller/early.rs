@@ -18,11 +18,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use muster_crds::labels;
 
-use super::exec::ExecReport;
+use super::exec::{self, ClusterApi, ExecReport, Faults};
 use super::jobobs::JobObs;
-use super::plan::CyclePlan;
+use super::plan::{self, CyclePlan};
 
 /// A job to give the finalizer ahead of the plan.
 #[derive(Clone, Debug)]
@@ -48,8 +47,8 @@ pub fn select(jobs: &[Arc<JobObs>]) -> Vec<EarlyFinalizer> {
         .filter(|j| {
             j.status.is_none()
                 && j.metadata.deletion_timestamp.is_none()
-                && !j.finalizers().iter().any(|f| f == labels::FINALIZER)
-                && (j.spec.array.is_none() || j.labels().contains_key(labels::ARRAY_PARENT))
+                && !plan::has_finalizer(j)
+                && !plan::is_array_parent(j)
         })
         .map(|j| EarlyFinalizer {
             namespace: j.namespace().unwrap_or_default(),
@@ -72,10 +71,38 @@ pub struct Added {
     pub finalizers: Vec<String>,
 }
 
+/// Carries out the cycle's plan after its early finalizer writes (`early`: their report and
+/// what they added): folds them in, executes the plan unless an injected crash stopped the
+/// early writes, and returns one report for both. The operator's runner and the unit tests'
+/// fake cluster both go through here, so the sequence is the same in both.
+pub async fn execute_after(
+    mut cp: CyclePlan,
+    early: (ExecReport, Vec<Added>),
+    jobs: &[Arc<JobObs>],
+    api: &dyn ClusterApi,
+    faults: &dyn Faults,
+    concurrency: usize,
+) -> ExecReport {
+    let (early, added) = early;
+    let mut fin: HashMap<String, Vec<String>> = jobs
+        .iter()
+        .map(|j| (j.uid(), j.job().finalizers().to_vec()))
+        .collect();
+    fold(&mut cp, added, &mut fin);
+    let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
+    let mut report = if early.crashed {
+        ExecReport::default()
+    } else {
+        exec::execute(cp, api, faults, concurrency, &finalizers).await
+    };
+    merge(early, &mut report);
+    report
+}
+
 /// Takes the early writes into the plan: a job whose finalizer went on needs no finalizer
 /// step, writes its status over the resourceVersion that write returned, and `fin` (its
 /// finalizers by uid) shows ours.
-pub fn fold(plan: &mut CyclePlan, added: Vec<Added>, fin: &mut HashMap<String, Vec<String>>) {
+fn fold(plan: &mut CyclePlan, added: Vec<Added>, fin: &mut HashMap<String, Vec<String>>) {
     if added.is_empty() {
         return;
     }
@@ -95,7 +122,7 @@ pub fn fold(plan: &mut CyclePlan, added: Vec<Added>, fin: &mut HashMap<String, V
 }
 
 /// Adds the early writes' counts to the cycle's report.
-pub fn merge(early: ExecReport, report: &mut ExecReport) {
+fn merge(early: ExecReport, report: &mut ExecReport) {
     for (k, v) in early.writes {
         *report.writes.entry(k).or_default() += v;
     }
@@ -111,6 +138,7 @@ mod tests {
     use crate::controller::plan::{JobPlan, PlannedStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use muster_crds::labels;
     use muster_crds::v1alpha1::{BatchJob, BatchJobStatus};
 
     fn job(name: &str, rv: &str) -> BatchJob {

@@ -933,28 +933,24 @@ impl Harness {
         // New jobs' finalizers first (the operator writes them while it plans, from the same
         // snapshot).
         let early_jobs = super::early::select(&jobs);
-        let (early, added) =
+        let early =
             futures::executor::block_on(exec::add_finalizers(early_jobs, &self.cluster, faults, 8));
         let mut next = self.next_id;
-        let mut p = plan::plan(&inp, &self.cfg, &mut self.mem, &mut || {
+        let p = plan::plan(&inp, &self.cfg, &mut self.mem, &mut || {
             let id = next;
             next += 1;
             Some(id)
         });
         // Ids handed out are gone even if their write fails (as with the ConfigMap counter).
         self.next_id = next;
-        let mut fin: HashMap<String, Vec<String>> = jobs
-            .iter()
-            .map(|j| (j.uid(), j.job().finalizers().to_vec()))
-            .collect();
-        super::early::fold(&mut p, added, &mut fin);
-        let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
-        let mut report = if early.crashed {
-            ExecReport::default()
-        } else {
-            futures::executor::block_on(exec::execute(p, &self.cluster, faults, 8, &finalizers))
-        };
-        super::early::merge(early, &mut report);
+        let report = futures::executor::block_on(super::early::execute_after(
+            p,
+            early,
+            &jobs,
+            &self.cluster,
+            faults,
+            8,
+        ));
         for w in &report.written {
             self.mem.wrote_status(&w.job.uid(), self.now);
         }

@@ -870,7 +870,13 @@ impl Work<'_> {
     }
 }
 
-fn has_finalizer(j: &BatchJob) -> bool {
+/// Whether `j` is an array's parent (its elements are BatchJobs of their own; it never holds
+/// an allocation).
+pub(super) fn is_array_parent(j: &BatchJob) -> bool {
+    j.spec.array.is_some() && !j.labels().contains_key(labels::ARRAY_PARENT)
+}
+
+pub(super) fn has_finalizer(j: &BatchJob) -> bool {
     j.finalizers().iter().any(|f| f == labels::FINALIZER)
 }
 
@@ -1000,7 +1006,7 @@ pub fn plan(
             queued: false,
             holds: false,
             array: None,
-            is_parent: job.spec.array.is_some() && !job.labels().contains_key(labels::ARRAY_PARENT),
+            is_parent: is_array_parent(job),
             skip: false,
             known: None,
         };

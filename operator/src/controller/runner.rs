@@ -988,32 +988,22 @@ async fn run_cycle(
     }
     let ids = &mut leader.ids;
     let mut cp = plan::plan(&inp, &settings.plan, &mut leader.mem, &mut || ids.take());
-    let (early_report, added) = match early_task {
+    let early = match early_task {
         Some(mut t) => (&mut t.0).await.unwrap_or_default(),
         None => Default::default(),
     };
     leader.last_running = std::mem::take(&mut cp.running);
     metrics.set_gauges(&cp.gauges);
     let (starts, queued) = (cp.starts, cp.queued);
-    let mut fin: HashMap<String, Vec<String>> = jobs
-        .iter()
-        .map(|j| (j.uid(), j.job().finalizers().to_vec()))
-        .collect();
-    early::fold(&mut cp, added, &mut fin);
-    let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
-    let mut report = if early_report.crashed {
-        exec::ExecReport::default()
-    } else {
-        exec::execute(
-            cp,
-            &leader.api,
-            settings.faults.as_ref(),
-            settings.write_concurrency,
-            &finalizers,
-        )
-        .await
-    };
-    early::merge(early_report, &mut report);
+    let mut report = early::execute_after(
+        cp,
+        early,
+        &jobs,
+        &leader.api,
+        settings.faults.as_ref(),
+        settings.write_concurrency,
+    )
+    .await;
     metrics.record(&report);
     for w in &report.written {
         leader.mem.wrote_status(&w.job.uid(), now);
