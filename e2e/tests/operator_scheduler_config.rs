@@ -63,18 +63,28 @@ async fn reason(env: &Env, name: &str) -> Option<String> {
     env.job(name).await.status.and_then(|s| s.reason)
 }
 
-/// Starts the operator with `config` and runs the scenario up to `small`'s submission.
-async fn scenario(config: &str) -> (Env, Handle) {
+/// A test control plane with `nodes` in the default partition, and the operator on it with
+/// the scheduler configuration `config`.
+async fn start(nodes: &[NodeDef<'_>], config: &str) -> (Env, Handle) {
     let env = Env::start().await;
-    env.add_nodes(&[
-        NodeDef::new("gpu001", 8, "leaf1"),
-        NodeDef::new("gpu002", 8, "leaf1"),
-    ])
-    .await;
+    env.add_nodes(nodes).await;
     env.default_partition().await;
     let mut settings = env.settings();
     settings.plan.scheduler = load(config);
     let op = env.start_operator(settings);
+    (env, op)
+}
+
+/// Starts the operator with `config` and runs the scenario up to `small`'s submission.
+async fn scenario(config: &str) -> (Env, Handle) {
+    let (env, op) = start(
+        &[
+            NodeDef::new("gpu001", 8, "leaf1"),
+            NodeDef::new("gpu002", 8, "leaf1"),
+        ],
+        config,
+    )
+    .await;
     env.submit(batchjob(
         "long",
         json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
@@ -148,12 +158,7 @@ async fn no_reservations_means_no_estimated_starts() {
 /// One node held for a few seconds; `week` (7-day limit) is submitted, then `quick`
 /// (10 minutes). Returns which of the two got the node when it freed.
 async fn first_of_two_waiting(config: &str) -> &'static str {
-    let env = Env::start().await;
-    env.add_nodes(&[NodeDef::new("gpu001", 8, "leaf1")]).await;
-    env.default_partition().await;
-    let mut settings = env.settings();
-    settings.plan.scheduler = load(config);
-    let op = env.start_operator(settings);
+    let (env, op) = start(&[NodeDef::new("gpu001", 8, "leaf1")], config).await;
     env.submit(batchjob(
         "long",
         json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
