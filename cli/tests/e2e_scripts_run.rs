@@ -420,10 +420,12 @@ async fn every_script_that_needs_only_bash_and_open_mpi_runs_with_slurms_gpu_vis
                 eprintln!("ok {script}: {end}");
                 break;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{script} is still {st} after {LIMIT:?}; its output:\n{log}"
-            );
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "{script} is still {st} after {LIMIT:?}; its output:\n{log}\n{}",
+                    sim.describe(id).await
+                );
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }

@@ -529,6 +529,9 @@ impl Daemon {
             .filter(|n| **n != self.node.name)
             .collect();
         let checks = others.iter().map(|n| async move {
+            // Said once, so a job stuck on a node that never comes up is not silent.
+            let mut told = false;
+            let tell_at = tokio::time::Instant::now() + Duration::from_secs(10);
             loop {
                 let r = tokio::time::timeout(Duration::from_secs(5), async {
                     let mut ch = connect(n, self.job.port, &self.cred).await?;
@@ -547,11 +550,19 @@ impl Daemon {
                     Ok(Err(e)) => e,
                     Err(_) => "no answer within 5 s".to_string(),
                 };
-                if tokio::time::Instant::now() >= deadline {
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
                     return Err(format!(
                         "node {n} of the job did not answer within {} s ({last}); the batch step cannot start",
                         limit.as_secs()
                     ));
+                }
+                if !told && now >= tell_at {
+                    told = true;
+                    eprintln!(
+                        "muster-step: waiting for node {n} of the job ({last}); the batch step starts when every node answers, or fails after {} s",
+                        limit.as_secs()
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -405,6 +405,62 @@ impl Sim {
         ))
     }
 
+    /// What a failing wait prints: the job's status and, for each of its node pods, the
+    /// pod's phase, address, conditions, container states and every container's log.
+    pub async fn describe(&self, id: u64) -> String {
+        use k8s_openapi::api::core::v1::Pod;
+        use kube::api::LogParams;
+        use std::fmt::Write;
+        let mut out = String::new();
+        let jobs: Api<BatchJob> = Api::namespaced(self.cluster.client(), "default");
+        let list = jobs.list(&Default::default()).await.unwrap();
+        let Some(job) = list
+            .items
+            .into_iter()
+            .find(|j| j.status.as_ref().and_then(|s| s.job_id) == Some(id))
+        else {
+            return format!("no BatchJob with id {id}");
+        };
+        let _ = writeln!(
+            out,
+            "job {id} status: {}",
+            serde_json::to_string(&job.status).unwrap_or_default()
+        );
+        let pods: Api<Pod> = Api::namespaced(self.cluster.client(), "default");
+        for name in self.pods_of(id).await {
+            let Ok(p) = pods.get(&name).await else {
+                let _ = writeln!(out, "pod {name}: gone");
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "pod {name} on {:?}: {}",
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                serde_json::to_string(&p.status).unwrap_or_default()
+            );
+            let spec = p.spec.unwrap_or_default();
+            let containers = spec
+                .init_containers
+                .unwrap_or_default()
+                .into_iter()
+                .chain(spec.containers);
+            for c in containers {
+                let log = pods
+                    .logs(
+                        &name,
+                        &LogParams {
+                            container: Some(c.name.clone()),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .unwrap_or_else(|e| format!("(no log: {e})"));
+                let _ = writeln!(out, "--- log of {name}/{}:\n{log}", c.name);
+            }
+        }
+        out
+    }
+
     /// Stop the operator and the cluster.
     pub async fn stop(mut self) {
         if let Some(h) = self.operator.take() {

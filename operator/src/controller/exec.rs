@@ -472,8 +472,11 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
             return;
         }
         if let Err(e) = ctx.api.create_service(svc).await {
-            // Rank DNS is best effort; the pods still start.
+            // No pod without it: the batch step reaches the other nodes by these names, and
+            // the Service is planned only while the job has no pod, so the next cycle tries
+            // the admission's writes again.
             ctx.fail(&e);
+            return;
         }
     }
     if let Some(g) = &jp.group {

@@ -72,6 +72,8 @@ pub struct State {
     pub jobs: BTreeMap<(String, String), BatchJob>,
     pub pods: BTreeMap<(String, String), Pod>,
     pub services: BTreeSet<(String, String)>,
+    /// How many Service creations to refuse next, as an API server answering 500 would.
+    pub refuse_services: u32,
     /// Step credential Secrets: (namespace, name) → key.
     pub secrets: BTreeMap<(String, String), String>,
     pub partitions: BTreeMap<String, Partition>,
@@ -769,8 +771,15 @@ impl ClusterApi for FakeCluster {
     }
 
     fn create_service<'a>(&'a self, svc: &'a Service) -> BoxFuture<'a, Result<(), ApiError>> {
-        self.lock()
-            .services
+        let mut s = self.lock();
+        if s.refuse_services > 0 {
+            s.refuse_services -= 1;
+            return done(Err(ApiError::Status {
+                code: 500,
+                message: "etcdserver: request timed out".into(),
+            }));
+        }
+        s.services
             .insert((svc.namespace().unwrap(), svc.name_any()));
         done(Ok(()))
     }

@@ -601,6 +601,34 @@ fn a_new_job_gets_the_finalizer_at_first_sight_and_loses_it_when_deleted_pending
 }
 
 #[test]
+fn no_node_pod_starts_before_the_service_that_names_the_nodes() {
+    let mut h = harness(2, 8);
+    let mut spec = gpus(8);
+    spec.nodes = Some(IntOrString::Int(2));
+    h.cluster.lock().refuse_services = 1;
+    h.cluster.submit(job("pair", spec, 3600, None));
+    let r = h.cycle();
+    assert_eq!(r.errors.get("server"), Some(&1), "{:?}", r.errors);
+    assert!(
+        h.cluster.pods_of("pair").is_empty(),
+        "no pod without the Service"
+    );
+    // The next cycle makes the admission's writes again, the Service first.
+    h.step(1);
+    assert_eq!(
+        h.cluster
+            .lock()
+            .services
+            .iter()
+            .map(|s| s.1.as_str())
+            .collect::<Vec<_>>(),
+        ["pair"]
+    );
+    assert_eq!(h.cluster.pods_of("pair").len(), 2);
+    assert_eq!(h.cluster.state("pair"), JobState::Running);
+}
+
+#[test]
 fn arrays_run_each_index_as_its_own_gang_under_the_throttle() {
     let mut h = harness(4, 8);
     let mut spec = gpus(1);
