@@ -905,10 +905,12 @@ const TRIM_AFTER_WRITES: u64 = 1_000;
 /// objects leave freed memory too).
 const TRIM_INTERVAL: Duration = Duration::from_secs(10);
 
-/// Returns freed heap pages to the system. glibc keeps what a burst freed (per-thread arenas,
-/// fragmented heaps) mapped, so after admitting 1,000 gangs in one cycle the resident size
-/// would stay at that cycle's peak for good; `malloc_trim` releases it (a few ms on a large
-/// heap, only after big cycles).
+/// Returns freed heap pages to the system where the allocator is glibc's (this library's
+/// users, tests included; the `muster-operator` binary runs on mimalloc, which hands freed
+/// pages back itself, and there this trims an almost empty glibc heap). glibc keeps what a
+/// burst freed (per-thread arenas, fragmented heaps) mapped, so after admitting 1,000 gangs
+/// in one cycle the resident size would stay at that cycle's peak for good; `malloc_trim`
+/// releases it (a few ms on a large heap, only after big cycles).
 fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own arenas; it has no preconditions.
