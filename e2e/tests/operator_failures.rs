@@ -180,3 +180,52 @@ async fn backfill_never_delays_the_reservation() {
     assert_eq!(big.start_time.unwrap(), reserved, "reservation unchanged");
     op.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_of_the_same_name_owned_elsewhere_holds_the_pods_until_it_goes() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    use kube::Api;
+    use kube::api::{DeleteParams, PostParams};
+    let (env, op) = setup(2).await;
+    // An earlier object's Service under the name the job's will take (as an earlier job's is
+    // until the garbage collector removes it), owned by a ConfigMap that still exists.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), "default");
+    let cm = cms
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "old"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let svcs: Api<Service> = Api::namespaced(env.client.clone(), "default");
+    svcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "pair", "ownerReferences": [{"apiVersion": "v1",
+                "kind": "ConfigMap", "name": "old", "uid": cm.metadata.uid.unwrap()}]},
+            "spec": {"clusterIP": "None", "selector": {"app": "old"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    env.submit(batchjob("pair", json!({"nodes": 2, "gpusPerNode": 1}), 3))
+        .await;
+    env.until_state("pair", JobState::Running, 20).await;
+    // Cycles go by (300 ms apart here): no pod while the name is another's.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(
+        env.pods_of("pair").await.is_empty(),
+        "no pod without its own Service"
+    );
+    // The owner goes, the collector takes its Service, and the job's own comes with its pods.
+    cms.delete("old", &DeleteParams::default()).await.unwrap();
+    env.until_pods("pair", 2, 20).await;
+    let svc = svcs.get("pair").await.unwrap();
+    let job = env.job("pair").await;
+    assert_eq!(
+        svc.metadata.owner_references.unwrap()[0].uid,
+        job.metadata.uid.unwrap()
+    );
+    env.until_state("pair", JobState::Completed, 30).await;
+    op.shutdown().await.unwrap();
+}

@@ -323,11 +323,7 @@ impl ClusterApi for KubeApi {
         async move {
             let ns = secret.metadata.namespace.as_deref().unwrap_or("default");
             let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
-            match api.create(&PostParams::default(), secret).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(e) => Err(api_error(e)),
-            }
+            create_owned(&api, secret).await
         }
         .boxed()
     }
@@ -336,11 +332,7 @@ impl ClusterApi for KubeApi {
         async move {
             let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
             let api: Api<Service> = Api::namespaced(self.client.clone(), ns);
-            match api.create(&PostParams::default(), svc).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(e) => Err(api_error(e)),
-            }
+            create_owned(&api, svc).await
         }
         .boxed()
     }
@@ -429,8 +421,82 @@ impl ClusterApi for KubeApi {
     }
 }
 
+/// Creates `obj`, a job's own object (Secret, Service); one already there is kept when it is
+/// the same job's (a crash after the create), and refused when another owner's: an earlier job
+/// of the same name whose Service or Secret the garbage collector has not removed yet would
+/// otherwise stand in for this job's and then vanish under its pods. The job's next cycle
+/// tries again.
+async fn create_owned<K>(api: &Api<K>, obj: &K) -> Result<(), ApiError>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let name = obj.meta().name.clone().unwrap_or_default();
+            let existing = api.get(&name).await.map_err(api_error)?;
+            if same_owner(existing.meta(), obj.meta()) {
+                Ok(())
+            } else {
+                Err(ApiError::Conflict(format!(
+                    "{} {name} exists and is not this job's (an earlier job's, not yet \
+                     removed?): waiting for it to go",
+                    K::kind(&())
+                )))
+            }
+        }
+        Err(e) => Err(api_error(e)),
+    }
+}
+
+/// Whether `existing` is owned by the owner `want` names (its first owner reference's uid).
+fn same_owner(
+    existing: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    want: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let Some(uid) = want
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.first())
+        .map(|o| o.uid.as_str())
+    else {
+        return true;
+    };
+    existing
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_job_keeps_only_its_own_service_or_secret() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+        let owned = |uid: &str| ObjectMeta {
+            name: Some("train".into()),
+            owner_references: Some(vec![OwnerReference {
+                uid: uid.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert!(
+            same_owner(&owned("a"), &owned("a")),
+            "a crash after the create"
+        );
+        assert!(!same_owner(&owned("old"), &owned("a")), "an earlier job's");
+        assert!(
+            !same_owner(&ObjectMeta::default(), &owned("a")),
+            "someone else's"
+        );
+    }
+
     use super::*;
     use serde_json::json;
 
