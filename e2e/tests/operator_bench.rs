@@ -46,24 +46,15 @@ mod operator_support;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-// mimalloc's own C API (linked with the allocator above): the `mimalloc` crate does not
-// expose options without its `extended` feature, which needs one more crate.
-unsafe extern "C" {
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-}
-
-/// `mi_option_purge_delay` in mimalloc.h's `mi_option_e` (v2 and v3 alike).
-const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
-
 /// Keeps freed memory in this process instead of handing it back to the system 10 ms later
 /// (mimalloc's default `purge_delay`). The test control plane works in bursts (a 512-node
 /// gang: 512 pods stored, bound, updated, each sent to four watches), and between bursts
 /// mimalloc returned the pages, which the next burst faulted in again: 12% of the gang
 /// phase's samples were the kernel zeroing fresh pages (`clear_page_erms`). The benchmark
-/// measures the operator's memory (its own process, glibc's malloc), never this process's.
+/// measures the operator's memory (its own process), never this process's.
 fn keep_freed_memory() {
-    // SAFETY: mi_option_set only stores the option's value; mimalloc reads it at each purge.
-    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
+    use muster_operator::alloc::{MiOption, set};
+    set(MiOption::PurgeDelay, -1);
 }
 
 use std::collections::{BTreeMap, HashMap};

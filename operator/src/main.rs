@@ -11,21 +11,10 @@ use muster_operator::controller::{self, Settings, http, metrics::Metrics, schedu
 /// mimalloc rather than glibc's malloc: the operator's bursts (a cycle admitting thousands of
 /// gangs builds and drops their pods and request bodies; reflectors decode whole lists) left
 /// glibc's per-thread arenas fragmented, and the resident size at its peak. Measured with
-/// `operator_bench` at 16,384 nodes: glibc RSS 255-265 MiB (peak 260-265), mimalloc with the
-/// options of [`tune_allocator`] ~206 MiB (peak ~236), and the gangs start no later.
+/// `operator_bench` at 16,384 nodes: glibc RSS 255-274 MiB (peak 260-274), mimalloc with the
+/// options of [`tune_allocator`] 204-207 MiB (peak 234-237), and the gangs start no later.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-// mimalloc's own C API (linked with the allocator above): the `mimalloc` crate exposes
-// options only with its `extended` feature, which needs one more crate.
-unsafe extern "C" {
-    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
-}
-
-/// `mi_option_arena_eager_commit` in mimalloc.h's `mi_option_e` (v2 and v3 alike).
-const MI_OPTION_ARENA_EAGER_COMMIT: std::ffi::c_int = 4;
-/// `mi_option_purge_delay`, likewise.
-const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
 /// Freed memory goes back to the system at once (mimalloc's default waits 10 ms, arenas 100
 /// ms: a burst's garbage then counts in the peak), and arenas are committed as they are used.
@@ -34,11 +23,9 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 /// By hand rather than with the `ctor` crate: one function pointer in `.init_array` is all
 /// it takes on Linux.
 extern "C" fn tune_allocator() {
-    // SAFETY: mi_option_set only stores the value; no precondition.
-    unsafe {
-        mi_option_set(MI_OPTION_PURGE_DELAY, 0);
-        mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0);
-    }
+    use muster_operator::alloc::{MiOption, set};
+    set(MiOption::PurgeDelay, 0);
+    set(MiOption::ArenaEagerCommit, 0);
 }
 
 #[cfg(target_os = "linux")]

@@ -475,6 +475,9 @@ fn same_owner(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use serde_json::json;
+
     #[test]
     fn a_job_keeps_only_its_own_service_or_secret() {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -496,9 +499,6 @@ mod tests {
             "someone else's"
         );
     }
-
-    use super::*;
-    use serde_json::json;
 
     /// The status write's body is the object the operator applied before it was serialized
     /// straight from the status: apiVersion, kind, name, namespace, the precondition when

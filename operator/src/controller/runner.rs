@@ -975,8 +975,8 @@ async fn run_cycle(
     // New jobs get the finalizer while the plan runs (`early`): the writes wait on the API
     // server, the plan on this thread's CPU. Yielding once lets the writes' task send its
     // first requests before the plan takes this thread; their answers wake it on the other
-    // worker. (Not `block_in_place`: the thread it adds gets a malloc arena of its own, +10
-    // MiB resident at 4,096 nodes.)
+    // worker. (Not `block_in_place`: under glibc's malloc the thread it adds got an arena of
+    // its own, +10 MiB resident at 4,096 nodes.)
     let early_jobs = early::select(&jobs);
     let early_task = (!early_jobs.is_empty()).then(|| {
         let (api, faults) = (leader.api.clone(), settings.faults.clone());
