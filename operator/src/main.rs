@@ -13,6 +13,7 @@ use muster_operator::controller::{self, Settings, http, metrics::Metrics, schedu
 /// glibc's per-thread arenas fragmented, and the resident size at its peak. Measured with
 /// `operator_bench` at 16,384 nodes: glibc RSS 255-274 MiB (peak 260-274), mimalloc with the
 /// options of [`tune_allocator`] 204-207 MiB (peak 234-237), and the gangs start no later.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -22,13 +23,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// mimalloc's first arena (set in `main`, the arena option came too late: peak 253-257 MiB).
 /// By hand rather than with the `ctor` crate: one function pointer in `.init_array` is all
 /// it takes on Linux.
+#[cfg(not(feature = "system-allocator"))]
 extern "C" fn tune_allocator() {
     use muster_operator::alloc::{MiOption, set};
     set(MiOption::PurgeDelay, 0);
     set(MiOption::ArenaEagerCommit, 0);
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "system-allocator")))]
 #[used]
 #[unsafe(link_section = ".init_array")]
 static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
