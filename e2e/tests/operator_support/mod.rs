@@ -709,11 +709,13 @@ impl Env {
             .map_err(|e| e.to_string())?;
         for c in &claims.items {
             let obs = dra::ClaimObs::from_claim(c);
-            let (Some(job), Some(attempt)) = (&obs.job, obs.attempt) else {
+            let (Some(job), Some(attempt)) = (obs.job(), obs.attempt) else {
                 continue;
             };
             let Some(j) = jobs.items.iter().find(|j| {
-                j.namespace() == c.namespace() && &j.name_any() == job && j.uid() == obs.owner_uid
+                j.namespace() == c.namespace()
+                    && j.name_any() == job
+                    && j.uid().as_deref() == obs.owner_uid()
             }) else {
                 continue; // its job is gone: garbage collection's part
             };
@@ -722,7 +724,7 @@ impl Env {
             if attempt > recorded {
                 return Err(format!(
                     "claim {} of attempt {attempt} exists, job {job} records attempt {recorded}",
-                    obs.name
+                    obs.name()
                 ));
             }
             if attempt < recorded || obs.deleting {
@@ -733,7 +735,7 @@ impl Env {
                 let pod = t.pod.clone().unwrap_or_else(|| {
                     muster_operator::controller::pods::pod_name(job, attempt, t.node_rank)
                 });
-                dra::claim_name(&pod) == obs.name
+                dra::claim_name(&pod) == obs.name()
             });
             let task = node.and_then(|t| {
                 muster_operator::controller::pods::node_share(&st.tasks, t.node_rank)
@@ -741,13 +743,14 @@ impl Env {
             let Some(task) = task else {
                 return Err(format!(
                     "claim {} of attempt {attempt}: no pod of job {job}'s recorded allocation ({:?}) uses it",
-                    obs.name, st.state
+                    obs.name(),
+                    st.state
                 ));
             };
             if dra::pinned_uuids(c) != task.gpu_uuids {
                 return Err(format!(
                     "claim {} pins {:?}, node {} of job {job} is recorded with {:?}",
-                    obs.name,
+                    obs.name(),
                     dra::pinned_uuids(c),
                     task.node_rank,
                     task.gpu_uuids

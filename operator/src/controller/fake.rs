@@ -47,20 +47,23 @@ pub struct FakeClaim {
 
 impl FakeClaim {
     fn obs(&self) -> ClaimObs {
-        let mut o = ClaimObs::from_claim(&self.claim);
-        o.deleting = self.deleting;
-        o.devices = self
+        let o = ClaimObs::from_claim(&self.claim);
+        let names: Vec<(&str, String)> = self
             .allocated
             .iter()
-            .map(|(n, g)| {
-                (
-                    dra::NVIDIA_DRIVER.to_string(),
-                    n.clone(),
-                    format!("gpu-{g}"),
-                )
-            })
+            .map(|(n, g)| (n.as_str(), format!("gpu-{g}")))
             .collect();
-        o
+        ClaimObs::new(
+            o.namespace(),
+            o.name(),
+            o.job(),
+            o.owner_uid(),
+            o.attempt,
+            self.deleting,
+            names
+                .iter()
+                .map(|(n, d)| (dra::NVIDIA_DRIVER, *n, d.as_str())),
+        )
     }
 }
 

@@ -1317,9 +1317,9 @@ pub fn plan(
     // Muster's claims by job: those not of an allocation the job keeps are deleted.
     let mut claims_of: HashMap<(&str, &str), Vec<&ClaimObs>> = HashMap::default();
     for c in inp.claims.iter().filter(|c| c.is_musters() && !c.deleting) {
-        if let Some(j) = &c.job {
+        if let Some(j) = c.job() {
             claims_of
-                .entry((c.namespace.as_str(), j.as_str()))
+                .entry((c.namespace(), j))
                 .or_default()
                 .push(c.as_ref());
         }
@@ -1335,8 +1335,8 @@ pub fn plan(
             let keep = (w.holds && w.job.metadata.deletion_timestamp.is_none())
                 .then(|| w.st.attempt.unwrap_or(0));
             for c in cs {
-                if c.owner_uid.as_deref() == Some(w.uid.as_str()) && c.attempt != keep {
-                    w.plan.delete_claims.push(c.name.clone());
+                if c.owner_uid() == Some(w.uid.as_str()) && c.attempt != keep {
+                    w.plan.delete_claims.push(c.name().to_string());
                 }
             }
         }
@@ -1504,17 +1504,17 @@ fn claim_holds(
         .collect();
     let mut out = Vec::new();
     for c in inp.claims.iter() {
-        if c.devices.is_empty() {
+        if c.devices().len() == 0 {
             continue;
         }
-        if let (Some(u), Some(a)) = (&c.owner_uid, c.attempt)
+        if let (Some(u), Some(a)) = (c.owner_uid(), c.attempt)
             && c.is_musters()
-            && (held.contains(&(u.clone(), a)) || !live.contains(&(u.as_str(), a)))
+            && (held.contains(&(u.to_string(), a)) || !live.contains(&(u, a)))
         {
             continue;
         }
         let mut by_node: BTreeMap<core::NodeId, Vec<u32>> = BTreeMap::new();
-        for (driver, pool, device) in &c.devices {
+        for (driver, pool, device) in c.devices() {
             if driver != dra::NVIDIA_DRIVER {
                 continue;
             }
@@ -1529,8 +1529,8 @@ fn claim_holds(
         }
         out.push(RunningJob {
             id: *synthetic,
-            name: c.name.clone(),
-            namespace: c.namespace.clone(),
+            name: c.name().to_string(),
+            namespace: c.namespace().to_string(),
             partition: None,
             start_time: now,
             // One of Muster's lets go once its pod is gone; someone else's has no known end

@@ -609,7 +609,7 @@ impl Recent {
         let present: HashSet<(&str, &str)> = cached
             .iter()
             .filter(|c| !c.deleting)
-            .map(|c| (c.namespace.as_str(), c.name.as_str()))
+            .map(|c| (c.namespace(), c.name()))
             .collect();
         self.deleted_claims.retain(|k, t| {
             present.contains(&(k.0.as_str(), k.1.as_str())) && t.elapsed() < EXPECT_TTL
@@ -618,7 +618,7 @@ impl Recent {
             if !c.deleting
                 && self
                     .deleted_claims
-                    .contains_key(&(c.namespace.clone(), c.name.clone()))
+                    .contains_key(&(c.namespace().to_string(), c.name().to_string()))
             {
                 let mut d = (**c).clone();
                 d.deleting = true;

@@ -34,6 +34,7 @@ pub mod inventory;
 
 use std::collections::BTreeMap;
 
+use crate::controller::compact::{StrId, StrTable, StrTableBuilder};
 use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, ResourceClaim as ContainerClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -289,59 +290,113 @@ pub fn resolve(
     }
 }
 
-/// What the planner keeps of one ResourceClaim (any claim in the cluster, Muster's or not).
+/// What the planner keeps of one ResourceClaim (any claim in the cluster, Muster's or not),
+/// compact: its strings in one [`StrTable`] (with the devices as ids into it) rather than a
+/// string each — under DRA binding every node pod has a claim, and at 25,000 of them the
+/// separate strings of their allocations were ~1 KiB a claim.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClaimObs {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// The BatchJob it belongs to (label `muster.dev/batchjob`), for Muster's claims.
-    pub job: Option<String>,
-    /// UID of its controller owner.
-    pub owner_uid: Option<String>,
+    /// Namespace (0), name (1), job (2) and controller owner's UID (3), by position (empty
+    /// when absent, see `has_job`, `has_owner`); then the devices' strings.
+    strs: StrTable,
+    has_job: bool,
+    has_owner: bool,
     /// Admission attempt (label `muster.dev/attempt`).
     pub attempt: Option<u32>,
     /// Deletion requested.
     pub deleting: bool,
-    /// Allocated devices, as `(driver, pool, device)` (empty while unallocated).
-    pub devices: Vec<(String, String, String)>,
+    /// Allocated devices, `(driver, pool, device)` as ids in `strs`.
+    devices: Box<[[StrId; 3]]>,
 }
 
 impl ClaimObs {
+    /// A claim from its parts: `job` is the BatchJob it belongs to (label
+    /// `muster.dev/batchjob`), `owner_uid` its controller owner's, `devices` its allocation as
+    /// `(driver, pool, device)` (empty while unallocated).
+    pub fn new<'a>(
+        namespace: &str,
+        name: &str,
+        job: Option<&str>,
+        owner_uid: Option<&str>,
+        attempt: Option<u32>,
+        deleting: bool,
+        devices: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> ClaimObs {
+        let mut b = StrTableBuilder::default();
+        for s in [namespace, name, job.unwrap_or(""), owner_uid.unwrap_or("")] {
+            b.id_new(s);
+        }
+        let devices = devices
+            .into_iter()
+            .map(|(d, p, n)| [b.id(d), b.id(p), b.id(n)])
+            .collect();
+        ClaimObs {
+            strs: b.finish(),
+            has_job: job.is_some(),
+            has_owner: owner_uid.is_some(),
+            attempt,
+            deleting,
+            devices,
+        }
+    }
+
     /// Reads a claim.
     pub fn from_claim(c: &ResourceClaim) -> ClaimObs {
         let l = c.labels();
-        ClaimObs {
-            namespace: c.namespace().unwrap_or_default(),
-            name: c.name_any(),
-            job: l.get(labels::BATCHJOB).cloned(),
-            owner_uid: c
-                .owner_references()
+        let devices = c
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .map(|d| d.results.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.admin_access != Some(true))
+            .map(|r| (r.driver.as_str(), r.pool.as_str(), r.device.as_str()));
+        ClaimObs::new(
+            c.metadata.namespace.as_deref().unwrap_or_default(),
+            c.metadata.name.as_deref().unwrap_or_default(),
+            l.get(labels::BATCHJOB).map(String::as_str),
+            c.owner_references()
                 .iter()
                 .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone()),
-            attempt: l.get(labels::ATTEMPT).and_then(|v| v.parse().ok()),
-            deleting: c.metadata.deletion_timestamp.is_some(),
-            devices: c
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.devices.as_ref())
-                .map(|d| {
-                    d.results
-                        .iter()
-                        .filter(|r| r.admin_access != Some(true))
-                        .map(|r| (r.driver.clone(), r.pool.clone(), r.device.clone()))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        }
+                .map(|o| o.uid.as_str()),
+            l.get(labels::ATTEMPT).and_then(|v| v.parse().ok()),
+            c.metadata.deletion_timestamp.is_some(),
+            devices,
+        )
+    }
+
+    /// Namespace.
+    pub fn namespace(&self) -> &str {
+        self.strs.get(0)
+    }
+
+    /// Name.
+    pub fn name(&self) -> &str {
+        self.strs.get(1)
+    }
+
+    /// The BatchJob it belongs to (label `muster.dev/batchjob`), for Muster's claims.
+    pub fn job(&self) -> Option<&str> {
+        self.has_job.then(|| self.strs.get(2))
+    }
+
+    /// UID of its controller owner.
+    pub fn owner_uid(&self) -> Option<&str> {
+        self.has_owner.then(|| self.strs.get(3))
+    }
+
+    /// Allocated devices, as `(driver, pool, device)` (none while unallocated).
+    pub fn devices(&self) -> impl ExactSizeIterator<Item = (&str, &str, &str)> {
+        self.devices
+            .iter()
+            .map(|&[d, p, n]| (self.strs.get(d), self.strs.get(p), self.strs.get(n)))
     }
 
     /// Whether it is one of Muster's (labelled with a job and an attempt).
     pub fn is_musters(&self) -> bool {
-        self.job.is_some() && self.attempt.is_some()
+        self.has_job && self.attempt.is_some()
     }
 }
 
@@ -360,10 +415,10 @@ impl kube::runtime::reflector::Lookup for ClaimObs {
         "resourceclaims".into()
     }
     fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
-        Some(self.name.as_str().into())
+        Some(ClaimObs::name(self).into())
     }
     fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
-        Some(self.namespace.as_str().into())
+        Some(ClaimObs::namespace(self).into())
     }
     fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
         None
@@ -516,5 +571,52 @@ mod tests {
         assert!(e.contains("resource.k8s.io/v1"), "{e}");
         let e = resolve(Some(GpuBindingMode::Dra), Some("gpu.example.com"), &full).unwrap_err();
         assert!(e.contains("DeviceClass gpu.example.com"), "{e}");
+    }
+
+    #[test]
+    fn a_claim_keeps_its_names_owner_and_allocation() {
+        let c: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "train-1-a2-gpus", "namespace": "ml",
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"muster.dev/batchjob": "train", "muster.dev/attempt": "2"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": "other", "uid": "u-0"},
+                    {"apiVersion": "muster.dev/v1alpha1", "kind": "BatchJob", "name": "train",
+                     "uid": "u-1", "controller": true}]},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "gpu002", "device": "gpu-3"},
+                {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "gpu002", "device": "gpu-1"},
+                {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "gpu002", "device": "gpu-0",
+                 "adminAccess": true}]}}}
+        }))
+        .unwrap();
+        let o = ClaimObs::from_claim(&c);
+        assert_eq!((o.namespace(), o.name()), ("ml", "train-1-a2-gpus"));
+        assert_eq!(
+            (o.job(), o.owner_uid(), o.attempt),
+            (Some("train"), Some("u-1"), Some(2))
+        );
+        assert!(o.deleting && o.is_musters());
+        let devices: Vec<_> = o.devices().collect();
+        assert_eq!(
+            devices,
+            [
+                ("gpu.nvidia.com", "gpu002", "gpu-3"),
+                ("gpu.nvidia.com", "gpu002", "gpu-1")
+            ],
+            "admin access holds no device"
+        );
+
+        // Someone else's claim: no job, no owner, not allocated.
+        let mut c = c;
+        c.metadata.labels = None;
+        c.metadata.owner_references = None;
+        c.status = None;
+        let o = ClaimObs::from_claim(&c);
+        assert_eq!((o.job(), o.owner_uid(), o.attempt), (None, None, None));
+        assert!(!o.is_musters());
+        assert_eq!(o.devices().len(), 0);
     }
 }
