@@ -292,8 +292,8 @@ pub fn resolve(
 
 /// What the planner keeps of one ResourceClaim (any claim in the cluster, Muster's or not),
 /// compact: its strings in one [`StrTable`] (with the devices as ids into it) rather than a
-/// string each — under DRA binding every node pod has a claim, and at 25,000 of them the
-/// separate strings of their allocations were ~1 KiB a claim.
+/// string each — under DRA binding every node pod has a claim, and an allocated 8-GPU claim
+/// was 29 heap allocations (now 3).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClaimObs {
     /// Namespace (0), name (1), job (2) and controller owner's UID (3), by position (empty
