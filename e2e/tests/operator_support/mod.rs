@@ -637,10 +637,13 @@ impl Env {
             }
             if let Some(a) = &o.alloc {
                 for g in &a.gpus {
-                    holders.entry((a.node.clone(), *g)).or_default().insert((
-                        o.owner_uid.clone().unwrap_or_default(),
-                        o.attempt.unwrap_or(0),
-                    ));
+                    holders
+                        .entry((a.node.to_string(), *g))
+                        .or_default()
+                        .insert((
+                            o.owner_uid().unwrap_or_default().to_string(),
+                            o.attempt.unwrap_or(0),
+                        ));
                 }
             }
         }
@@ -848,14 +851,17 @@ impl Env {
             .collect();
         for j in &jobs.items {
             let Some(st) = &j.status else { continue };
-            let mine: Vec<&PodObs> = pods.iter().filter(|p| p.owner_uid == j.uid()).collect();
+            let mine: Vec<&PodObs> = pods
+                .iter()
+                .filter(|p| p.owner_uid() == j.uid().as_deref())
+                .collect();
             for p in &mine {
                 if Some(p.attempt.unwrap_or(0)) != st.attempt || st.state != Some(JobState::Running)
                 {
                     return Err(format!(
                         "{}: live pod {} of attempt {:?}, job {:?} attempt {:?}",
                         j.name_any(),
-                        p.name,
+                        p.name(),
                         p.attempt,
                         st.state,
                         st.attempt

@@ -122,6 +122,38 @@ impl StrTableBuilder {
     }
 }
 
+/// `N` strings fixed by position, in one allocation (for an object with a few names and no
+/// repeated strings, where a [`StrTable`]'s lookup and second allocation buy nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packed<const N: usize> {
+    text: Box<str>,
+    ends: [u32; N],
+}
+
+impl<const N: usize> Packed<N> {
+    /// `parts`, kept in this order.
+    pub fn new(parts: [&str; N]) -> Self {
+        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let ends = parts.map(|p| {
+            text.push_str(p);
+            offset(text.len())
+        });
+        Packed {
+            text: text.into_boxed_str(),
+            ends,
+        }
+    }
+
+    /// String `i` (in the order given to [`Packed::new`]).
+    ///
+    /// # Panics
+    /// If `i >= N`.
+    pub fn get(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.text[start..self.ends[i] as usize]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +171,19 @@ mod tests {
             assert_eq!(t.get(*id), *w);
         }
         assert_eq!(t.heap_bytes(), "gpu001muster.dev/leafleaf1é".len() + 5 * 4);
+    }
+
+    #[test]
+    fn packed_strings_come_back_by_position() {
+        let parts = ["ns", "", "ns", "é-1", ""];
+        let p = Packed::new(parts);
+        for (i, w) in parts.iter().enumerate() {
+            assert_eq!(p.get(i), *w);
+        }
+        assert_eq!(
+            p.text.len(),
+            "nsnsé-1".len(),
+            "one copy of each, in one string"
+        );
     }
 }

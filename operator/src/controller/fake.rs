@@ -506,10 +506,13 @@ impl FakeCluster {
             }
             if let Some(a) = &o.alloc {
                 for g in &a.gpus {
-                    holders.entry((a.node.clone(), *g)).or_default().insert((
-                        o.owner_uid.clone().unwrap_or_default(),
-                        o.attempt.unwrap_or(0),
-                    ));
+                    holders
+                        .entry((a.node.to_string(), *g))
+                        .or_default()
+                        .insert((
+                            o.owner_uid().unwrap_or_default().to_string(),
+                            o.attempt.unwrap_or(0),
+                        ));
                 }
             }
         }
@@ -532,7 +535,7 @@ impl FakeCluster {
                 .pods
                 .values()
                 .filter_map(PodObs::from_pod)
-                .filter(|p| p.owner_uid == j.uid() && p.attempt == Some(a) && p.live())
+                .filter(|p| p.owner_uid() == j.uid().as_deref() && p.attempt == Some(a) && p.live())
                 .collect();
             if st.state == Some(JobState::Running) && !mine.is_empty() {
                 let nodes: BTreeSet<u32> = mine.iter().filter_map(|p| p.node).collect();

@@ -60,6 +60,7 @@ use crate::core::{
 };
 
 use super::cluster_cache::ClusterCache;
+use super::compact::Packed;
 use super::dra::{self, ClaimObs, DraSupport, ResourceClaim};
 use super::gang::{self, GangApi, GangRef};
 use super::jobobs::{JobObs, TaskRecords};
@@ -98,17 +99,15 @@ pub struct Exit {
     pub signal: Option<i32>,
 }
 
-/// What the planner needs of one task pod.
+/// What the planner needs of one task pod. Cached for every pod of every job (25,000 at
+/// 16,384 nodes), so its strings are kept in one allocation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodObs {
-    /// Namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub name: String,
-    /// Its BatchJob's name (label `muster.dev/batchjob`).
-    pub job: String,
-    /// UID of its controller owner.
-    pub owner_uid: Option<String>,
+    /// Namespace, name, job, controller owner's UID (empty when absent, see `has_owner`),
+    /// failure (see `has_failure`).
+    strs: Packed<5>,
+    has_owner: bool,
+    has_failure: bool,
     /// Admission attempt (label `muster.dev/attempt`).
     pub attempt: Option<u32>,
     /// The node's index in the job (label `muster.dev/node-rank`; node 0 runs the batch
@@ -120,10 +119,27 @@ pub struct PodObs {
     pub deleting: bool,
     /// For a failed pod whose task container exited: how.
     pub exit: Option<Exit>,
-    /// For a failed pod: the pod's reason and message.
-    pub failure: Option<String>,
-    /// The allocation the pod records (annotation `muster.dev/task`).
-    pub alloc: Option<TaskAllocation>,
+    /// The allocation the pod records (annotation `muster.dev/task`), the part read.
+    pub alloc: Option<PodAlloc>,
+}
+
+/// What the planner reads of the allocation a pod records: where its resources are held. The
+/// annotation also names each GPU's UUID and the ranks; left out of the cache, as 8 UUIDs are
+/// most of a cached pod (25,000 node pods: ~15 MiB).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodAlloc {
+    /// The Node.
+    pub node: Box<str>,
+    /// GPU indices on the node.
+    #[serde(default)]
+    pub gpus: Box<[u32]>,
+    /// CPUs (millicores).
+    #[serde(default)]
+    pub cpu_millis: u64,
+    /// Memory (MiB).
+    #[serde(default)]
+    pub memory_mib: u64,
 }
 
 impl PodObs {
@@ -135,7 +151,7 @@ impl PodObs {
 
     /// Reads a [`TaskPod`] (what the pod watch decodes; the pod store keeps the result).
     pub fn from_task_pod(p: &TaskPod) -> Option<PodObs> {
-        let job = p.labels().get(labels::BATCHJOB)?.clone();
+        let job = p.labels().get(labels::BATCHJOB)?.as_str();
         let num = |k: &str| p.labels().get(k).and_then(|v| v.parse::<u32>().ok());
         let st = p.status.as_ref();
         let phase = match st.and_then(|s| s.phase.as_deref()) {
@@ -190,26 +206,81 @@ impl PodObs {
                 (false, false) => format!("{r}: {m}"),
             }
         });
+        let owner = p
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.as_str());
         Some(PodObs {
-            namespace: p.namespace().unwrap_or_default(),
-            name: p.name_any(),
-            job,
-            owner_uid: p
-                .owner_references()
-                .iter()
-                .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone()),
             attempt: num(labels::ATTEMPT),
             node: num(labels::NODE_RANK),
             phase,
             deleting: p.metadata.deletion_timestamp.is_some(),
             exit,
-            failure,
             alloc: p
                 .annotations()
                 .get(pods::TASK_ANNOTATION)
                 .and_then(|a| serde_json::from_str(a).ok()),
+            ..PodObs::new(
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default(),
+                job,
+                owner,
+                failure.as_deref(),
+            )
         })
+    }
+
+    /// A Pending pod of `job` with these names and nothing else known.
+    pub fn new(
+        namespace: &str,
+        name: &str,
+        job: &str,
+        owner_uid: Option<&str>,
+        failure: Option<&str>,
+    ) -> PodObs {
+        PodObs {
+            strs: Packed::new([
+                namespace,
+                name,
+                job,
+                owner_uid.unwrap_or_default(),
+                failure.unwrap_or_default(),
+            ]),
+            has_owner: owner_uid.is_some(),
+            has_failure: failure.is_some(),
+            attempt: None,
+            node: None,
+            phase: Phase::Pending,
+            deleting: false,
+            exit: None,
+            alloc: None,
+        }
+    }
+
+    /// Namespace.
+    pub fn namespace(&self) -> &str {
+        self.strs.get(0)
+    }
+
+    /// Pod name.
+    pub fn name(&self) -> &str {
+        self.strs.get(1)
+    }
+
+    /// Its BatchJob's name (label `muster.dev/batchjob`).
+    pub fn job(&self) -> &str {
+        self.strs.get(2)
+    }
+
+    /// UID of its controller owner.
+    pub fn owner_uid(&self) -> Option<&str> {
+        self.has_owner.then(|| self.strs.get(3))
+    }
+
+    /// For a failed pod: the pod's reason and message.
+    pub fn failure(&self) -> Option<&str> {
+        self.has_failure.then(|| self.strs.get(4))
     }
 
     /// Still holds its node's resources (not Succeeded or Failed).
@@ -949,7 +1020,7 @@ pub fn plan(
     let mut pods_of: HashMap<(&str, &str), Vec<&PodObs>> = HashMap::default();
     for p in inp.pods {
         pods_of
-            .entry((p.namespace.as_str(), p.job.as_str()))
+            .entry((p.namespace(), p.job()))
             .or_default()
             .push(p.as_ref());
     }
@@ -1112,7 +1183,7 @@ pub fn plan(
             .map(|v| {
                 v.iter()
                     .copied()
-                    .filter(|p| p.owner_uid.as_deref() == Some(works[wi].uid.as_str()))
+                    .filter(|p| p.owner_uid() == Some(works[wi].uid.as_str()))
                     .collect()
             })
             .unwrap_or_default();
@@ -1178,16 +1249,16 @@ pub fn plan(
     // Live pods not covered by a held allocation keep their resources until gone.
     let mut groups: PodGroups<'_> = BTreeMap::new();
     for p in inp.pods.iter().map(|p| p.as_ref()).filter(|p| p.live()) {
-        if let (Some(u), Some(a)) = (&p.owner_uid, p.attempt)
-            && held.contains(&(u.clone(), a))
+        if let (Some(u), Some(a)) = (p.owner_uid(), p.attempt)
+            && held.contains(&(u.to_string(), a))
         {
             continue;
         }
         groups
             .entry((
-                p.namespace.clone(),
-                p.job.clone(),
-                p.owner_uid.clone(),
+                p.namespace().to_string(),
+                p.job().to_string(),
+                p.owner_uid().map(str::to_string),
                 p.attempt,
             ))
             .or_default()
@@ -1200,7 +1271,7 @@ pub fn plan(
             .filter_map(|p| p.alloc.as_ref())
             .map(|a| TaskAlloc {
                 node: inp.nodes.id(&a.node),
-                gpus: a.gpus.clone(),
+                gpus: a.gpus.to_vec(),
                 cpu_millis: a.cpu_millis,
                 memory_mib: a.memory_mib,
             })
@@ -1500,7 +1571,7 @@ fn claim_holds(
         .pods
         .iter()
         .filter(|p| p.live())
-        .filter_map(|p| Some((p.owner_uid.as_deref()?, p.attempt?)))
+        .filter_map(|p| Some((p.owner_uid()?, p.attempt?)))
         .collect();
     let mut out = Vec::new();
     for c in inp.claims.iter() {
@@ -1632,14 +1703,14 @@ fn step_job(
     // Pods of other attempts never belong to the gang: stop them.
     for p in pods {
         if !is_cur(p) && p.live() && !p.deleting {
-            w.plan.delete.push(p.name.clone());
+            w.plan.delete.push(p.name().to_string());
         }
     }
 
     if job.metadata.deletion_timestamp.is_some() {
         for p in pods {
             if is_cur(p) && p.live() && !p.deleting {
-                w.plan.delete.push(p.name.clone());
+                w.plan.delete.push(p.name().to_string());
             }
         }
         if has_finalizer(job) && !pods.iter().any(|p| p.live()) {
@@ -1672,8 +1743,8 @@ fn step_job(
     let cur: Vec<&PodObs> = pods.iter().copied().filter(|p| is_cur(p)).collect();
     let delete_cur = |w: &mut Work<'_>| {
         for p in &cur {
-            if p.live() && !p.deleting && !w.plan.delete.contains(&p.name) {
-                w.plan.delete.push(p.name.clone());
+            if p.live() && !p.deleting && !w.plan.delete.iter().any(|d| d == p.name()) {
+                w.plan.delete.push(p.name().to_string());
             }
         }
     };
@@ -1742,13 +1813,13 @@ fn step_job(
                     .copied()
             });
             if let Some(p) = failed {
-                let what = if Some(p.name.as_str()) == batch.map(|b| b.name.as_str()) {
-                    format!("the batch script (pod {})", p.name)
+                let what = if Some(p.name()) == batch.map(|b| b.name()) {
+                    format!("the batch script (pod {})", p.name())
                 } else {
                     format!(
                         "the node daemon of node {} (pod {})",
                         p.node.unwrap_or(0),
-                        p.name
+                        p.name()
                     )
                 };
                 match &p.exit {
@@ -1767,8 +1838,8 @@ fn step_job(
                     None => {
                         let msg = format!(
                             "pod {} failed without an exit ({})",
-                            p.name,
-                            p.failure.clone().unwrap_or_default()
+                            p.name(),
+                            p.failure().unwrap_or_default()
                         );
                         node_fail(w, &msg, now);
                         delete_cur(w);
@@ -1879,7 +1950,7 @@ fn step_job(
             let waiting: Vec<&str> = cur
                 .iter()
                 .filter(|p| p.phase == Phase::Pending)
-                .map(|p| p.name.as_str())
+                .map(|p| p.name())
                 .collect();
             if late && !waiting.is_empty() {
                 launch_failure(
@@ -2266,13 +2337,13 @@ fn preempt(w: &mut Work<'_>, for_job: JobId, requeue: bool, pods: &[&PodObs], no
     w.plan.effects.push(Effect::Preempted { partition: part });
     w.holds = false;
     for p in pods {
-        if p.owner_uid.as_deref() == Some(w.uid.as_str())
+        if p.owner_uid() == Some(w.uid.as_str())
             && p.attempt == Some(attempt)
             && p.live()
             && !p.deleting
-            && !w.plan.delete.contains(&p.name)
+            && !w.plan.delete.iter().any(|d| d == p.name())
         {
-            w.plan.delete.push(p.name.clone());
+            w.plan.delete.push(p.name().to_string());
         }
     }
 }

@@ -878,11 +878,15 @@ fn killed_at_every_admission_write_leaves_no_partial_gang() {
                 let s = h.cluster.lock();
                 for p in s.pods.values() {
                     let o = PodObs::from_pod(p).unwrap();
-                    let j = s.jobs.values().find(|j| j.uid() == o.owner_uid).unwrap();
+                    let j = s
+                        .jobs
+                        .values()
+                        .find(|j| j.uid().as_deref() == o.owner_uid())
+                        .unwrap();
                     assert!(
                         !o.live() || o.attempt == j.status.as_ref().unwrap().attempt,
                         "stray pod {}",
-                        o.name
+                        o.name()
                     );
                 }
             }

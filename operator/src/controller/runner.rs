@@ -574,10 +574,8 @@ impl Recent {
     pub fn merge_pods(&mut self, mut cached: Vec<Arc<PodObs>>) -> Vec<Arc<PodObs>> {
         {
             // Borrowed keys: 50,000 pods would otherwise mean 100,000 string copies a cycle.
-            let present: HashSet<(&str, &str)> = cached
-                .iter()
-                .map(|p| (p.namespace.as_str(), p.name.as_str()))
-                .collect();
+            let present: HashSet<(&str, &str)> =
+                cached.iter().map(|p| (p.namespace(), p.name())).collect();
             let has = |k: &(String, String)| present.contains(&(k.0.as_str(), k.1.as_str()));
             self.created
                 .retain(|k, (_, t)| !has(k) && t.elapsed() < EXPECT_TTL);
@@ -589,7 +587,7 @@ impl Recent {
                 if !p.deleting
                     && self
                         .deleted
-                        .contains_key(&(p.namespace.clone(), p.name.clone()))
+                        .contains_key(&(p.namespace().to_string(), p.name().to_string()))
                 {
                     let mut q = (**p).clone();
                     q.deleting = true;
@@ -644,8 +642,10 @@ impl Recent {
             }
         }
         for p in std::mem::take(&mut r.created_pods) {
-            self.created
-                .insert((p.namespace.clone(), p.name.clone()), (Arc::new(p), now));
+            self.created.insert(
+                (p.namespace().to_string(), p.name().to_string()),
+                (Arc::new(p), now),
+            );
         }
         for k in &r.deleted_pods {
             self.deleted.insert(k.clone(), now);
@@ -1064,6 +1064,7 @@ mod tests {
     use super::*;
     use crate::controller::pods::TASK_ANNOTATION;
     use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     #[test]
     fn resource_versions_compare_as_integers() {
@@ -1103,18 +1104,12 @@ mod tests {
     #[test]
     fn created_and_deleted_pods_are_seen_before_the_watch_says_so() {
         let mut r = Recent::default();
-        let obs = |name: &str| PodObs {
-            namespace: "ns".into(),
-            name: name.into(),
-            job: "j".into(),
-            owner_uid: None,
-            attempt: Some(1),
-            node: Some(0),
-            phase: plan::Phase::Running,
-            deleting: false,
-            exit: None,
-            failure: None,
-            alloc: None,
+        let obs = |name: &str| {
+            let mut o = PodObs::new("ns", name, "j", None, None);
+            o.attempt = Some(1);
+            o.node = Some(0);
+            o.phase = plan::Phase::Running;
+            o
         };
         let mut rep = exec::ExecReport::default();
         rep.created_pods.push(obs("new"));
@@ -1122,8 +1117,8 @@ mod tests {
         r.record(&mut rep.clone());
         let v = r.merge_pods(vec![Arc::new(obs("old"))]);
         assert_eq!(v.len(), 2);
-        assert!(v.iter().find(|p| p.name == "old").unwrap().deleting);
-        assert!(v.iter().any(|p| p.name == "new"));
+        assert!(v.iter().find(|p| p.name() == "old").unwrap().deleting);
+        assert!(v.iter().any(|p| p.name() == "new"));
         // Once the cache has the new pod, it is not added twice.
         let v = r.merge_pods(vec![Arc::new(obs("new"))]);
         assert_eq!(v.len(), 1);
@@ -1139,7 +1134,11 @@ mod tests {
             [
                 (
                     TASK_ANNOTATION.to_string(),
-                    "{\"rank\":0,\"node\":\"n\",\"nodeRank\":0,\"localRank\":0}".to_string(),
+                    concat!(
+                        r#"{"rank":0,"node":"n","nodeRank":0,"localRank":0,"cpuMillis":500,"#,
+                        r#""memoryMib":64,"gpus":[3,1],"gpuUuids":["GPU-3","GPU-1"],"pod":"p"}"#
+                    )
+                    .to_string(),
                 ),
                 ("big".to_string(), "x".repeat(1000)),
             ]
@@ -1168,8 +1167,21 @@ mod tests {
             }]),
             ..Default::default()
         });
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            controller: Some(true),
+            uid: "u1".into(),
+            ..Default::default()
+        }]);
         let before = PodObs::from_pod(&p).unwrap();
-        assert!(before.alloc.is_some());
+        let alloc = before.alloc.as_ref().unwrap();
+        assert_eq!((&*alloc.node, &*alloc.gpus), ("n", &[3, 1][..]));
+        assert_eq!((alloc.cpu_millis, alloc.memory_mib), (500, 64));
+        assert_eq!(
+            (before.namespace(), before.name(), before.job()),
+            ("ns", "p", "j")
+        );
+        assert_eq!(before.owner_uid(), Some("u1"));
+        assert_eq!(before.failure(), Some("pod failed"));
         // The watch decodes a TaskPod; the store keeps it as read by the planner, keyed by
         // namespace and name.
         let tp: TaskPod = serde_json::from_value(serde_json::to_value(&p).unwrap()).unwrap();

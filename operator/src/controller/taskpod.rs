@@ -150,7 +150,7 @@ impl kube::Resource for TaskPod {
     }
 }
 
-cached_lookup!(PodObs, "Pod", "", "v1", "pods", |o| name: Some(&*o.name), namespace: Some(&*o.namespace));
+cached_lookup!(PodObs, "Pod", "", "v1", "pods", |o| name: Some(o.name()), namespace: Some(o.namespace()));
 
 /// A pod watch event as the pod store keeps it: the pod read into a [`PodObs`]. A pod the
 /// planner cannot read (no `muster.dev/batchjob` label, which the watch's selector already
