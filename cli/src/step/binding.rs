@@ -58,7 +58,7 @@ fn lenient_gpus<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Gpu>, D::E
         .map(|g| Gpu {
             index: g.index,
             uuid: g.uuid,
-            model: g.model,
+            model: g.model.into(),
             memory_mib: g.memory_mib,
             healthy: true,
             numa: g.numa,

@@ -7,6 +7,7 @@
 //! scattered over pages that the transient allocations of a big cycle freed around them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// `kube::runtime::reflector::Lookup` for a compact cached object. The store's key is
 /// (namespace, name): the resource version and uid are left out of it (two more strings per
@@ -48,6 +49,15 @@ macro_rules! cached_lookup {
     };
 }
 pub(crate) use cached_lookup;
+
+/// `s` shared: the previous call's allocation when `s` equals it (a node's GPUs are mostly one
+/// model: one copy per node rather than per GPU).
+pub fn share_last(last: &mut Option<Arc<str>>, s: &str) -> Arc<str> {
+    match last {
+        Some(a) if **a == *s => a.clone(),
+        _ => last.insert(Arc::from(s)).clone(),
+    }
+}
 
 /// A string's id in a [`StrTable`].
 pub type StrId = u32;
@@ -171,6 +181,17 @@ mod tests {
             assert_eq!(t.get(*id), *w);
         }
         assert_eq!(t.heap_bytes(), "gpu001muster.dev/leafleaf1é".len() + 5 * 4);
+    }
+
+    #[test]
+    fn equal_strings_in_a_row_share_one_allocation() {
+        let mut last = None;
+        let a = share_last(&mut last, "H100");
+        let b = share_last(&mut last, "H100");
+        let c = share_last(&mut last, "A100");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!((&*b, &*c), ("H100", "A100"));
+        assert!(Arc::ptr_eq(&c, &share_last(&mut last, "A100")));
     }
 
     #[test]

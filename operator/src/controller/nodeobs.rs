@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use kube::runtime::watcher;
 use muster_crds::v1alpha1::GpuNode;
 
-use super::compact::{StrId, StrTable, StrTableBuilder, cached_lookup};
+use super::compact::{StrId, StrTable, StrTableBuilder, cached_lookup, share_last};
 use super::dra::inventory::{self, SliceObs};
 use super::translate::{self, AgentGpus, NodeTable};
 use crate::core::{self, Link, Taint, TaintEffect};
@@ -189,6 +189,7 @@ impl AgentObs {
 
     fn expand(&self) -> AgentGpus {
         let mut start = 0;
+        let mut model = None;
         let gpus = self
             .gpus
             .iter()
@@ -198,7 +199,7 @@ impl AgentObs {
                 core::Gpu {
                     index: g.index,
                     uuid: self.strs.get(g.uuid).to_string(),
-                    model: self.strs.get(g.model).to_string(),
+                    model: share_last(&mut model, self.strs.get(g.model)),
                     memory_mib: g.memory_mib,
                     healthy: g.healthy,
                     numa: g.numa,

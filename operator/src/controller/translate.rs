@@ -763,7 +763,7 @@ pub fn agent_gpus(gs: &muster_crds::v1alpha1::GpuNodeStatus) -> AgentGpus {
             .map(|x| core::Gpu {
                 index: x.index,
                 uuid: x.uuid.clone(),
-                model: x.model.clone(),
+                model: x.model.as_str().into(),
                 memory_mib: x.memory_mib,
                 healthy: x.health.state == GpuHealthState::Healthy,
                 numa: x.numa_node,

@@ -331,7 +331,7 @@ impl NodeInfo {
                 .map(|g| Gpu {
                     index: g.index,
                     uuid: g.uuid.clone(),
-                    model: g.model.clone(),
+                    model: g.model.as_str().into(),
                     memory_mib: g.memory_mib,
                     healthy: true,
                     numa: g.numa_node,

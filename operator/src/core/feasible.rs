@@ -483,7 +483,7 @@ pub fn shortfall(
             (false, _, _) => {
                 let models: BTreeSet<String> = members
                     .iter()
-                    .flat_map(|n| n.gpus.iter().map(|g| g.model.clone()))
+                    .flat_map(|n| n.gpus.iter().map(|g| g.model.to_string()))
                     .collect();
                 Shortfall::GpuType {
                     asked: req.gpu_type.clone().unwrap_or_default(),

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::NVIDIA_DRIVER;
 use super::api::{Device, DeviceAttribute, ResourceSlice};
-use crate::controller::compact::{StrId, StrTable, StrTableBuilder};
+use crate::controller::compact::{StrId, StrTable, StrTableBuilder, share_last};
 use crate::controller::quantity;
 use crate::controller::translate::AgentGpus;
 use crate::core::{self, Link};
@@ -291,6 +291,7 @@ pub fn core_gpus(published: &[SliceGpu], agent: Option<&AgentGpus>) -> CoreGpus 
     let mut gpus = Vec::with_capacity(published.len());
     let mut names = Vec::with_capacity(published.len());
     let mut roots = Vec::with_capacity(published.len());
+    let mut model = None;
     for (pos, p) in published.iter().enumerate() {
         let known = by_uuid.get(p.uuid.as_str());
         let index = known
@@ -301,10 +302,9 @@ pub fn core_gpus(published: &[SliceGpu], agent: Option<&AgentGpus>) -> CoreGpus 
         gpus.push(core::Gpu {
             index,
             uuid: p.uuid.clone(),
-            model: if p.model.is_empty() {
-                known.map(|k| k.model.clone()).unwrap_or_default()
-            } else {
-                p.model.clone()
+            model: match known {
+                Some(k) if p.model.is_empty() || *k.model == *p.model => k.model.clone(),
+                _ => share_last(&mut model, &p.model),
             },
             memory_mib: if p.memory_mib > 0 {
                 p.memory_mib
