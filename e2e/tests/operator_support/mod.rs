@@ -607,46 +607,12 @@ impl Env {
     /// Jobs and pods are read at one resourceVersion of the server (retried until no write
     /// happened between the two lists), so the check sees one instant of the cluster.
     pub async fn check_no_double_gpu(&self) -> Result<(), String> {
-        use muster_operator::controller::plan::PodObs;
+        use muster_operator::controller::holders::gpu_holders;
         if self.dra {
             self.check_claims().await?;
         }
         let (jobs, pods) = self.consistent_view().await?;
-        let mut holders: BTreeMap<(String, u32), std::collections::BTreeSet<(String, u32)>> =
-            BTreeMap::new();
-        for j in &jobs.items {
-            let Some(st) = &j.status else { continue };
-            if st.state != Some(JobState::Running) {
-                continue;
-            }
-            for t in &st.tasks {
-                for g in &t.gpus {
-                    holders
-                        .entry((t.node.clone(), *g))
-                        .or_default()
-                        .insert((j.uid().unwrap_or_default(), st.attempt.unwrap_or(0)));
-                }
-            }
-        }
-        for p in &pods.items {
-            let Some(o) = PodObs::from_pod(p) else {
-                continue;
-            };
-            if !o.live() {
-                continue;
-            }
-            if let Some(a) = &o.alloc {
-                for g in &a.gpus {
-                    holders
-                        .entry((a.node.to_string(), *g))
-                        .or_default()
-                        .insert((
-                            o.owner_uid().unwrap_or_default().to_string(),
-                            o.attempt.unwrap_or(0),
-                        ));
-                }
-            }
-        }
+        let holders = gpu_holders(&jobs.items, &pods.items);
         for (k, h) in holders {
             if h.len() > 1 {
                 let who: Vec<String> = jobs

@@ -484,38 +484,7 @@ impl FakeCluster {
     /// Every GPU is held by at most one (job, attempt): RUNNING allocations and live pods.
     pub fn check_no_double_gpu(&self) -> Result<(), String> {
         let s = self.lock();
-        let mut holders: BTreeMap<(String, u32), BTreeSet<(String, u32)>> = BTreeMap::new();
-        for j in s.jobs.values() {
-            let Some(st) = &j.status else { continue };
-            if st.state != Some(JobState::Running) {
-                continue;
-            }
-            for t in &st.tasks {
-                for g in &t.gpus {
-                    holders
-                        .entry((t.node.clone(), *g))
-                        .or_default()
-                        .insert((j.uid().unwrap(), st.attempt.unwrap_or(0)));
-                }
-            }
-        }
-        for p in s.pods.values() {
-            let o = PodObs::from_pod(p).unwrap();
-            if !o.live() {
-                continue;
-            }
-            if let Some(a) = &o.alloc {
-                for g in &a.gpus {
-                    holders
-                        .entry((a.node.to_string(), *g))
-                        .or_default()
-                        .insert((
-                            o.owner_uid().unwrap_or_default().to_string(),
-                            o.attempt.unwrap_or(0),
-                        ));
-                }
-            }
-        }
+        let holders = super::holders::gpu_holders(s.jobs.values(), s.pods.values());
         for (k, h) in holders {
             if h.len() > 1 {
                 return Err(format!("GPU {k:?} held by {h:?}"));

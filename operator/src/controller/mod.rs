@@ -37,6 +37,7 @@ pub mod early;
 pub mod events;
 pub mod exec;
 pub mod gang;
+pub mod holders;
 pub mod http;
 pub mod jobenv;
 pub mod jobids;
