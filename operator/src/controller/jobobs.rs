@@ -246,6 +246,15 @@ impl JobObs {
     /// `job` as cached.
     pub fn new(mut job: BatchJob) -> JobObs {
         job.metadata.managed_fields = None;
+        // `kubectl apply` (client-side) keeps the whole object as applied, its script
+        // included, in this annotation: nothing here reads it, and it would double each
+        // cached job. Every write of ours is a patch, so the object itself keeps it.
+        if let Some(a) = job.metadata.annotations.as_mut() {
+            a.remove(LAST_APPLIED);
+            if a.is_empty() {
+                job.metadata.annotations = None;
+            }
+        }
         let tasks = match job.status.as_mut() {
             Some(st) => {
                 let recs = TaskRecords::new(&st.tasks);
@@ -285,6 +294,9 @@ impl JobObs {
 
 cached_lookup!(JobObs, "BatchJob", "muster.dev", "v1alpha1", "batchjobs",
     |o| name: o.job.metadata.name.as_deref(), namespace: o.job.metadata.namespace.as_deref());
+
+/// kubectl's client-side apply record (see [`JobObs::new`]).
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A BatchJob watch event as the job cache keeps it.
 pub fn slim_event(ev: watcher::Event<BatchJob>) -> Option<watcher::Event<JobObs>> {
@@ -454,5 +466,22 @@ mod tests {
         assert!(bare.tasks().is_empty());
         assert!(bare.job().status.is_none());
         assert!(bare.to_batchjob().status.is_none());
+    }
+
+    #[test]
+    fn kubectls_apply_record_is_not_cached_other_annotations_are() {
+        let mut j = BatchJob::new("train", Default::default());
+        j.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_string(), "{\"spec\":{}}".repeat(100)),
+                ("muster.dev/user".to_string(), "alice".to_string()),
+            ]
+            .into(),
+        );
+        let obs = JobObs::new(j.clone());
+        let kept: Vec<&String> = obs.job().annotations().keys().collect();
+        assert_eq!(kept, ["muster.dev/user"]);
+        j.metadata.annotations = Some([(LAST_APPLIED.to_string(), "{}".to_string())].into());
+        assert_eq!(JobObs::new(j).job().metadata.annotations, None);
     }
 }
