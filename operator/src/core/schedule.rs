@@ -110,6 +110,8 @@ struct Cycle<'a> {
     gangs: Vec<Gang>,
     /// Scratch patch of [`Cycle::refresh_ahead`].
     ahead_buf: Vec<(u32, LeafAgg)>,
+    /// Gangs before this one have no [`Gang::ahead`] (the cursor has passed them).
+    ahead_from: usize,
     /// Per class, the most units and nodes a leaf without holds has, with the partition's
     /// version they were read at (see [`Cycle::base_max`]).
     base_max: BTreeMap<u32, (u64, u32, u32)>,
@@ -239,6 +241,7 @@ pub(crate) fn run_cycle(
         topology_checks: 0,
         gangs: Vec::new(),
         ahead_buf: Vec::new(),
+        ahead_from: 0,
         base_max: BTreeMap::new(),
         at: 0,
         widest_node: snap
