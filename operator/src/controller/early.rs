@@ -20,7 +20,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::exec::{self, ClusterApi, ExecReport, Faults};
-use super::jobobs::JobObs;
+use super::jobobs::{JobObs, Versions};
 use super::plan::{self, CyclePlan};
 
 /// A job to give the finalizer ahead of the plan.
@@ -78,22 +78,26 @@ pub struct Added {
 pub async fn execute_after(
     mut cp: CyclePlan,
     early: (ExecReport, Vec<Added>),
-    jobs: &[Arc<JobObs>],
+    jobs: Vec<Arc<JobObs>>,
     api: &dyn ClusterApi,
     faults: &dyn Faults,
     concurrency: usize,
+    versions: &Versions,
 ) -> ExecReport {
     let (early, added) = early;
     let mut fin: HashMap<String, Vec<String>> = jobs
         .iter()
         .map(|j| (j.uid(), j.job().finalizers().to_vec()))
         .collect();
+    // Let go of the cycle's view before writing: the watch replaces these objects in the
+    // cache while the writes go on, and this would keep each replaced version alive.
+    drop(jobs);
     fold(&mut cp, added, &mut fin);
     let finalizers = |uid: &str| fin.get(uid).cloned().unwrap_or_default();
     let mut report = if early.crashed {
         ExecReport::default()
     } else {
-        exec::execute(cp, api, faults, concurrency, &finalizers).await
+        exec::execute(cp, api, faults, concurrency, &finalizers, versions).await
     };
     merge(early, &mut report);
     report

@@ -30,7 +30,7 @@ use muster_crds::v1alpha1::{BatchJob, PartitionStatus};
 
 use super::dra::ResourceClaim;
 use super::gang::{GangApi, GangRef};
-use super::jobobs::JobObs;
+use super::jobobs::{JobObs, Versions};
 use super::plan::{CyclePlan, Effect, JobEvent, JobPlan, PodObs, StatusWrite};
 
 /// Why an API call failed.
@@ -311,6 +311,8 @@ pub struct ExecReport {
 struct Ctx<'a> {
     api: &'a dyn ClusterApi,
     faults: &'a dyn Faults,
+    /// Where written answers are shared with the job cache.
+    versions: &'a Versions,
     dead: AtomicBool,
     report: std::sync::Mutex<ExecReport>,
     /// Pods being built or written, across jobs (see [`PODS_IN_FLIGHT_PER_JOB`] and
@@ -401,7 +403,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
                 rv = obj.metadata.resource_version.clone();
                 finalizers = obj.metadata.finalizers.clone().unwrap_or_default();
                 if jp.status.is_none() {
-                    let job = Arc::new(JobObs::new(obj));
+                    let job = Arc::new(ctx.versions.written(obj));
                     ctx.with(|r| {
                         r.written.push(Written {
                             job,
@@ -432,7 +434,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         );
         match res {
             Ok(obj) => {
-                let job = Arc::new(JobObs::new(obj));
+                let job = Arc::new(ctx.versions.written(obj));
                 ctx.with(|r| {
                     r.written.push(Written {
                         job,
@@ -666,9 +668,11 @@ pub async fn add_finalizers(
     faults: &dyn Faults,
     concurrency: usize,
 ) -> (ExecReport, Vec<super::early::Added>) {
+    let no_sharing = Versions::default();
     let state = Ctx {
         api,
         faults,
+        versions: &no_sharing,
         dead: AtomicBool::new(false),
         report: std::sync::Mutex::new(ExecReport::default()),
         pod_slots: tokio::sync::Semaphore::new(1),
@@ -751,6 +755,7 @@ pub async fn execute(
     faults: &dyn Faults,
     concurrency: usize,
     finalizers: &(dyn Fn(&str) -> Vec<String> + Sync),
+    versions: &Versions,
 ) -> ExecReport {
     // Sized up front: grown by doubling, 45,000 created pods would briefly need room for
     // 65,536 twice over while reallocating.
@@ -761,6 +766,7 @@ pub async fn execute(
     let state = Ctx {
         api,
         faults,
+        versions,
         dead: AtomicBool::new(false),
         report: std::sync::Mutex::new(report),
         pod_slots: tokio::sync::Semaphore::new(

@@ -930,10 +930,11 @@ impl Harness {
         let report = futures::executor::block_on(super::early::execute_after(
             p,
             early,
-            &jobs,
+            jobs,
             &self.cluster,
             faults,
             8,
+            &Default::default(),
         ));
         for w in &report.written {
             self.mem.wrote_status(&w.job.uid(), self.now);

@@ -143,6 +143,8 @@ pub struct Stores {
     pub partitions: Store<Partition>,
     /// BatchJobs, task records compact.
     pub jobs: Store<JobObs>,
+    /// The versions of BatchJobs we wrote, shared with `jobs` (see [`jobobs::Versions`]).
+    pub job_versions: jobobs::Versions,
     /// Task pods, as the planner reads them.
     pub pods: Store<PodObs>,
     /// Nodes, as the node table reads them.
@@ -243,10 +245,10 @@ fn trim_meta<K: Resource>(k: &mut K) {
 /// A reflector over `K` objects, each decoded and then cached as `S` (`K` trimmed, or read
 /// into a smaller type); `slim` may drop an event. `counter` (if any) is bumped after each
 /// event the cache applied.
-fn reflect<K, S>(
+fn reflect<K, S, F>(
     api: Api<K>,
     cfg: watcher::Config,
-    slim: fn(watcher::Event<K>) -> Option<watcher::Event<S>>,
+    slim: F,
     notify: Arc<Notify>,
     counter: Option<NodeEvents>,
     metrics: Metrics,
@@ -256,6 +258,7 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     S: reflector::Lookup + Clone + Send + Sync + 'static,
     S::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    F: Fn(watcher::Event<K>) -> Option<watcher::Event<S>> + Send + 'static,
 {
     let (reader, writer) = reflector::store();
     (
@@ -265,11 +268,11 @@ where
 }
 
 /// [`reflect`] into a store made beforehand.
-fn reflect_into<K, S>(
+fn reflect_into<K, S, F>(
     writer: reflector::store::Writer<S>,
     api: Api<K>,
     cfg: watcher::Config,
-    slim: fn(watcher::Event<K>) -> Option<watcher::Event<S>>,
+    slim: F,
     notify: Arc<Notify>,
     counter: Option<NodeEvents>,
     metrics: Metrics,
@@ -279,12 +282,13 @@ where
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     S: reflector::Lookup + Clone + Send + Sync + 'static,
     S::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    F: Fn(watcher::Event<K>) -> Option<watcher::Event<S>> + Send + 'static,
 {
     let stream = reflector::reflector(
         writer,
         watcher(api, cfg)
             .default_backoff()
-            .filter_map(move |ev| std::future::ready(ev.map(slim).transpose())),
+            .filter_map(move |ev| std::future::ready(ev.map(&slim).transpose())),
     );
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -427,14 +431,20 @@ pub fn start_reflectors(
         None,
         metrics.clone(),
     );
-    let (jobs, t2) = reflect(
-        Api::<BatchJob>::all(client.clone()),
-        wc(),
-        jobobs::slim_event,
-        notify.clone(),
-        None,
-        metrics.clone(),
-    );
+    let (jobs, jobs_writer) = reflector::store();
+    let job_versions = jobobs::Versions::new(jobs.clone());
+    let t2 = {
+        let v = job_versions.clone();
+        reflect_into(
+            jobs_writer,
+            Api::<BatchJob>::all(client.clone()),
+            wc(),
+            move |e| v.slim_event(e),
+            notify.clone(),
+            None,
+            metrics.clone(),
+        )
+    };
     let (pods, t3) = reflect(
         Api::<TaskPod>::all(client.clone()),
         wc().labels(labels::BATCHJOB),
@@ -484,6 +494,7 @@ pub fn start_reflectors(
         Stores {
             partitions,
             jobs,
+            job_versions,
             pods,
             nodes,
             gpunodes,
@@ -997,13 +1008,15 @@ async fn run_cycle(
     leader.last_running = std::mem::take(&mut cp.running);
     metrics.set_gauges(&cp.gauges);
     let (starts, queued) = (cp.starts, cp.queued);
+    let (n_jobs, n_pods) = (jobs.len(), pods.len());
     let mut report = early::execute_after(
         cp,
         early,
-        &jobs,
+        jobs,
         &leader.api,
         settings.faults.as_ref(),
         settings.write_concurrency,
+        &stores.job_versions,
     )
     .await;
     metrics.record(&report);
@@ -1011,6 +1024,7 @@ async fn run_cycle(
         leader.mem.wrote_status(&w.job.uid(), now);
     }
     leader.recent.record(&mut report);
+    stores.job_versions.prune();
     if !report.events.is_empty() {
         // Events are best effort and must not hold up the next cycle: published in the
         // background, at most a bounded number at once (older batches still in flight are
@@ -1049,8 +1063,8 @@ async fn run_cycle(
     metrics.cycle.observe(dt.as_secs_f64());
     tracing::debug!(
         elapsed_ms = dt.as_millis() as u64,
-        jobs = jobs.len(),
-        pods = pods.len(),
+        jobs = n_jobs,
+        pods = n_pods,
         queued,
         starts,
         writes = written,
