@@ -8,7 +8,8 @@
 //! the same records losslessly in a handful of flat arrays (a job's distinct strings once,
 //! rows of integers), about a fifth of the size; [`TaskRecords::to_vec`] gives back exactly
 //! the records it was made from, so a status written from the cache is byte-for-byte the
-//! stored one.
+//! stored one. A version the operator wrote is held once for the overlay and the cache
+//! ([`Versions`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -320,9 +321,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 ///
 /// A cycle that admits 6,250 gangs holds every written answer until the watch has delivered
 /// it (`runner::Recent`): kept apart from the cache's copies, they were ~15 MiB of the
-/// operator's resident size at 16,384 nodes. One version of one object (uid and resourceVersion) is
-/// one content, whichever way it came, so sharing it changes nothing the planner sees.
-/// Entries are weak: the registry never keeps an object alive.
+/// operator's resident size at 16,384 nodes. One version of one object (uid and
+/// resourceVersion) is one content, whichever way it came, so sharing it changes nothing the
+/// planner sees. Entries are weak: the registry never keeps an object alive.
 #[derive(Clone, Default)]
 pub struct Versions {
     written: Arc<Mutex<Held>>,
@@ -385,8 +386,9 @@ impl Versions {
         self.lock().retain(|_, (_, w)| w.strong_count() > 0);
     }
 
-    /// Versions registered and not yet seen by the watch (tests).
-    pub fn pending(&self) -> usize {
+    /// Versions registered and not yet seen by the watch.
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.lock().len()
     }
 

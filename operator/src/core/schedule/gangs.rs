@@ -62,8 +62,8 @@ impl Cycle<'_> {
         let mut out = Vec::new();
         let start = self.gangs.partition_point(|g| g.pos <= self.at);
         // The gangs the cursor has passed are never read again: their per-leaf aggregates
-        // go (a leaf's worth each; kept, a cycle admitting 6,250 gangs over 512 leaves held
-        // 50 MB of them at its end).
+        // go (one per leaf, 8 KiB a gang over 512 leaves: kept, a cycle admitting 6,250
+        // gangs held 49 MB of them at its end).
         for g in &mut self.gangs[self.ahead_from.min(start)..start] {
             g.ahead = None;
         }
