@@ -119,6 +119,9 @@ pub struct PodObs {
     pub deleting: bool,
     /// For a failed pod whose task container exited: how.
     pub exit: Option<Exit>,
+    /// Failed before its task container started: an init container (the step binary's
+    /// install) failed. The failure says which and how.
+    pub init_failed: bool,
     /// The allocation the pod records (annotation `muster.dev/task`), the part read.
     pub alloc: Option<PodAlloc>,
 }
@@ -196,7 +199,33 @@ impl PodObs {
         } else {
             None
         };
+        // An init container that failed (the pod never reached its task container): how.
+        let init_failure = (phase == Phase::Failed && exit.is_none())
+            .then(|| {
+                st.and_then(|s| s.init_container_statuses.as_deref())
+                    .unwrap_or(&[])
+                    .iter()
+                    .find_map(|c| {
+                        term(c)
+                            .filter(|t| t.exit_code != 0)
+                            .map(|t| (c.name.clone(), t))
+                    })
+            })
+            .flatten();
         let failure = (phase == Phase::Failed).then(|| {
+            if let Some((name, t)) = &init_failure {
+                let how = [t.reason.as_deref(), t.message.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                let mut m = format!("init container {name} exited with code {}", t.exit_code);
+                if !how.is_empty() {
+                    m.push_str(&format!(" ({how})"));
+                }
+                return m;
+            }
             let r = st.and_then(|s| s.reason.clone()).unwrap_or_default();
             let m = st.and_then(|s| s.message.clone()).unwrap_or_default();
             match (r.is_empty(), m.is_empty()) {
@@ -217,6 +246,7 @@ impl PodObs {
             phase,
             deleting: p.metadata.deletion_timestamp.is_some(),
             exit,
+            init_failed: init_failure.is_some(),
             alloc: p
                 .annotations()
                 .get(pods::TASK_ANNOTATION)
@@ -254,6 +284,7 @@ impl PodObs {
             phase: Phase::Pending,
             deleting: false,
             exit: None,
+            init_failed: false,
             alloc: None,
         }
     }
@@ -1835,6 +1866,18 @@ fn step_job(
                         w.st.exit_signal = x.signal;
                         delete_cur(w);
                     }
+                    // Like a Slurm prolog failing: the job could not be launched there;
+                    // requeued with a backoff (immediately again, a deterministic failure
+                    // such as a step binary that cannot run on the node would spin).
+                    None if p.init_failed => {
+                        let msg = format!(
+                            "pod {} could not start: {}",
+                            p.name(),
+                            p.failure().unwrap_or_default()
+                        );
+                        launch_failure(w, "LaunchFailed", &msg, now);
+                        delete_cur(w);
+                    }
                     None => {
                         let msg = format!(
                             "pod {} failed without an exit ({})",
@@ -1857,8 +1900,9 @@ fn step_job(
                 if late {
                     launch_failure(
                         w,
+                        "GangStartTimeout",
                         &format!(
-                            "{} of {npods} node pods missing {}s after admission",
+                            "gang start timeout: {} of {npods} node pods missing {}s after admission",
                             missing.len(),
                             cfg.gang_start_timeout_secs
                         ),
@@ -1917,7 +1961,12 @@ fn step_job(
                 ) {
                     Ok(b) => b,
                     Err(e) => {
-                        launch_failure(w, &format!("cannot build node pods: {e}"), now);
+                        launch_failure(
+                            w,
+                            "LaunchFailed",
+                            &format!("cannot build node pods: {e}"),
+                            now,
+                        );
                         delete_cur(w);
                         return;
                     }
@@ -1955,8 +2004,9 @@ fn step_job(
             if late && !waiting.is_empty() {
                 launch_failure(
                     w,
+                    "GangStartTimeout",
                     &format!(
-                        "{} of {npods} node pods not running {}s after admission: {}",
+                        "gang start timeout: {} of {npods} node pods not running {}s after admission: {}",
                         waiting.len(),
                         cfg.gang_start_timeout_secs,
                         waiting.join(", ")
@@ -2119,8 +2169,21 @@ fn node_fail(w: &mut Work<'_>, message: &str, now: i64) {
         end(w, JobState::NodeFail, Some("NodeFail"), message, now);
         return;
     }
-    let msg = format!("requeued after NODE_FAIL: {message}");
-    w.st = status::requeued(&w.st, "NodeFail", &msg, now);
+    // A first failure is requeued at once (another node will do); again after a restart, a
+    // growing backoff: a failure that follows the job (a kubelet refusing its pods) would
+    // otherwise requeue it many times a second. Slurm holds every requeued batch job ~2 min.
+    let restarts = w.st.restarts.unwrap_or(0);
+    let backoff = if restarts == 0 {
+        0
+    } else {
+        status::launch_backoff(restarts - 1)
+    };
+    let msg = if backoff == 0 {
+        format!("requeued after NODE_FAIL: {message}")
+    } else {
+        format!("requeued after NODE_FAIL: {message}; eligible again in {backoff}s")
+    };
+    w.st = status::requeued(&w.st, "NodeFail", &msg, now + backoff);
     w.set_tasks(&[]);
     w.plan.events.push(event(true, "NodeFail", message));
     w.plan.events.push(event(false, "Requeued", &msg));
@@ -2128,12 +2191,14 @@ fn node_fail(w: &mut Work<'_>, message: &str, now: i64) {
     w.plan.effects.push(Effect::Transition(JobState::Pending));
 }
 
-fn launch_failure(w: &mut Work<'_>, message: &str, now: i64) {
+/// The job's pods could not all start (`event`: why, as the event's reason): requeued with a
+/// backoff that grows with its restarts.
+fn launch_failure(w: &mut Work<'_>, event_reason: &str, message: &str, now: i64) {
     let backoff = status::launch_backoff(w.st.restarts.unwrap_or(0));
-    let msg = format!("gang start timeout: {message}; requeued, eligible again in {backoff}s");
+    let msg = format!("{message}; requeued, eligible again in {backoff}s");
     w.st = status::requeued(&w.st, LAUNCH_FAILURE, &msg, now + backoff);
     w.set_tasks(&[]);
-    w.plan.events.push(event(true, "GangStartTimeout", &msg));
+    w.plan.events.push(event(true, event_reason, &msg));
     w.plan.effects.push(Effect::Transition(JobState::Pending));
 }
 

@@ -370,6 +370,99 @@ fn unhealthy_gpu_under_a_task_is_a_node_failure() {
     assert!(!st.tasks[0].gpus.contains(&t.gpus[0]));
 }
 
+/// A pod failing without an exit (the kubelet refusing it) is a node failure: requeued at
+/// once the first time, with a growing backoff when it happens again, never in a tight loop.
+#[test]
+fn repeated_node_failures_requeue_with_backoff() {
+    let mut h = harness(1, 4);
+    h.cluster.submit(job("nf2", gpus(4), 100, None));
+    let refuse = |h: &mut Harness| {
+        let mut s = h.cluster.lock();
+        let p = s
+            .pods
+            .values_mut()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        let p = p.expect("a running pod");
+        p.status = Some(
+            serde_json::from_value(serde_json::json!({"phase": "Failed",
+                "reason": "UnexpectedAdmissionError",
+                "message": "Allocate failed due to no healthy devices present"}))
+            .unwrap(),
+        );
+    };
+    h.cycle();
+    h.step(1);
+    assert_eq!(h.cluster.state("nf2"), JobState::Running);
+    refuse(&mut h);
+    h.step(1);
+    let st = h.cluster.job("nf2").status.unwrap();
+    assert_eq!(
+        (st.restarts, st.reason.as_deref()),
+        (Some(1), Some("NodeFail"))
+    );
+    assert!(!st.message.unwrap().contains("eligible again"));
+    // At once: running again within the next cycles (the old pod gone).
+    h.step(1);
+    h.step(1);
+    assert_eq!(h.cluster.state("nf2"), JobState::Running);
+    refuse(&mut h);
+    h.step(1);
+    let st = h.cluster.job("nf2").status.unwrap();
+    assert_eq!(st.restarts, Some(2));
+    let m = st.message.unwrap();
+    assert!(m.ends_with("; eligible again in 30s"), "{m}");
+    h.step(20);
+    assert_eq!(h.cluster.state("nf2"), JobState::Pending);
+    h.step(15);
+    assert_eq!(h.cluster.state("nf2"), JobState::Running);
+}
+
+/// An init container (the step binary's install) that fails is a launch failure, as a failed
+/// Slurm prolog is: requeued with a backoff and a message naming it, not retried at once
+/// (a step binary that cannot run on the node would fail again at once, forever).
+#[test]
+fn a_failed_init_container_requeues_the_job_with_backoff() {
+    let mut h = harness(2, 4);
+    h.cluster.submit(job("init", gang(2, 1, 4), 30, None));
+    h.cycle();
+    h.step(1);
+    assert_eq!(h.cluster.state("init"), JobState::Running);
+    {
+        let mut s = h.cluster.lock();
+        let p = s
+            .pods
+            .values_mut()
+            .find(|p| p.labels().get(labels::NODE_RANK).map(String::as_str) == Some("0"))
+            .unwrap();
+        p.status = Some(
+            serde_json::from_value(serde_json::json!({"phase": "Failed",
+                "initContainerStatuses": [{"name": "muster-step-install", "image": "x",
+                    "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 128, "reason": "StartError",
+                        "message": "exec format error"}}}],
+                "containerStatuses": [{"name": "task", "image": "x", "imageID": "",
+                    "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": "PodInitializing"}}}]}))
+            .unwrap(),
+        );
+    }
+    h.step(1);
+    let st = h.cluster.job("init").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Pending));
+    assert_eq!(st.reason.as_deref(), Some(LAUNCH_FAILURE));
+    assert_eq!(st.restarts, Some(1));
+    let m = st.message.unwrap();
+    assert!(
+        m.contains("could not start: init container muster-step-install exited with code 128 (StartError: exec format error)")
+            && m.ends_with("requeued, eligible again in 30s"),
+        "{m}"
+    );
+    h.step(20);
+    assert_eq!(h.cluster.state("init"), JobState::Pending);
+    h.step(15);
+    assert_eq!(h.cluster.state("init"), JobState::Running);
+}
+
 #[test]
 fn gang_that_cannot_start_is_rolled_back_with_backoff() {
     let mut h = harness(2, 4);

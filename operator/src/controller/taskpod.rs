@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,9 @@ pub struct TaskPodStatus {
     /// Per-container: how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_statuses: Option<Vec<TaskContainerStatus>>,
+    /// Per init container (the step binary's install): how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_container_statuses: Option<Vec<TaskContainerStatus>>,
 }
 
 /// How one container ended (current and last state, terminated part only).
@@ -108,22 +111,26 @@ impl TaskPod {
                 phase: s.phase.clone(),
                 reason: s.reason.clone(),
                 message: s.message.clone(),
-                container_statuses: s.container_statuses.as_ref().map(|cs| {
-                    cs.iter()
-                        .map(|c| TaskContainerStatus {
-                            name: c.name.clone(),
-                            state: c.state.as_ref().map(|s| Terminated {
-                                terminated: s.terminated.clone(),
-                            }),
-                            last_state: c.last_state.as_ref().map(|s| Terminated {
-                                terminated: s.terminated.clone(),
-                            }),
-                        })
-                        .collect()
-                }),
+                container_statuses: s.container_statuses.as_deref().map(ended),
+                init_container_statuses: s.init_container_statuses.as_deref().map(ended),
             }),
         }
     }
+}
+
+/// How each container ended, as a [`TaskPod`] keeps it.
+fn ended(cs: &[ContainerStatus]) -> Vec<TaskContainerStatus> {
+    cs.iter()
+        .map(|c| TaskContainerStatus {
+            name: c.name.clone(),
+            state: c.state.as_ref().map(|s| Terminated {
+                terminated: s.terminated.clone(),
+            }),
+            last_state: c.last_state.as_ref().map(|s| Terminated {
+                terminated: s.terminated.clone(),
+            }),
+        })
+        .collect()
 }
 
 impl kube::Resource for TaskPod {
