@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # The Muster operator image: a release build of `muster-operator` on distroless (glibc, no
 # shell, no package manager), running as the non-root user 65532. It also carries
-# `muster-step` (srun, scontrol, the node daemon) as a static musl binary at
+# `muster-step` (srun, scontrol, the node daemon) as a static binary at
 # /usr/local/bin/muster-step: every job's node pods copy it from this image in an init
 # container (`--step-image`), whatever their own image is.
 #
@@ -20,14 +20,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,sharing=locked \
     cargo build --release --locked -p muster-operator --bin muster-operator \
  && install -D -m 0755 target/release/muster-operator /out/muster-operator
-# muster-step must run in any user image: static, against musl.
+# muster-step must run in any user image: statically linked (see the script for why glibc).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target,sharing=locked \
-    apt-get update && apt-get install -y --no-install-recommends musl-tools \
- && target="$(uname -m)-unknown-linux-musl" && rustup target add "$target" \
- && cargo build --release --locked --target "$target" -p muster-cli --bin muster-step \
- && install -D -m 0755 "target/$target/release/muster-step" /out/muster-step
+    docker/build-muster-step.sh --release /out/muster-step
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="muster-operator" \

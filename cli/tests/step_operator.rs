@@ -18,7 +18,12 @@ use muster_operator::core::cluster_spec::ClusterSpec;
 use serde_json::json;
 
 async fn setup() -> (step_support::Env, muster_e2e::operator::InProcessOperator) {
-    let env = step_support::start().await;
+    setup_on(step_support::start().await).await
+}
+
+async fn setup_on(
+    env: step_support::Env,
+) -> (step_support::Env, muster_e2e::operator::InProcessOperator) {
     let server = env.cluster.api_server().expect("the API server double");
     let settings = Settings {
         namespace: "muster-system".into(),
@@ -315,6 +320,100 @@ async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
         lines,
         ["mpirun-0", "mpirun-0", "mpirun-1", "mpirun-1"],
         "{out}"
+    );
+    op.shutdown().await.unwrap();
+    env.cluster.shutdown().await;
+}
+
+/// An image with nothing in it: no shell, no C library, no `/etc`.
+const EMPTY_IMAGE: &str = "scratch.muster.test/empty";
+
+/// A job without a script in [`EMPTY_IMAGE`]: its command, one step of 4 tasks over 2 nodes,
+/// is `scontrol show hostnames` from the installed `muster-step`.
+async fn submit_bare(env: &step_support::Env, ns: &str, name: &str) {
+    submit(
+        env,
+        ns,
+        name,
+        json!({"nodes": 2, "ntasksPerNode": 2,
+               "template": {"spec": {"containers": [{"name": "task", "image": EMPTY_IMAGE,
+                   "command": ["/muster/bin/scontrol", "show", "hostnames"]}]}}}),
+    )
+    .await;
+}
+
+/// The control for [`the_static_step_binary_runs_jobs_in_an_empty_image`]: a dynamically
+/// linked `muster-step` (the cargo-built one) cannot even install itself from an operator
+/// image that holds nothing else, so these images really lack what a dynamic program needs.
+/// The user sees why: the job is requeued with a backoff (not retried at once, forever), its
+/// message naming the init container and how it failed; `scancel` then ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamic_step_binary_cannot_run_in_an_empty_image() {
+    let step = std::path::Path::new(env!("CARGO_BIN_EXE_muster-step"));
+    let (env, op) = setup_on(step_support::start_with(step, &[EMPTY_IMAGE]).await).await;
+    let ns = env.namespace("dynamic").await;
+    submit_bare(&env, &ns, "bare").await;
+    let api: Api<BatchJob> = Api::namespaced(env.cluster.client(), &ns);
+    let requeued = |j: Option<&BatchJob>| {
+        j.and_then(|j| j.status.as_ref())
+            .is_some_and(|s| s.reason.as_deref() == Some("JobLaunchFailure"))
+    };
+    let j = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api.clone(), "bare", requeued),
+    )
+    .await
+    .expect("requeued after the launch failure")
+    .unwrap()
+    .unwrap();
+    let st = j.status.unwrap();
+    let m = st.message.clone().unwrap_or_default();
+    assert_eq!(st.state, Some(JobState::Pending), "{st:?}");
+    assert_eq!(st.restarts, Some(1), "{st:?}");
+    assert!(
+        m.contains("init container muster-step-install exited with code 128 (StartError")
+            && m.ends_with("requeued, eligible again in 30s"),
+        "{m}"
+    );
+    api.patch(
+        "bare",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"cancel": true}})),
+    )
+    .await
+    .unwrap();
+    let j = ended(&env, &ns, "bare", 60).await;
+    let st = j.status.unwrap();
+    assert_eq!(st.state, Some(JobState::Cancelled), "{st:?}");
+    assert_eq!(st.restarts, Some(1), "launched once: {st:?}");
+    op.shutdown().await.unwrap();
+    env.cluster.shutdown().await;
+}
+
+/// The `muster-step` the operator image ships (static: `docker/build-muster-step.sh`) runs a
+/// two-node job whose image and operator image hold nothing but it: no shell, no C library,
+/// no name service modules. `srun` reaches the other node by its name (the cluster DNS of
+/// the pod's `/etc/resolv.conf`), every task runs, the job completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the static muster-step in MUSTER_STATIC_STEP (.ci/test builds it with docker/build-muster-step.sh)"]
+async fn the_static_step_binary_runs_jobs_in_an_empty_image() {
+    let step = std::env::var_os("MUSTER_STATIC_STEP")
+        .expect("MUSTER_STATIC_STEP: the static muster-step (docker/build-muster-step.sh)");
+    let step = std::path::Path::new(&step);
+    let (env, op) = setup_on(step_support::start_with(step, &[EMPTY_IMAGE]).await).await;
+    let ns = env.namespace("static").await;
+    submit_bare(&env, &ns, "bare").await;
+    let j = ended(&env, &ns, "bare", 120).await;
+    let st = j.status.unwrap();
+    let all = logs(&env, &ns, "bare").await;
+    assert_eq!(st.state, Some(JobState::Completed), "{st:?}\n{all}");
+    assert_eq!(pods(&env, &ns, "bare").await.len(), 2, "{all}");
+    // Four tasks, two on each node, each printing the job's two node names.
+    let out = log(&env, &ns, "bare-0", "task").await;
+    assert_eq!(
+        step_support::sorted(&out),
+        [["bare-0"; 4], ["bare-1"; 4]].concat(),
+        "{all}"
     );
     op.shutdown().await.unwrap();
     env.cluster.shutdown().await;

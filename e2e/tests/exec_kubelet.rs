@@ -15,11 +15,16 @@ use serde_json::{Value, json};
 use testcluster_common::*;
 
 async fn exec_cluster(images: Vec<(String, PathBuf)>) -> TestCluster {
-    let mut o = TestClusterOptions::new(spec());
-    o.exec = Some(ExecOptions {
+    exec_cluster_with(ExecOptions {
         images,
         ..ExecOptions::default()
-    });
+    })
+    .await
+}
+
+async fn exec_cluster_with(exec: ExecOptions) -> TestCluster {
+    let mut o = TestClusterOptions::new(spec());
+    o.exec = Some(exec);
     TestCluster::simulated(o)
         .await
         .expect("exec-mode cluster starts")
@@ -254,6 +259,71 @@ async fn init_containers_run_first_and_image_files_appear_in_the_container() {
         Some("PodInitializing")
     );
     assert_eq!(condition(&done, "Initialized").unwrap().status, "False");
+    cleanup(&c, &ns).await;
+}
+
+/// A root image is the container's whole file system, as an image `FROM scratch` is: a
+/// statically linked program in it runs, the host's shell does not exist there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_image_is_all_the_container_sees() {
+    // Debian's ldconfig is linked statically (static-pie): it needs nothing from the image.
+    let ldconfig = ["/usr/sbin/ldconfig", "/sbin/ldconfig"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("ldconfig (libc-bin) on the host");
+    let img = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(img.path().join("sbin")).unwrap();
+    std::fs::copy(ldconfig, img.path().join("sbin/ldconfig")).unwrap();
+    let c = exec_cluster_with(ExecOptions {
+        root_images: vec![("scratch.example/static".into(), img.path().to_path_buf())],
+        ..ExecOptions::default()
+    })
+    .await;
+    let ns = namespace(&c, "exec-root").await;
+    let pods: Api<Pod> = Api::namespaced(c.client(), &ns);
+    let pod = |name: &str, command: Value| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "main", "image": "scratch.example/static:1", "command": command}]}
+        }))
+        .unwrap()
+    };
+    pods.create(
+        &PostParams::default(),
+        &pod("static", json!(["/sbin/ldconfig", "--version"])),
+    )
+    .await
+    .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &pod("shell", json!(["/bin/sh", "-c", "true"])),
+    )
+    .await
+    .unwrap();
+    let done = finished(&pods, "static", 30).await;
+    assert_eq!(phase(&done), "Succeeded", "{done:#?}");
+    assert!(
+        log(&pods, "static", "main").await.starts_with("ldconfig "),
+        "{:?}",
+        log(&pods, "static", "main").await
+    );
+    let done = finished(&pods, "shell", 30).await;
+    assert_eq!(phase(&done), "Failed", "{done:#?}");
+    let st = done
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(st.reason.as_deref(), Some("StartError"), "{st:?}");
+    assert!(st.message.unwrap_or_default().contains("/bin/sh"));
     cleanup(&c, &ns).await;
 }
 

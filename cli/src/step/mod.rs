@@ -29,7 +29,8 @@
 //! **The step binary.** An init container from the operator image runs
 //! `["/usr/local/bin/muster-step", "install", "/muster/bin"]` with an `emptyDir` volume
 //! mounted at `/muster/bin`; the main container mounts the same volume at `/muster/bin`.
-//! The binary must be static (musl) to run in any user image.
+//! The binary must be statically linked to run in any user image
+//! (`docker/build-muster-step.sh` builds it so).
 //!
 //! **The credential.** A Secret per job with a key `key` of 32 random bytes (hex is fine:
 //! [`proto::Credential::generate`]), mounted read-only in every node pod (default path

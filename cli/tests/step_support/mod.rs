@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
@@ -26,6 +26,9 @@ nodesPerLeaf: 2
 node: {cpus: 8, memory: 32Gi, gpus: 4, gpuModel: NVIDIA H100 80GB HBM3, gpuMemoryMib: 81559, layout: dgx}
 "#;
 
+/// The operator image's name (its prefix: any tag).
+pub const OPERATOR_IMAGE: &str = "ghcr.io/muster-dev/muster-operator";
+
 /// A test cluster in exec mode whose operator image carries the cargo-built `muster-step`.
 pub struct Env {
     pub cluster: TestCluster,
@@ -33,18 +36,34 @@ pub struct Env {
 }
 
 pub async fn start() -> Env {
+    start_with(Path::new(env!("CARGO_BIN_EXE_muster-step")), &[]).await
+}
+
+/// A test cluster in exec mode whose operator image carries `step`. With `empty_images`
+/// (image name prefixes), those images hold nothing at all and the operator image only
+/// `/usr/local/bin/muster-step`, as a distroless or `FROM scratch` image would: no shell, no C
+/// library; else containers see the host's files.
+pub async fn start_with(step: &Path, empty_images: &[&str]) -> Env {
     let image = tempfile::tempdir().unwrap();
-    let bin = image.path().join("usr/local/bin");
+    let op = image.path().join("operator");
+    let bin = op.join("usr/local/bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_muster-step"), bin.join("muster-step")).unwrap();
+    let mut exec = ExecOptions::default();
+    if empty_images.is_empty() {
+        std::os::unix::fs::symlink(step, bin.join("muster-step")).unwrap();
+        exec.images = vec![(OPERATOR_IMAGE.into(), op)];
+    } else {
+        // A copy: a link would name a host path the container cannot see.
+        std::fs::copy(step, bin.join("muster-step")).unwrap();
+        exec.root_images = vec![(OPERATOR_IMAGE.into(), op)];
+        for (i, prefix) in empty_images.iter().enumerate() {
+            let dir = image.path().join(format!("empty{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            exec.root_images.push((prefix.to_string(), dir));
+        }
+    }
     let mut o = TestClusterOptions::new(ClusterSpec::from_yaml(SPEC).unwrap());
-    o.exec = Some(ExecOptions {
-        images: vec![(
-            "ghcr.io/muster-dev/muster-operator".into(),
-            image.path().to_path_buf(),
-        )],
-        ..ExecOptions::default()
-    });
+    o.exec = Some(exec);
     let cluster = TestCluster::simulated(o).await.expect("exec-mode cluster");
     Env {
         cluster,

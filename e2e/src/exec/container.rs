@@ -78,13 +78,17 @@ fn cstr(p: impl AsRef<OsStr>) -> CString {
 }
 
 /// The container's file system: a tmpfs root holding bind mounts of the host's top-level
-/// entries (so the container sees the host's files, as if they were its image), a fresh
-/// `/proc`, its own `/tmp` and `/dev/shm` (tmpfs), and the pod's mounts on top. Paths that
-/// do not exist are created inside the container only: on the tmpfs root, or in a tmpfs
-/// overlay over the host directory that would hold them. Nothing on the host is modified.
+/// entries (so the container sees the host's files, as if they were its image) or of an
+/// image directory's ([`MountPlan::with_image_root`]), a fresh `/proc`, its own `/tmp` and
+/// `/dev/shm` (tmpfs), and the pod's mounts on top. Paths that do not exist are created
+/// inside the container only: on the tmpfs root, or in a tmpfs overlay over the directory
+/// that would hold them. Nothing on the host is modified.
 #[derive(Debug)]
 pub struct MountPlan {
     root: PathBuf,
+    /// Where the container's files come from: `/` (the host) or an image directory. `/dev`
+    /// and `/proc` come from the host either way.
+    base: PathBuf,
     ops: Vec<Op>,
     /// Container paths we made: top-level entries, created directories and files.
     made: Vec<(PathBuf, Kind)>,
@@ -113,11 +117,25 @@ struct Resolved {
 }
 
 impl MountPlan {
-    /// A plan whose root is mounted on `root` (an empty directory on the host).
+    /// A plan whose root is mounted on `root` (an empty directory on the host), showing the
+    /// host's files.
     pub fn new(root: &Path) -> std::io::Result<MountPlan> {
+        Self::with_base(root, Path::new("/"))
+    }
+
+    /// A plan showing only the files of the host directory `image` (as a container from an
+    /// image `FROM scratch` holding them would), with the host's `/dev`, a fresh `/proc` and
+    /// a private `/tmp`: nothing else of the host, no shared libraries nor shell unless the
+    /// image has them.
+    pub fn with_image_root(root: &Path, image: &Path) -> std::io::Result<MountPlan> {
+        Self::with_base(root, image)
+    }
+
+    fn with_base(root: &Path, base: &Path) -> std::io::Result<MountPlan> {
         std::fs::create_dir_all(root)?;
         let mut p = MountPlan {
             root: root.to_path_buf(),
+            base: base.to_path_buf(),
             ops: vec![Op::Private],
             made: Vec::new(),
             private: vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")],
@@ -130,29 +148,40 @@ impl MountPlan {
             flags: 0,
             data: Some(cstr("mode=755")),
         });
-        let mut entries: Vec<_> = std::fs::read_dir("/")?.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let name = e.file_name();
+        let mut names: Vec<_> = std::fs::read_dir(base)?
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        if base != Path::new("/") {
+            // What a container runtime gives every container, whatever its image.
+            names.extend(["dev", "proc", "tmp"].map(std::ffi::OsString::from));
+        }
+        names.sort();
+        names.dedup();
+        for name in names {
             let cpath = Path::new("/").join(&name);
+            // The runtime's own entries an image lacks come from the host.
+            let src = Some(p.source(&cpath))
+                .filter(|s| s.symlink_metadata().is_ok())
+                .unwrap_or_else(|| cpath.clone());
             let host = root.join(&name);
-            let meta = std::fs::symlink_metadata(&cpath)?;
+            let meta = std::fs::symlink_metadata(&src)?;
             if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&cpath)?;
+                let target = std::fs::read_link(&src)?;
                 p.ops.push(Op::Symlink(cstr(&target), cstr(&host)));
                 p.made.push((cpath, Kind::Link(target)));
                 continue;
             }
             let nm = name.to_string_lossy();
             let dir = |p: &mut MountPlan,
-                       src: Option<&str>,
+                       fs_src: Option<&str>,
                        fstype: Option<&str>,
                        flags,
                        data: Option<String>| {
                 p.ops.push(Op::Mkdir(cstr(&host)));
                 p.ops.push(Op::Mount {
                     src: Some(cstr(
-                        src.map(PathBuf::from).unwrap_or_else(|| cpath.clone()),
+                        fs_src.map(PathBuf::from).unwrap_or_else(|| src.clone()),
                     )),
                     dst: cstr(&host),
                     fstype: fstype.map(cstr),
@@ -193,7 +222,7 @@ impl MountPlan {
                 _ => {
                     p.ops.push(Op::Touch(cstr(&host)));
                     p.ops.push(Op::Mount {
-                        src: Some(cstr(&cpath)),
+                        src: Some(cstr(&src)),
                         dst: cstr(&host),
                         fstype: None,
                         flags: libc::MS_BIND,
@@ -206,6 +235,15 @@ impl MountPlan {
             p.made.push((cpath, Kind::Dir));
         }
         Ok(p)
+    }
+
+    /// Where the container path `cpath` of the base file system is on the host.
+    fn source(&self, cpath: &Path) -> PathBuf {
+        let from_host = ["/dev", "/proc"].iter().any(|d| cpath.starts_with(d));
+        match cpath.strip_prefix("/") {
+            Ok(rel) if !from_host && self.base != Path::new("/") => self.base.join(rel),
+            _ => cpath.to_path_buf(),
+        }
     }
 
     fn host(&self, cpath: &Path) -> PathBuf {
@@ -246,9 +284,10 @@ impl MountPlan {
         if !self.host_backed(parent) {
             return None;
         }
-        let m = std::fs::symlink_metadata(p).ok()?;
+        let src = self.source(p);
+        let m = std::fs::symlink_metadata(&src).ok()?;
         Some(if m.file_type().is_symlink() {
-            Kind::Link(std::fs::read_link(p).ok()?)
+            Kind::Link(std::fs::read_link(&src).ok()?)
         } else if m.is_dir() {
             Kind::Dir
         } else {
@@ -843,6 +882,52 @@ mod tests {
             p.ensure_file(Path::new("/dev/termination-log"))
                 .unwrap_err()
                 .contains("/dev")
+        );
+    }
+
+    #[test]
+    fn an_image_root_shows_only_the_images_files() {
+        let d = tempfile::tempdir().unwrap();
+        let image = d.path().join("image");
+        std::fs::create_dir_all(image.join("usr/local/bin")).unwrap();
+        std::fs::write(image.join("usr/local/bin/tool"), "").unwrap();
+        std::os::unix::fs::symlink("usr/local/bin", image.join("bin")).unwrap();
+        let root = d.path().join("root");
+        let mut p = MountPlan::with_image_root(&root, &image).unwrap();
+        let plan = ops(&p).join("\n");
+        let r = root.display();
+        // The image's entries, the host's /dev, a fresh /proc and /tmp; nothing else.
+        assert!(
+            plan.contains(&format!("linking {r}/bin to usr/local/bin")),
+            "{plan}"
+        );
+        assert!(
+            plan.contains(&format!("{}/usr on {r}/usr", image.display())),
+            "{plan}"
+        );
+        assert!(plan.contains(&format!("/dev on {r}/dev")), "{plan}");
+        for host_only in ["/etc", "/lib", "/var"] {
+            assert!(
+                !plan.contains(&format!("{r}{host_only}")),
+                "{host_only}: {plan}"
+            );
+        }
+        // Paths resolve in the image: its files exist, the host's do not.
+        let n = ops(&p).len();
+        assert_eq!(
+            p.ensure_file(Path::new("/bin/tool")).unwrap(),
+            PathBuf::from("/usr/local/bin/tool")
+        );
+        assert_eq!(ops(&p).len(), n);
+        p.ensure_file(Path::new("/etc/hosts")).unwrap();
+        let new = ops(&p)[n..].join("\n");
+        assert!(
+            new.contains(&format!("creating directory {r}/etc")),
+            "{new}"
+        );
+        assert!(
+            !new.contains("overlay"),
+            "/etc is the container's own: {new}"
         );
     }
 

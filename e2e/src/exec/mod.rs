@@ -2,7 +2,8 @@
 //!
 //! Each container's command runs in its own mount, UTS and PID namespaces ([`container`]);
 //! the image is ignored (the host's files stand in for it) except for the files an
-//! [`ExecOptions::images`] entry maps in. Each pod gets:
+//! [`ExecOptions::images`] entry maps in, or an [`ExecOptions::root_images`] entry that is
+//! the container's whole file system. Each pod gets:
 //!
 //! - a host name (`spec.hostname`, else the pod name; `setHostnameAsFQDN` honoured) and its
 //!   own loopback address as `podIP` (`127.X.Y.Z`: all of 127/8 is local, one `X` per test
@@ -57,6 +58,11 @@ pub struct ExecOptions {
     /// container (the longest matching prefix wins): e.g. the operator image's
     /// `/usr/local/bin/muster-step` from a directory holding `usr/local/bin/muster-step`.
     pub images: Vec<(String, PathBuf)>,
+    /// Image name prefix → host directory that is the container's whole file system, as an
+    /// image `FROM scratch` holding its files would be: nothing of the host shows but `/dev`
+    /// (and a fresh `/proc` and `/tmp`); [`ExecOptions::images`] files go on top. For
+    /// showing that something runs in an image without a shell or shared libraries.
+    pub root_images: Vec<(String, PathBuf)>,
     /// The cluster domain (default `cluster.local`).
     pub cluster_domain: Option<String>,
     /// Where container logs are registered (the API server double's [`PodLogs`]).
@@ -160,6 +166,8 @@ pub struct Ctx {
 pub struct Resolved {
     /// Image map.
     pub images: Vec<(String, PathBuf)>,
+    /// Images that are the whole root file system.
+    pub root_images: Vec<(String, PathBuf)>,
     /// Cluster domain.
     pub cluster_domain: String,
     /// Log registry.
@@ -245,6 +253,7 @@ impl Runtime {
             clock,
             opts: Resolved {
                 images: opts.images.clone(),
+                root_images: opts.root_images.clone(),
                 cluster_domain: domain,
                 logs: opts.logs.clone(),
             },

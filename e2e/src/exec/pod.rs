@@ -178,6 +178,14 @@ struct Prepared {
     files: Vec<(PathBuf, &'static str)>,
 }
 
+/// The directory of the longest image name prefix of `map` that `image` starts with.
+fn image_dir<'m>(map: &'m [(String, PathBuf)], image: &str) -> Option<&'m PathBuf> {
+    map.iter()
+        .filter(|(prefix, _)| image.starts_with(prefix.as_str()))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, dir)| dir)
+}
+
 fn plan_for(
     ctx: &Ctx,
     p: &Prepared,
@@ -186,15 +194,13 @@ fn plan_for(
     root: &Path,
 ) -> Result<MountPlan, String> {
     std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
-    let mut plan = MountPlan::new(root).map_err(|e| format!("reading /: {e}"))?;
     let image = c.image.clone().unwrap_or_default();
-    if let Some((_, dir)) = ctx
-        .opts
-        .images
-        .iter()
-        .filter(|(prefix, _)| image.starts_with(prefix.as_str()))
-        .max_by_key(|(prefix, _)| prefix.len())
-    {
+    let mut plan = match image_dir(&ctx.opts.root_images, &image) {
+        Some(dir) => MountPlan::with_image_root(root, dir)
+            .map_err(|e| format!("reading image directory {}: {e}", dir.display()))?,
+        None => MountPlan::new(root).map_err(|e| format!("reading /: {e}"))?,
+    };
+    if let Some(dir) = image_dir(&ctx.opts.images, &image) {
         for (src, dst) in image_files(dir) {
             plan.bind(&src, &dst, true)
                 .map_err(|e| format!("image file {}: {e}", dst.display()))?;
