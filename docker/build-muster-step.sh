@@ -8,7 +8,8 @@
 # since glibc 2.34 the `files` and `dns` name services are part of libc itself, so a static
 # program resolves the job's node names (the pod's /etc/hosts and the cluster DNS of its
 # /etc/resolv.conf) without loading anything from the image. muster-step looks up nothing but
-# host names (no users, no groups).
+# host names (no users, no groups), and a static build pins those to `files dns` whatever the
+# image's nsswitch.conf names (cli/src/step/mod.rs, `pin_name_services`).
 #
 #   docker/build-muster-step.sh [--release] OUT    (run from the repository root)
 #

@@ -115,6 +115,7 @@ use std::path::Path;
 
 /// The multicall entry point: dispatches on the program name, then on the first argument.
 pub fn main() -> i32 {
+    pin_name_services();
     // Before anything reads the arguments as UTF-8: a task's arguments need not be.
     let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if raw.get(1).is_some_and(|a| a == task::EXEC_TASK) {
@@ -160,6 +161,31 @@ pub fn main() -> i32 {
         }
     }
 }
+
+/// Statically linked (the build the operator image ships), host names are looked up with
+/// glibc's built-in `files` and `dns` services only (`/etc/hosts`, then the pod's
+/// `/etc/resolv.conf`: what a pod's names need), whatever the image's `nsswitch.conf` says:
+/// any other service would be a module loaded from the image's own glibc, which a static
+/// program cannot safely do, and an image naming none of the built-in ones would leave it
+/// resolving nothing.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static"))]
+fn pin_name_services() {
+    unsafe extern "C" {
+        fn __nss_configure_lookup(
+            db: *const std::ffi::c_char,
+            service_line: *const std::ffi::c_char,
+        ) -> std::ffi::c_int;
+    }
+    // SAFETY: two NUL-terminated static strings; called first thing, before any thread or
+    // lookup exists.
+    unsafe {
+        __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr());
+    }
+}
+
+/// Dynamically linked (a cargo build), the C library and its modules are the system's own.
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_feature = "crt-static")))]
+fn pin_name_services() {}
 
 const USAGE: &str = "usage: muster-step node [--listen ADDR] [--batch -- COMMAND ARGS...]
        muster-step srun [OPTIONS] COMMAND ARGS...   (or as srun)

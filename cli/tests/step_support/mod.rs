@@ -40,9 +40,11 @@ pub async fn start() -> Env {
 }
 
 /// A test cluster in exec mode whose operator image carries `step`. With `empty_images`
-/// (image name prefixes), those images hold nothing at all and the operator image only
-/// `/usr/local/bin/muster-step`, as a distroless or `FROM scratch` image would: no shell, no C
-/// library; else containers see the host's files.
+/// (image name prefixes), those images hold no program and no library, only an
+/// `/etc/nsswitch.conf` whose host lookup names `files` and a service they lack (as an image
+/// made for systemd-resolved has: the name service is the image's business, not the step
+/// binary's), and the operator image only `/usr/local/bin/muster-step`, as a `FROM scratch`
+/// image would; else containers see the host's files.
 pub async fn start_with(step: &Path, empty_images: &[&str]) -> Env {
     let image = tempfile::tempdir().unwrap();
     let op = image.path().join("operator");
@@ -58,7 +60,8 @@ pub async fn start_with(step: &Path, empty_images: &[&str]) -> Env {
         exec.root_images = vec![(OPERATOR_IMAGE.into(), op)];
         for (i, prefix) in empty_images.iter().enumerate() {
             let dir = image.path().join(format!("empty{i}"));
-            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::create_dir_all(dir.join("etc")).unwrap();
+            std::fs::write(dir.join("etc/nsswitch.conf"), "hosts: files resolve\n").unwrap();
             exec.root_images.push((prefix.to_string(), dir));
         }
     }
