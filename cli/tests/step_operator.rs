@@ -325,7 +325,7 @@ async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
     env.cluster.shutdown().await;
 }
 
-/// An image with nothing in it: no shell, no C library, no `/etc`.
+/// An image with no program and no library in it (see [`step_support::start_with`]).
 const EMPTY_IMAGE: &str = "scratch.muster.test/empty";
 
 /// A job without a script in [`EMPTY_IMAGE`]: its command, one step of 4 tasks over 2 nodes,

@@ -40,11 +40,10 @@ pub async fn start() -> Env {
 }
 
 /// A test cluster in exec mode whose operator image carries `step`. With `empty_images`
-/// (image name prefixes), those images hold no program and no library, only an
-/// `/etc/nsswitch.conf` whose host lookup names `files` and a service they lack (as an image
-/// made for systemd-resolved has: the name service is the image's business, not the step
-/// binary's), and the operator image only `/usr/local/bin/muster-step`, as a `FROM scratch`
-/// image would; else containers see the host's files.
+/// (image name prefixes), the operator image holds only `/usr/local/bin/muster-step` and
+/// those images no program and no library, only an `/etc/nsswitch.conf` whose host lookup
+/// names `files` and a service they lack (`muster-step` must not depend on what an image's
+/// name service setup is); else containers see the host's files.
 pub async fn start_with(step: &Path, empty_images: &[&str]) -> Env {
     let image = tempfile::tempdir().unwrap();
     let op = image.path().join("operator");

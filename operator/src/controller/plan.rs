@@ -1866,9 +1866,9 @@ fn step_job(
                         w.st.exit_signal = x.signal;
                         delete_cur(w);
                     }
-                    // Like a Slurm prolog failing: the job could not be launched there;
-                    // requeued with a backoff (immediately again, a deterministic failure
-                    // such as a step binary that cannot run on the node would spin).
+                    // Like a Slurm prolog failing: the job could not be launched there. Requeued
+                    // with a backoff: requeued at once, a failure that repeats (a step binary
+                    // that cannot run on the node) would spin.
                     None if p.init_failed => {
                         let msg = format!(
                             "pod {} could not start: {}",

@@ -183,6 +183,9 @@ mod tests {
             "spec": {"nodeName": "n1", "containers": [{"name": "task", "image": "img",
                 "env": [{"name": "RANK", "value": "0"}]}]},
             "status": {"phase": "Failed", "reason": "Evicted", "podIP": "10.0.0.1",
+                "initContainerStatuses": [{"name": "install", "image": "op", "imageID": "y",
+                    "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
                 "containerStatuses": [{"name": "task", "image": "img", "imageID": "x",
                     "ready": false, "restartCount": 0,
                     "state": {"terminated": {"exitCode": 3}}, "lastState": {}}]}});
