@@ -6,7 +6,10 @@
 mod step_support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, LogParams, PostParams};
@@ -89,6 +92,78 @@ async fn ended(env: &step_support::Env, ns: &str, name: &str, secs: u64) -> Batc
     }
 }
 
+/// Every pod of the namespace's jobs, by job name, as a watch started before the submissions
+/// saw them: once a job ends the operator deletes its node pods still waiting for steps, so a
+/// list taken after the end may no longer hold them.
+struct PodsSeen {
+    names: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>,
+    watch: tokio::task::AbortHandle,
+}
+
+impl Drop for PodsSeen {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
+impl PodsSeen {
+    /// Starts watching; returns once the watch has listed (so no later pod is missed).
+    async fn start(env: &step_support::Env, ns: &str) -> PodsSeen {
+        use kube::runtime::WatchStreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let names = Arc::new(Mutex::new(BTreeMap::new()));
+        let api = Api::<Pod>::namespaced(env.cluster.client(), ns);
+        // With a backoff: once the test's server is gone the watch must sleep between retries,
+        // not spin (a task that never yields keeps the test's runtime from shutting down).
+        let mut events = Box::pin(
+            watcher::watcher(api, watcher::Config::default().labels(labels::BATCHJOB))
+                .default_backoff(),
+        );
+        let (listed, ready) = tokio::sync::oneshot::channel();
+        let mut listed = Some(listed);
+        let seen = names.clone();
+        let watch = tokio::spawn(async move {
+            while let Some(e) = events.next().await {
+                match e {
+                    Ok(Event::Apply(p) | Event::InitApply(p)) => PodsSeen::add(&seen, &p),
+                    Ok(Event::InitDone) => {
+                        if let Some(l) = listed.take() {
+                            let _ = l.send(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(20), ready)
+            .await
+            .expect("the pod watch lists within 20 s")
+            .expect("the pod watch runs");
+        PodsSeen {
+            names,
+            watch: watch.abort_handle(),
+        }
+    }
+
+    fn add(names: &Mutex<BTreeMap<String, BTreeSet<String>>>, p: &Pod) {
+        let job = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::BATCHJOB));
+        if let (Some(job), Some(name)) = (job, &p.metadata.name) {
+            let mut m = names.lock().unwrap();
+            m.entry(job.clone()).or_default().insert(name.clone());
+        }
+    }
+
+    /// The names of the job's pods seen so far.
+    fn of(&self, job: &str) -> Vec<String> {
+        let m = self.names.lock().unwrap();
+        m.get(job).into_iter().flatten().cloned().collect()
+    }
+}
+
 async fn pods(env: &step_support::Env, ns: &str, name: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(env.cluster.client(), ns)
         .list(&ListParams::default().labels(&format!("{}={name}", labels::BATCHJOB)))
@@ -151,6 +226,7 @@ echo \"nodes=$SLURM_JOB_NODELIST ntasks=$SLURM_NTASKS host=$(hostname)\"\n";
 async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
     let (env, op) = setup().await;
     let ns = env.namespace("steps").await;
+    let seen = PodsSeen::start(&env, &ns).await;
 
     // --gpus-per-task=1: two nodes x two tasks, each task its own GPU.
     submit(
@@ -197,8 +273,8 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
     assert_eq!(st.exit_code, Some(0));
     // Pods = nodes; the status keeps every task (rank -> node, GPUs).
     assert_eq!(
-        pods(&env, &ns, "pertask").await.len(),
-        2,
+        seen.of("pertask"),
+        ["pertask-0", "pertask-1"],
         "one pod per node"
     );
     assert_eq!(st.tasks.len(), 4);
@@ -225,7 +301,9 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
         out.contains("nodes=pertask-[0-1] ntasks=4 host=pertask-0\n"),
         "{out}"
     );
-    // The script ran once: one batch output, on node 0 only.
+    // The script ran once: one batch output, on node 0 only. (Node 1's pod, still waiting for
+    // steps when the job ended, may already be deleted with its log; a pod that had run the
+    // script would have ended by itself and stayed.)
     assert_eq!(out.matches("master=").count(), 1, "{out}");
     assert!(
         !log(&env, &ns, "pertask-1", "task")
@@ -249,7 +327,7 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
         Some(JobState::Completed),
         "{out}"
     );
-    assert_eq!(pods(&env, &ns, "gres").await.len(), 2);
+    assert_eq!(seen.of("gres"), ["gres-0", "gres-1"]);
     let vis = visibility(&out);
     assert_eq!(vis.len(), 4, "{out}");
     assert!(vis.values().all(|v| v == "0,1"), "{out}");
@@ -261,7 +339,7 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
         Some(JobState::Completed),
         "{out}"
     );
-    assert_eq!(pods(&env, &ns, "solo").await.len(), 1);
+    assert_eq!(seen.of("solo"), ["solo-0"]);
     let vis = visibility(&out);
     assert_eq!(vis.keys().copied().collect::<Vec<_>>(), [0, 1], "{out}");
     let mine: BTreeSet<&str> = vis.values().map(String::as_str).collect();
@@ -293,6 +371,7 @@ async fn a_batch_script_runs_once_on_node_pods_with_srun_steps() {
 async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
     let (env, op) = setup().await;
     let ns = env.namespace("mpi").await;
+    let seen = PodsSeen::start(&env, &ns).await;
     submit(
         &env,
         &ns,
@@ -313,7 +392,7 @@ async fn mpirun_runs_unmodified_through_the_operators_node_pods() {
         "{st:?}\n{}",
         logs(&env, &ns, "mpirun").await
     );
-    assert_eq!(pods(&env, &ns, "mpirun").await.len(), 2);
+    assert_eq!(seen.of("mpirun"), ["mpirun-0", "mpirun-1"]);
     let mut lines: Vec<&str> = out.lines().collect();
     lines.sort();
     assert_eq!(
@@ -402,12 +481,13 @@ async fn the_static_step_binary_runs_jobs_in_an_empty_image() {
     let step = std::path::Path::new(&step);
     let (env, op) = setup_on(step_support::start_with(step, &[EMPTY_IMAGE]).await).await;
     let ns = env.namespace("static").await;
+    let seen = PodsSeen::start(&env, &ns).await;
     submit_bare(&env, &ns, "bare").await;
     let j = ended(&env, &ns, "bare", 120).await;
     let st = j.status.unwrap();
     let all = logs(&env, &ns, "bare").await;
     assert_eq!(st.state, Some(JobState::Completed), "{st:?}\n{all}");
-    assert_eq!(pods(&env, &ns, "bare").await.len(), 2, "{all}");
+    assert_eq!(seen.of("bare"), ["bare-0", "bare-1"], "{all}");
     // Four tasks, two on each node, each printing the job's two node names.
     let out = log(&env, &ns, "bare-0", "task").await;
     assert_eq!(
