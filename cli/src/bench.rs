@@ -51,6 +51,11 @@ pub struct BenchArgs {
     /// Jobs per synthetic trace of --quality.
     #[arg(long, default_value_t = 2_000, requires = "quality")]
     pub synthetic_jobs: usize,
+    /// Muster's scheduler configuration for --quality (the chart's `scheduler:` keys in a
+    /// YAML file, as `muster simulate --scheduler-config`), to measure a policy change
+    /// against the same baselines. Default: the operator's defaults.
+    #[arg(long, value_name = "FILE", requires = "quality")]
+    pub scheduler_config: Option<std::path::PathBuf>,
 }
 
 /// Build the options and print the report.
@@ -59,9 +64,15 @@ pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
         let loads: &[f64] = if args.quick { &[0.9] } else { &[0.7, 0.9, 1.1] };
         let seeds: &[u64] = if args.quick { &[1] } else { &[1, 2, 3] };
         let err = &mut *io.err;
-        let ws = crate::quality::run(args.synthetic_jobs, loads, seeds, &mut |name| {
-            let _ = writeln!(err, "replaying {name}");
-        })?;
+        let ws = crate::quality::run(
+            args.synthetic_jobs,
+            loads,
+            seeds,
+            args.scheduler_config.as_deref(),
+            &mut |name| {
+                let _ = writeln!(err, "replaying {name}");
+            },
+        )?;
         write!(io.out, "{}", crate::quality::render(&ws))?;
         return Ok(());
     }

@@ -106,16 +106,19 @@ fn figures(r: &Replay) -> Vec<(Policy, Figures)> {
 }
 
 /// Runs every workload: `synthetic_jobs` jobs per synthetic trace, `loads` and `seeds` of
-/// them. `progress` is told each workload's name as it starts.
+/// them; Muster under `scheduler_config` (a file of the chart's `scheduler:` keys) when
+/// given. `progress` is told each workload's name as it starts.
 pub fn run(
     synthetic_jobs: usize,
     loads: &[f64],
     seeds: &[u64],
+    scheduler_config: Option<&Path>,
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Vec<Workload>> {
     let base = SimulateArgs {
         compare: true,
         no_progress: true,
+        scheduler_config: scheduler_config.map(Path::to_path_buf),
         ..SimulateArgs::default()
     };
     let mut cases: Vec<(String, SimulateArgs)> = vec![

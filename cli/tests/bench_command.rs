@@ -114,3 +114,86 @@ async fn bench_quality_prints_every_policy_and_the_targets() {
     }
     assert!(out.contains("targets met over 3 workloads"), "{out}");
 }
+
+/// Runs `muster bench --quality --quick` on 150-job traces with `extra` arguments.
+async fn quality(extra: &[&str]) -> (std::process::ExitCode, String, String) {
+    let argv: Vec<OsString> = [
+        "muster",
+        "bench",
+        "--quality",
+        "--quick",
+        "--synthetic-jobs",
+        "150",
+    ]
+    .iter()
+    .chain(extra)
+    .map(OsString::from)
+    .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut stdin = std::io::empty();
+    let env = |_: &str| None;
+    let mut io = muster_cli::Io {
+        out: &mut out,
+        err: &mut err,
+        stdin: &mut stdin,
+        env: &env,
+        cwd: std::env::current_dir().unwrap(),
+    };
+    let code = muster_cli::run_with(argv, &mut io).await;
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+/// The "wait: mean" cells of every workload, split into Muster's and the others'.
+fn mean_cells(out: &str) -> (Vec<String>, Vec<String>) {
+    let rows: Vec<Vec<String>> = out
+        .lines()
+        .filter(|l| l.starts_with("  wait: mean  "))
+        .map(|l| {
+            l["  wait: mean".len()..]
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    (
+        rows.iter().map(|r| r[0].clone()).collect(),
+        rows.iter().flat_map(|r| r[1..].to_vec()).collect(),
+    )
+}
+
+#[tokio::test]
+async fn bench_quality_measures_muster_under_a_scheduler_config() {
+    let dir = tempfile::tempdir().unwrap();
+    // Strict FIFO without backfill or reservations: Muster's waits change, the baselines' not.
+    let fifo = dir.path().join("fifo.yaml");
+    std::fs::write(
+        &fifo,
+        "backfill: false\nshortLimitAgeSecs: 0\nmaxReservations: 0\n",
+    )
+    .unwrap();
+    let (code, default, err) = quality(&[]).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    let (code, tuned, err) = quality(&["--scheduler-config", fifo.to_str().unwrap()]).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    let (m0, others0) = mean_cells(&default);
+    let (m1, others1) = mean_cells(&tuned);
+    assert_eq!(
+        others0, others1,
+        "the baselines must not depend on Muster's config"
+    );
+    assert_ne!(m0, m1, "the config was not applied:\n{default}\n{tuned}");
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "maxReservation: 4\n").unwrap();
+    let (code, _, err) = quality(&["--scheduler-config", bad.to_str().unwrap()]).await;
+    assert_ne!(code, std::process::ExitCode::SUCCESS);
+    assert!(
+        err.contains("bad.yaml") && err.contains("maxReservation"),
+        "the error must name the file and the key: {err}"
+    );
+}
