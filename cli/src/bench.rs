@@ -63,12 +63,14 @@ pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
     if args.quality {
         let loads: &[f64] = if args.quick { &[0.9] } else { &[0.7, 0.9, 1.1] };
         let seeds: &[u64] = if args.quick { &[1] } else { &[1, 2, 3] };
+        // Relative to the caller's directory, as every other path argument.
+        let config = args.scheduler_config.as_ref().map(|p| io.cwd.join(p));
         let err = &mut *io.err;
         let ws = crate::quality::run(
             args.synthetic_jobs,
             loads,
             seeds,
-            args.scheduler_config.as_deref(),
+            config.as_deref(),
             &mut |name| {
                 let _ = writeln!(err, "replaying {name}");
             },

@@ -3,30 +3,15 @@
 //! not speed — speed is what the printed figures are for).
 
 use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
 
-#[tokio::test]
-async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
-    let argv: Vec<OsString> = [
-        "muster",
-        "bench",
-        "--nodes",
-        "64",
-        "--jobs",
-        "200",
-        "--runs",
-        "1",
-        "--scales",
-        "32,64",
-        "--gang-nodes",
-        "16",
-        "--many-jobs",
-        "500",
-        "--quality-jobs",
-        "60",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
+/// Runs `muster ARGV...` in-process from directory `cwd`: exit code, stdout, stderr.
+async fn muster(argv: &[&str], cwd: &Path) -> (ExitCode, String, String) {
+    let argv: Vec<OsString> = std::iter::once("muster")
+        .chain(argv.iter().copied())
+        .map(OsString::from)
+        .collect();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let mut stdin = std::io::empty();
     let env = |_: &str| None;
@@ -35,12 +20,45 @@ async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
         err: &mut err,
         stdin: &mut stdin,
         env: &env,
-        cwd: std::env::current_dir().unwrap(),
+        cwd: cwd.to_path_buf(),
     };
     let code = muster_cli::run_with(argv, &mut io).await;
-    let out = String::from_utf8(out).unwrap();
-    let err = String::from_utf8(err).unwrap();
-    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+/// The test's own directory.
+fn here() -> std::path::PathBuf {
+    std::env::current_dir().unwrap()
+}
+
+#[tokio::test]
+async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
+    let (code, out, err) = muster(
+        &[
+            "bench",
+            "--nodes",
+            "64",
+            "--jobs",
+            "200",
+            "--runs",
+            "1",
+            "--scales",
+            "32,64",
+            "--gang-nodes",
+            "16",
+            "--many-jobs",
+            "500",
+            "--quality-jobs",
+            "60",
+        ],
+        &here(),
+    )
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
     assert!(
         out.contains("baseline = topology-unaware first fit"),
         "{out}"
@@ -59,31 +77,8 @@ async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
 
 #[tokio::test]
 async fn bench_quality_prints_every_policy_and_the_targets() {
-    let argv: Vec<OsString> = [
-        "muster",
-        "bench",
-        "--quality",
-        "--quick",
-        "--synthetic-jobs",
-        "150",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut stdin = std::io::empty();
-    let env = |_: &str| None;
-    let mut io = muster_cli::Io {
-        out: &mut out,
-        err: &mut err,
-        stdin: &mut stdin,
-        env: &env,
-        cwd: std::env::current_dir().unwrap(),
-    };
-    let code = muster_cli::run_with(argv, &mut io).await;
-    let out = String::from_utf8(out).unwrap();
-    let err = String::from_utf8(err).unwrap();
-    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    let (code, out, err) = quality(&[], &here()).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
     for w in [
         "bundled ITP trace",
         "itp-cluster06.csv --gang gpus",
@@ -115,36 +110,12 @@ async fn bench_quality_prints_every_policy_and_the_targets() {
     assert!(out.contains("targets met over 3 workloads"), "{out}");
 }
 
-/// Runs `muster bench --quality --quick` on 150-job traces with `extra` arguments.
-async fn quality(extra: &[&str]) -> (std::process::ExitCode, String, String) {
-    let argv: Vec<OsString> = [
-        "muster",
-        "bench",
-        "--quality",
-        "--quick",
-        "--synthetic-jobs",
-        "150",
-    ]
-    .iter()
-    .chain(extra)
-    .map(OsString::from)
-    .collect();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let mut stdin = std::io::empty();
-    let env = |_: &str| None;
-    let mut io = muster_cli::Io {
-        out: &mut out,
-        err: &mut err,
-        stdin: &mut stdin,
-        env: &env,
-        cwd: std::env::current_dir().unwrap(),
-    };
-    let code = muster_cli::run_with(argv, &mut io).await;
-    (
-        code,
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
+/// Runs `muster bench --quality --quick` on 150-job traces with `extra` arguments, from
+/// directory `cwd`.
+async fn quality(extra: &[&str], cwd: &Path) -> (ExitCode, String, String) {
+    let mut argv = vec!["bench", "--quality", "--quick", "--synthetic-jobs", "150"];
+    argv.extend_from_slice(extra);
+    muster(&argv, cwd).await
 }
 
 /// The "wait: mean" cells of every workload, split into Muster's and the others'.
@@ -176,10 +147,11 @@ async fn bench_quality_measures_muster_under_a_scheduler_config() {
         "backfill: false\nshortLimitAgeSecs: 0\nmaxReservations: 0\n",
     )
     .unwrap();
-    let (code, default, err) = quality(&[]).await;
-    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
-    let (code, tuned, err) = quality(&["--scheduler-config", fifo.to_str().unwrap()]).await;
-    assert_eq!(code, std::process::ExitCode::SUCCESS, "{err}");
+    let (code, default, err) = quality(&[], dir.path()).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
+    // A relative path is the caller's directory's.
+    let (code, tuned, err) = quality(&["--scheduler-config", "fifo.yaml"], dir.path()).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
     let (m0, others0) = mean_cells(&default);
     let (m1, others1) = mean_cells(&tuned);
     assert_eq!(
@@ -190,8 +162,8 @@ async fn bench_quality_measures_muster_under_a_scheduler_config() {
 
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "maxReservation: 4\n").unwrap();
-    let (code, _, err) = quality(&["--scheduler-config", bad.to_str().unwrap()]).await;
-    assert_ne!(code, std::process::ExitCode::SUCCESS);
+    let (code, _, err) = quality(&["--scheduler-config", bad.to_str().unwrap()], dir.path()).await;
+    assert_ne!(code, ExitCode::SUCCESS);
     assert!(
         err.contains("bad.yaml") && err.contains("maxReservation"),
         "the error must name the file and the key: {err}"
