@@ -68,16 +68,15 @@ fn a_spanning_gang_takes_the_leaves_that_leave_the_most_room_whole() {
 #[test]
 fn a_gang_waits_for_one_leaf_only_while_it_comes_soon() {
     // Two free nodes on each of leaves 1 and 2, the rest busy. A 4-node gang could start now
-    // over two leaves.
+    // over two leaves. A later 8-node gang waits behind it.
     let setup = |end: i64| {
         let mut s = sandbox();
         fill(&mut s, 100, &range(3, 4), end);
         fill(&mut s, 101, &range(7, 16), NOW + 30 * 86_400);
-        s.pending = vec![PendingJob::new(
-            1,
-            NOW - 1,
-            JobRequest::nodes(4, 8).time(600),
-        )];
+        s.pending = vec![
+            PendingJob::new(1, NOW - 2, JobRequest::nodes(4, 8).time(600)),
+            PendingJob::new(2, NOW - 1, JobRequest::nodes(8, 8).time(600)),
+        ];
         s
     };
     let cfg = Config::default();
@@ -101,6 +100,55 @@ fn a_gang_waits_for_one_leaf_only_while_it_comes_soon() {
         ..cfg
     };
     assert_eq!(started(&schedule(&s, NOW, &off), 1).leaves, 2);
+}
+
+#[test]
+fn a_gang_no_job_waits_behind_spreads_at_once_unless_a_spread_gang_runs() {
+    // As above, leaf 1 is whole in 10 minutes, but no job of the partition is queued behind
+    // the gang: waiting would delay only the gang, so it starts now over two leaves.
+    let setup = |spread_running: bool| {
+        let mut s = sandbox();
+        fill(&mut s, 100, &range(3, 4), NOW + 600);
+        fill(&mut s, 101, &range(7, 11), NOW + 30 * 86_400);
+        fill(&mut s, 103, &range(14, 16), NOW + 30 * 86_400);
+        // gpu012 (leaf 3) and gpu013 (leaf 4): one 2-node job spread over two leaves, or
+        // two one-node jobs.
+        if spread_running {
+            fill(&mut s, 102, &range(12, 13), NOW + 30 * 86_400);
+        } else {
+            fill(&mut s, 102, &range(12, 12), NOW + 30 * 86_400);
+            fill(&mut s, 104, &range(13, 13), NOW + 30 * 86_400);
+        }
+        s.pending = vec![PendingJob::new(
+            1,
+            NOW - 1,
+            JobRequest::nodes(4, 8).time(600),
+        )];
+        s
+    };
+    let cfg = Config::default();
+    let s = setup(false);
+    let d = schedule(&s, NOW, &cfg);
+    assert_eq!(started(&d, 1).leaves, 2);
+    // A held job and one before its --begin time are not waiting for room.
+    let mut later = s.clone();
+    let mut held = PendingJob::new(2, NOW, JobRequest::nodes(1, 1).time(600));
+    held.hold = true;
+    let mut begins = PendingJob::new(3, NOW, JobRequest::nodes(1, 1).time(600));
+    begins.begin_time = Some(NOW + 3600);
+    later.pending.extend([held, begins]);
+    assert_eq!(started(&schedule(&later, NOW, &cfg), 1).leaves, 2);
+    // Spreading at once is never the habit: while a gang one leaf could hold runs spread,
+    // the next one waits for its leaf.
+    let s = setup(true);
+    let d = schedule(&s, NOW, &cfg);
+    assert!(d.starts.is_empty(), "{:?}", d.starts);
+    assert_eq!(
+        names(&s, &d.reservations[0].nodes),
+        range(1, 4),
+        "{:?}",
+        d.reservations
+    );
 }
 
 #[test]

@@ -505,7 +505,8 @@ pub struct Config {
     /// `bf_min_age_reserve`); 0: at once.
     pub reserve_after_secs: u64,
     /// How long a multi-node gang without `--switches` waits for a placement on the fewest
-    /// leaves its size allows before taking any (0: never waits).
+    /// leaves its size allows before taking any (0: never waits). It does not wait when no
+    /// later job of its partition is queued and no gang one leaf could hold runs spread.
     pub topology_wait_secs: u64,
     /// Whether higher tiers may preempt lower ones (still subject to each partition's
     /// preempt mode).

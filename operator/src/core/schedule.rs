@@ -124,6 +124,9 @@ struct Cycle<'a> {
     /// Each pending job's user id (by pending index), when some job is `--exclusive=user`
     /// (running or pending); empty otherwise, and no user rule applies.
     users: Vec<u32>,
+    /// Per partition, the queue position of its last job that may start now or later
+    /// (`None`: none), see [`Cycle::spread_at_once`].
+    last_of_part: Vec<Option<usize>>,
 }
 
 /// A later gang of the cycle that a placement should leave room for: its queue position,
@@ -265,6 +268,7 @@ pub(crate) fn run_cycle(
             })
             .collect(),
         users,
+        last_of_part: vec![None; snap.partitions.len()],
         lowest_preemptable_tier,
         deps: snap
             .pending
@@ -296,6 +300,17 @@ impl<'a> Cycle<'a> {
 
     fn plan(&mut self, sizes: &[(u64, u64)], fs: &BTreeMap<String, f64>) {
         let order = self.order(sizes, fs);
+        // Held jobs and jobs before their --begin wait for no room.
+        for (pos, &(idx, _)) in order.iter().enumerate() {
+            let j = &self.snap.pending[idx];
+            if let Some(p) = j.partition
+                && !j.hold
+                && j.begin_time.is_none_or(|b| b <= self.now)
+                && let Some(slot) = self.last_of_part.get_mut(p as usize)
+            {
+                *slot = Some(pos);
+            }
+        }
         if self.e.placement == Placement::Topology {
             self.gangs = self.collect_gangs(&order);
         }
@@ -436,10 +451,12 @@ impl<'a> Cycle<'a> {
             }
         }
         if jc.implicit {
-            // Spread now, unless the fewest leaves come soon enough to wait for them.
+            // Spread now, unless the fewest leaves come soon enough to wait for them and
+            // the wait is worth it.
+            let at_once = self.spread_at_once(part);
             for alt in &jc.alts {
                 if let Some(sel) = self.try_now(jc, alt, end, None)
-                    && !self.worth_waiting(jc, alt, self.now)
+                    && (at_once || !self.worth_waiting(jc, alt, self.now))
                     && let Some(start) = self.commit_start(job, jc, alt, &sel)
                 {
                     return Some(start);
@@ -609,6 +626,37 @@ impl<'a> Cycle<'a> {
             self.reserve(job, jc, t, &sel, info);
         }
         None
+    }
+
+    /// Whether a gang of `part` that could start now spread over more leaves than it needs
+    /// should start so rather than wait for its fewest leaves: no later job of the partition
+    /// waits in this cycle's queue (the wait would delay no one's start but the gang's own,
+    /// and a one-leaf room it waits for would serve no one else), and no running job of the
+    /// partition that one leaf could hold is spread (so spreading at once is never the
+    /// habit: at most one such gang runs at a time, and leaf span stays near its bound).
+    fn spread_at_once(&self, part: usize) -> bool {
+        if self.last_of_part[part].is_some_and(|l| l > self.at) {
+            return false;
+        }
+        let widest = self.widest_leaf[part];
+        let tree = self.e.parts[part].tree;
+        let leaf_of = |h: &super::occupancy::Held| {
+            self.e
+                .member_of
+                .of(h.node)
+                .iter()
+                .find(|&&(p, _)| p as usize == part)
+                .map(|&(_, pos)| tree.leaf_of[pos as usize])
+        };
+        !self.run.iter().any(|r| {
+            let n = r.nodes.len() as u64;
+            r.live && n > 1 && n <= widest && {
+                let mut leaves = r.nodes.iter().filter_map(leaf_of);
+                leaves
+                    .next()
+                    .is_some_and(|first| leaves.any(|l| l != first))
+            }
+        })
     }
 
     /// Whether a gang that could start now spread over more leaves than it needs should
