@@ -42,7 +42,7 @@ fn every_spec_field_has_a_row() {
     let missing: Vec<&String> = fields.difference(&covered).collect();
     assert!(
         missing.is_empty(),
-        "spec fields without a conformance row: {missing:?} (add rows to cli/tests/conformance/rows.rs)"
+        "spec fields without a conformance row: {missing:?} (add rows to cli/tests/conformance/rows/)"
     );
     let unknown: Vec<&String> = covered.difference(&fields).collect();
     assert!(

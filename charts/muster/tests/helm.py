@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helm's own engine for the chart tests (e2e/tests/chart*.rs), through helm-python-sdk.
+"""Helm's own engine for the chart tests (e2e/tests/chart*), through helm-python-sdk.
 
 The Rust tests do all the checking; this only calls Helm. It reads one JSON request on stdin
 and writes one JSON answer on stdout:
