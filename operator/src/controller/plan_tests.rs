@@ -1017,7 +1017,7 @@ fn an_invalid_array_ends_and_a_cancelled_one_is_cancelled() {
 
 #[test]
 fn reservations_reach_every_waiting_gang_through_the_planner() {
-    // The core's guard (`core_schedule::reservations_chain_for_every_waiting_job_up_to_the_
+    // The core's guard (`core_schedule::queue::reservations_chain_for_every_waiting_job_up_to_the_
     // limit`) through the operator: a full 16-node cluster, 20 waiting 4-node jobs, the
     // default reservation budget (16). Each of the first 16 gets an estimated start in
     // `status.startTime`, four at a time (one per leaf) 10 minutes apart.

@@ -11,7 +11,7 @@
 //! describes the running jobs alone.
 //!
 //! Three more things are kept for the next cycle, each tested against a derivation from
-//! scratch (`operator/tests/core_props.rs`): every partition's future releases, sorted
+//! scratch (`operator/tests/core_props/`): every partition's future releases, sorted
 //! (changes are merged in linearly instead of sorting every release again); every job class's
 //! capacity with each node idle (it depends on the nodes alone); and every class's units per
 //! leaf as a cycle left them, with a log of the leaves changed since, so a later cycle reads
