@@ -1,0 +1,56 @@
+//! Topology waits: whether a gang that could start now spread over more leaves than it needs
+//! starts so or waits for its fewest leaves.
+
+use super::*;
+
+/// Most [`Cycle::worth_waiting`] sweeps per cycle.
+const TOPOLOGY_CHECKS: u32 = 32;
+
+impl Cycle<'_> {
+    /// Whether a gang of `part` that could start now spread over more leaves than it needs
+    /// should start so rather than wait for its fewest leaves: no later job of the partition
+    /// waits in this cycle's queue (the wait would delay no one's start but the gang's own,
+    /// and a one-leaf room it waits for would serve no one else), and no running job of the
+    /// partition that one leaf could hold is spread (so spreading at once is never the
+    /// habit: at most one such gang runs at a time, and leaf span stays near its bound).
+    pub(super) fn spread_at_once(&self, part: usize) -> bool {
+        if self.last_of_part[part].is_some_and(|l| l > self.at) {
+            return false;
+        }
+        let widest = self.widest_leaf[part];
+        let tree = self.e.parts[part].tree;
+        let leaf_of = |h: &crate::core::occupancy::Held| {
+            self.e
+                .member_of
+                .of(h.node)
+                .iter()
+                .find(|&&(p, _)| p as usize == part)
+                .map(|&(_, pos)| tree.leaf_of[pos as usize])
+        };
+        !self.run.iter().any(|r| {
+            let n = r.nodes.len() as u64;
+            r.live && n > 1 && n <= widest && {
+                let mut leaves = r.nodes.iter().filter_map(leaf_of);
+                leaves
+                    .next()
+                    .is_some_and(|first| leaves.any(|l| l != first))
+            }
+        })
+    }
+
+    /// Whether a gang that could start now spread over more leaves than it needs should
+    /// wait for its fewest leaves instead: they come (by the running jobs' time limits and
+    /// the reservations) within [`Config::topology_wait_secs`]. Each check is a sweep of
+    /// the timeline; past a budget per cycle the gang does not wait.
+    pub(super) fn worth_waiting(&mut self, jc: &JobCtx, alt: &Alt, now: i64) -> bool {
+        if self.topology_checks >= TOPOLOGY_CHECKS {
+            return false;
+        }
+        self.topology_checks += 1;
+        let counts = self.count_masks(alt);
+        let wait = i64::try_from(self.cfg.topology_wait_secs).unwrap_or(NEVER);
+        self.e
+            .earliest(alt.cid, &jc.demand, jc.limit, jc.max_leaves, NEVER, &counts)
+            .is_some_and(|(t, _)| t.saturating_sub(now) <= wait)
+    }
+}
