@@ -149,6 +149,14 @@ impl Members {
         &self.list[a..b]
     }
 
+    /// Position of node `n` in partition `part`'s tree (`None`: not a member).
+    pub fn position(&self, n: NodeId, part: usize) -> Option<u32> {
+        self.of(n)
+            .iter()
+            .find(|&&(p, _)| p as usize == part)
+            .map(|&(_, pos)| pos)
+    }
+
     /// Builds from `(node, partition, position)` triples.
     fn build(nodes: usize, mut triples: Vec<(NodeId, u32, u32)>) -> Members {
         triples.sort_unstable();

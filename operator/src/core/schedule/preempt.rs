@@ -104,14 +104,7 @@ impl Cycle<'_> {
             self.e.units_for_count(c, pos as u32, w, u64::MAX, ns.total)
         };
         // Positions of each candidate's nodes in this partition.
-        let pos_of = |n: NodeId| -> Option<u32> {
-            self.e
-                .member_of
-                .of(n)
-                .iter()
-                .find(|&&(p, _)| p as usize == part)
-                .map(|&(_, pos)| pos)
-        };
+        let pos_of = |n: NodeId| self.e.member_of.position(n, part);
         let mut all_moved = vec![false; self.run.len()];
         for &i in &cands {
             all_moved[i] = true;

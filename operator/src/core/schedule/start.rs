@@ -186,14 +186,7 @@ impl Cycle<'_> {
             nodes.push(n);
             let ns = &self.e.nodes[n as usize];
             let total = ns.total;
-            let pos = self
-                .e
-                .member_of
-                .of(n)
-                .iter()
-                .find(|&&(p, _)| p as usize == part)
-                .map(|&(_, pos)| pos)
-                .unwrap_or(0);
+            let pos = self.e.member_of.position(n, part).unwrap_or(0);
             let f = &self.e.filters[filter];
             let usable = if f.all {
                 ns.free_mask

@@ -20,12 +20,9 @@ impl Cycle<'_> {
         let widest = self.widest_leaf[part];
         let tree = self.e.parts[part].tree;
         let leaf_of = |h: &crate::core::occupancy::Held| {
-            self.e
-                .member_of
-                .of(h.node)
-                .iter()
-                .find(|&&(p, _)| p as usize == part)
-                .map(|&(_, pos)| tree.leaf_of[pos as usize])
+            (self.e.member_of)
+                .position(h.node, part)
+                .map(|pos| tree.leaf_of[pos as usize])
         };
         !self.run.iter().any(|r| {
             let n = r.nodes.len() as u64;
