@@ -306,3 +306,45 @@ fn waiting_gangs_without_a_time_limit_hold_their_leaf_for_good() {
         assert_eq!(st.start_time.map(|t| t.0.as_second()), want, "wait{i}");
     }
 }
+
+#[test]
+fn a_gang_no_one_waits_behind_starts_spread_at_once() {
+    // Four leaves of four nodes. node3-4 (leaf 1) free in 10 minutes, node7-16 busy for
+    // hours: a 4-node gang fits now only over leaves 1 and 2 (node1-2, node5-6), and leaf 1
+    // is whole soon. With a job queued behind it the gang waits for leaf 1; alone, waiting
+    // would delay no one but itself, so it starts spread at once (`Cycle::spread_at_once`).
+    let setup = |behind: bool| {
+        let mut h = Harness::new();
+        h.cluster.add_nodes(16, 8, 4);
+        h.cluster.add_partition(partition("gpu", true));
+        for (i, limit, run) in [(3, 10, 600), (4, 10, 600)]
+            .into_iter()
+            .chain((7..=16).map(|i| (i, 600, 36_000)))
+        {
+            let mut s = gpus(8);
+            s.time = int(limit);
+            s.nodelist = Some(format!("node{i}"));
+            h.cluster.submit(job(&format!("fill{i:02}"), s, run, None));
+        }
+        h.cycle();
+        h.now += 1;
+        let mut g = gang(4, 1, 8);
+        g.time = int(10);
+        h.cluster.submit(job("gang", g, 600, None));
+        if behind {
+            h.now += 1;
+            let mut b = gang(8, 1, 8);
+            b.time = int(10);
+            // Named to sort after "gang": jobs seen in one cycle get ids in name order.
+            h.cluster.submit(job("later", b, 600, None));
+        }
+        h.cycle();
+        h.cluster.job("gang").status.unwrap()
+    };
+    let st = setup(false);
+    assert_eq!(st.state, Some(JobState::Running), "{st:?}");
+    assert_eq!(st.node_list.as_deref(), Some("node[1-2,5-6]"));
+    let st = setup(true);
+    assert_eq!(st.state, Some(JobState::Pending), "{st:?}");
+    assert!(st.node_list.is_none(), "{st:?}");
+}
