@@ -229,6 +229,8 @@ async fn a_job_waits_for_the_rdma_running_jobs_hold() {
     };
     let first = sbatch("8").await;
     sim.until_state(first, "RUNNING").await;
+    // The job is RUNNING once its pods exist; they become Running a moment later.
+    until_pods_running(&sim, first).await;
     let second = sbatch("1").await;
     sim.until_squeue(second, "%T %r", |l| l == "PENDING Resources")
         .await;
@@ -250,24 +252,33 @@ async fn a_job_waits_for_the_rdma_running_jobs_hold() {
     let (ok, _, err) = sim.run(&["scancel", &first.to_string()]).await;
     assert!(ok, "{err}");
     sim.until_state(second, "RUNNING").await;
+    until_pods_running(&sim, second).await;
+    sim.stop().await;
+}
+
+/// Waits (up to a minute) until the job has pods and every one is `Running`, i.e. created,
+/// bound by kube-scheduler and started by its kubelet. A pod is briefly `Pending` after it is
+/// created even when it binds at once, so a test checks for pods left unbound only after this.
+async fn until_pods_running(sim: &Sim, job: u64) {
+    let pods: Api<Pod> = Api::namespaced(sim.cluster.client(), "default");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let names = sim.pods_of(second).await;
+        let names = sim.pods_of(job).await;
         let mut running = !names.is_empty();
         for n in &names {
-            let pod = pods.get(n).await.unwrap();
-            running &= pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            // The job's status names its pods before the operator creates them.
+            let pod = pods.get_opt(n).await.unwrap();
+            running &= pod.and_then(|p| p.status?.phase).as_deref() == Some("Running");
         }
         if running {
-            break;
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the second job's pod was never bound: {names:?}"
+            "job {job}'s pods were never all bound and running: {names:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    sim.stop().await;
 }
 
 /// `examples/sbatch/train.sh` then `eval.sh` with `--dependency=afterok`, sbatch alone: the
