@@ -443,10 +443,11 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
             p.is_some_and(|p| phase(p) == "Running")
         })
         .await;
-        for _ in 0..100 {
-            if log(&pods, n, "main").await.contains("up") {
-                break;
-            }
+        // "up" is printed once the shell has set its trap: a SIGTERM before that would end
+        // the stubborn pod at once (143), not at the grace period.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !log(&pods, n, "main").await.contains("up") {
+            assert!(std::time::Instant::now() < deadline, "{n} never printed up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
