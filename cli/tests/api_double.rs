@@ -227,10 +227,12 @@ async fn submit_queue_cancel_account() {
         "scancel changes nothing else"
     );
     // Once the operator has recorded it, a second scancel says what Slurm says.
-    for _ in 0..100 {
-        if job_by_id(&client, 1001).await.status.unwrap().state == Some(JobState::Cancelled) {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while job_by_id(&client, 1001).await.status.unwrap().state != Some(JobState::Cancelled) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the operator never recorded the cancel"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (ok, _, err) = run(&client, &["muster", "scancel", "1001"]).await;

@@ -99,11 +99,12 @@ async fn a_partitions_job_environment_reaches_every_pod() {
     assert!(ok, "{err}");
     let id = submitted(&out);
     sim.until_state(id, "RUNNING").await;
-    let names = sim.pods_of(id).await;
-    assert_eq!(names.len(), 2, "{names:?}");
-    let pods: Api<Pod> = Api::namespaced(sim.cluster.client(), "default");
-    for name in &names {
-        let pod = pods.get(name).await.unwrap();
+    // The job is RUNNING before its pods exist, and they are Pending until bound; waiting for
+    // them to run is also the check that they were scheduled on nodes with rdma/ib.
+    let running = sim.until_pods_running(id).await;
+    assert_eq!(running.len(), 2, "{:?}", sim.pods_of(id).await);
+    for pod in &running {
+        let name = pod.metadata.name.as_deref().unwrap();
         let spec = pod.spec.as_ref().unwrap();
         let vols = spec.volumes.as_ref().unwrap();
         let scratch = vols.iter().find(|v| v.name == "scratch").expect("scratch");
@@ -229,8 +230,8 @@ async fn a_job_waits_for_the_rdma_running_jobs_hold() {
     };
     let first = sbatch("8").await;
     sim.until_state(first, "RUNNING").await;
-    // The job is RUNNING once its pods exist; they become Running a moment later.
-    until_pods_running(&sim, first).await;
+    // The job is RUNNING before its pods exist; they are Running a moment later.
+    sim.until_pods_running(first).await;
     let second = sbatch("1").await;
     sim.until_squeue(second, "%T %r", |l| l == "PENDING Resources")
         .await;
@@ -252,33 +253,8 @@ async fn a_job_waits_for_the_rdma_running_jobs_hold() {
     let (ok, _, err) = sim.run(&["scancel", &first.to_string()]).await;
     assert!(ok, "{err}");
     sim.until_state(second, "RUNNING").await;
-    until_pods_running(&sim, second).await;
+    sim.until_pods_running(second).await;
     sim.stop().await;
-}
-
-/// Waits (up to a minute) until the job has pods and every one is `Running`, i.e. created,
-/// bound by kube-scheduler and started by its kubelet. A pod is briefly `Pending` after it is
-/// created even when it binds at once, so a test checks for pods left unbound only after this.
-async fn until_pods_running(sim: &Sim, job: u64) {
-    let pods: Api<Pod> = Api::namespaced(sim.cluster.client(), "default");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let names = sim.pods_of(job).await;
-        let mut running = !names.is_empty();
-        for n in &names {
-            // The job's status names its pods before the operator creates them.
-            let pod = pods.get_opt(n).await.unwrap();
-            running &= pod.and_then(|p| p.status?.phase).as_deref() == Some("Running");
-        }
-        if running {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "job {job}'s pods were never all bound and running: {names:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
 }
 
 /// `examples/sbatch/train.sh` then `eval.sh` with `--dependency=afterok`, sbatch alone: the

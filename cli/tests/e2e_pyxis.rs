@@ -286,10 +286,9 @@ spec: {nodes: 1, script: "true"}
     assert!(ok, "{err}");
     let id = submitted(&out);
     sim.until_state(id, "RUNNING").await;
-    let pods: Api<Pod> = Api::namespaced(sim.cluster.client(), "default");
+    // RUNNING is written before the pods exist, and a pod has its node once it is bound.
     let mut placed = Vec::new();
-    for p in sim.pods_of(id).await {
-        let pod = pods.get(&p).await.unwrap();
+    for pod in sim.until_pods_running(id).await {
         placed.push(pod.spec.unwrap().node_name.unwrap_or_default());
     }
     placed.sort();

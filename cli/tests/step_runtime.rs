@@ -445,25 +445,29 @@ async fn nothing_without_the_jobs_credential_starts_a_process() {
     let job = StepJob::new("auth", &ns, env.nodes(2, 1, 0), "sleep 30");
     env.submit(&job).await;
     let pods = env.pods(&job);
-    let mut ip = String::new();
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ip = loop {
         if let Some(p) = pods.get_opt("auth-1").await.unwrap()
             && let Some(i) = p.status.as_ref().and_then(|s| s.pod_ip.clone())
         {
-            ip = i;
-            break;
+            break i;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "auth-1 never got an address"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(!ip.is_empty());
+    };
     // Another credential (another job's, or a guess) is refused before any request is read.
     let wrong =
         muster_cli::step::proto::Credential::from_bytes(b"not-this-jobs-key-not-this-jobs-key")
             .unwrap();
     let right = muster_cli::step::proto::Credential::from_bytes(job.key.as_bytes()).unwrap();
     let addr = format!("{ip}:{}", muster_e2e::stepjob::PORT);
+    // The pod has its address before its daemon listens.
     let mut refused = None;
-    for _ in 0..100 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         match tokio::net::TcpStream::connect(&addr).await {
             Ok(s) => {
                 refused = Some(

@@ -356,19 +356,29 @@ async fn pods_find_each_other_by_name_and_share_claims() {
             "containers0": {"volumeMounts": [{"name": "data", "mountPath": "/data"}]},
         })
     };
-    // b waits for a's file on the shared claim, then looks a up by its short name.
+    // b waits for a's file on the shared claim, then looks a up by its short name. As with
+    // CoreDNS, a's name is served once the API has a's address, which may come a moment after
+    // a's process has started: b waits (a minute at most) for it, and for the Service to list
+    // both pods, as a workload's rendezvous retries. a runs until b is done (a finished pod
+    // has no name), however slowly a loaded machine runs b.
     pods.create(
         &PostParams::default(),
         &shell_pod(
             "b",
             r#"
-        for i in $(seq 1 200); do test -f /data/from-a && break; sleep 0.05; done
+        for i in $(seq 1 1200); do test -f /data/from-a && break; sleep 0.05; done
+        for i in $(seq 1 1200); do
+          getent hosts node-a >/dev/null &&
+            [ "$(getent ahostsv4 grp | awk '{print $1}' | sort -u | wc -l)" = 2 ] && break
+          sleep 0.05
+        done
         echo "file: $(cat /data/from-a)"
         echo "a is $(getent hosts node-a | awk '{print $1}')"
         echo "fqdn $(getent hosts node-a.grp.$NS.svc.cluster.local | awk '{print $1}')"
         echo "svc $(getent ahostsv4 grp | awk '{print $1}' | sort -u | tr '\n' ' ')"
         getent hosts nosuch-host || echo "nosuch: not found"
         echo "me $(hostname -f)"
+        touch /data/b-done
     "#
             .replace("$NS", &ns)
             .as_str(),
@@ -381,13 +391,14 @@ async fn pods_find_each_other_by_name_and_share_claims() {
         &PostParams::default(),
         &shell_pod(
             "a",
-            "echo written-by-a > /data/from-a; sleep 3",
+            "echo written-by-a > /data/from-a; \
+             for i in $(seq 1 1200); do test -f /data/b-done && break; sleep 0.05; done",
             common("node-a"),
         ),
     )
     .await
     .unwrap();
-    let b = finished(&pods, "b", 30).await;
+    let b = finished(&pods, "b", 90).await;
     let a = pods.get("a").await.unwrap();
     let a_ip = a.status.as_ref().unwrap().pod_ip.clone().unwrap();
     let b_ip = b.status.as_ref().unwrap().pod_ip.clone().unwrap();
@@ -443,10 +454,11 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
             p.is_some_and(|p| phase(p) == "Running")
         })
         .await;
-        for _ in 0..100 {
-            if log(&pods, n, "main").await.contains("up") {
-                break;
-            }
+        // "up" is printed once the shell has set its trap: a SIGTERM before that would end
+        // the stubborn pod at once (143), not at the grace period.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !log(&pods, n, "main").await.contains("up") {
+            assert!(std::time::Instant::now() < deadline, "{n} never printed up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

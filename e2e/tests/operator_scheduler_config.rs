@@ -25,19 +25,13 @@ use operator_support::{Env, NodeDef, batchjob};
 use serde_json::json;
 
 /// The scheduler configuration as the operator loads it: a file, read by the loader
-/// `muster-operator --scheduler-config` uses.
+/// `muster-operator --scheduler-config` uses. Each call has a directory of its own: tests
+/// run in parallel, and two of them load the same text.
 fn load(text: &str) -> Config {
-    let dir = std::env::temp_dir().join(format!(
-        "muster-e2e-scheduler-{}-{}",
-        std::process::id(),
-        text.len()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("scheduler.yaml");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scheduler.yaml");
     std::fs::write(&path, text).unwrap();
-    let cfg = scheduler_config::load(&path).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    cfg
+    scheduler_config::load(&path).unwrap()
 }
 
 /// Scheduling cycles the operator has completed.

@@ -233,12 +233,20 @@ async fn restart_policy_restarts_with_back_off() {
     c.shutdown().await;
 }
 
-/// Watch pod `name` until it is deleted; the last state seen before.
-async fn last_state_before_deletion(pods: &Api<Pod>, name: &str, within: Duration) -> (Pod, bool) {
+/// Watch pod `name` until it is deleted; the last state seen before. Sends on `listed` once
+/// the watch has listed the pod: a test deletes it only then (a watch that lists after the pod
+/// is gone never sees it, however long the test sleeps before deleting).
+async fn last_state_before_deletion(
+    pods: &Api<Pod>,
+    name: &str,
+    within: Duration,
+    listed: tokio::sync::oneshot::Sender<()>,
+) -> (Pod, bool) {
     let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut s = std::pin::pin!(watcher(pods.clone(), cfg).default_backoff());
     let mut last: Option<Pod> = None;
     let mut saw_terminating = false;
+    let mut listed = Some(listed);
     let t0 = Instant::now();
     loop {
         let ev = tokio::time::timeout(within.saturating_sub(t0.elapsed()), s.next())
@@ -250,6 +258,12 @@ async fn last_state_before_deletion(pods: &Api<Pod>, name: &str, within: Duratio
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
                 saw_terminating |= p.metadata.deletion_timestamp.is_some();
                 last = Some(p);
+            }
+            watcher::Event::InitDone => {
+                assert!(last.is_some(), "{name} was not listed");
+                if let Some(l) = listed.take() {
+                    let _ = l.send(());
+                }
             }
             watcher::Event::Delete(p) => return (last.unwrap_or(p), saw_terminating),
             _ => {}
@@ -272,12 +286,13 @@ async fn deletion_terminates_gracefully_then_removes_the_pod() {
         p.is_some_and(|p| phase(p) == "Running")
     })
     .await;
+    let (listed, watching) = tokio::sync::oneshot::channel();
     let watch = {
         let pods = pods.clone();
         let within = timeout(&c, 10);
-        tokio::spawn(async move { last_state_before_deletion(&pods, "term", within).await })
+        tokio::spawn(async move { last_state_before_deletion(&pods, "term", within, listed).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    watching.await.expect("the watch lists the pod");
     pods.delete("term", &DeleteParams::default()).await.unwrap();
     let (last, saw_terminating) = watch.await.unwrap();
     assert!(
@@ -305,13 +320,14 @@ async fn containers_ignoring_sigterm_are_killed_at_the_grace_period() {
         p.is_some_and(|p| phase(p) == "Running")
     })
     .await;
+    let (listed, watching) = tokio::sync::oneshot::channel();
     let watch = {
         let pods = pods.clone();
         tokio::spawn(async move {
-            last_state_before_deletion(&pods, "stubborn", Duration::from_secs(10)).await
+            last_state_before_deletion(&pods, "stubborn", Duration::from_secs(10), listed).await
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    watching.await.expect("the watch lists the pod");
     let t0 = Instant::now();
     pods.delete("stubborn", &DeleteParams::default())
         .await

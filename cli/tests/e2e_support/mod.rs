@@ -42,8 +42,9 @@ node:
   layout: dgx
 ";
 
-/// How long any wait in these suites may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(20);
+/// How long any wait in these suites may take before the test fails: generous, for CI's
+/// 2-core machine running two of these tests (each with its control plane) at a time.
+pub const WAIT: Duration = Duration::from_secs(60);
 
 /// A howto script kept in the repository (copies of `../shared/sbatch/`).
 pub fn howto(name: &str) -> PathBuf {
@@ -301,6 +302,38 @@ impl Sim {
             }
         }
         Some(pods)
+    }
+
+    /// Waits (up to a minute) until the job has pods and every one is `Running`, i.e. created,
+    /// bound by kube-scheduler and started by its kubelet; returns them in node order. The
+    /// job's status names its pods (and the job is RUNNING) before the operator creates them,
+    /// and a pod is briefly `Pending` after it is created even when it binds at once: a test
+    /// reads the pods, their nodes or their phase only after this.
+    pub async fn until_pods_running(&self, id: u64) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        use k8s_openapi::api::core::v1::Pod;
+        let api: Api<Pod> = Api::namespaced(self.cluster.client(), "default");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let names = self.pods_of(id).await;
+            let mut pods = Vec::new();
+            for n in &names {
+                // Not found yet: the operator has recorded the name, not created the pod.
+                if let Some(p) = api.get_opt(n).await.unwrap()
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                {
+                    pods.push(p);
+                }
+            }
+            if !names.is_empty() && pods.len() == names.len() {
+                return pods;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id}'s pods were never all bound and running: {names:?}\n{}",
+                self.describe(id).await
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Waits until each of `pods` is gone or being deleted (the operator stops a job's other

@@ -397,12 +397,14 @@ impl Env {
         self.pods_of(job).await
     }
 
-    /// Waits (polling, up to `secs` seconds) until `f` holds, running the kubelet stand-in.
+    /// Waits (polling, up to `secs` seconds, and at least a minute: CI's 2-core machine runs
+    /// two tests at a time) until `f` holds, running the kubelet stand-in.
     pub async fn until<F, Fut>(&self, secs: u64, what: &str, mut f: F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
+        let secs = secs.max(60);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
         while tokio::time::Instant::now() < deadline {
             self.kubelet().await;

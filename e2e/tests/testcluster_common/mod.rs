@@ -44,10 +44,11 @@ pub fn real_cluster_skips(c: &TestCluster, why: &str) -> bool {
     true
 }
 
-/// A deadline: `secs` on the simulated cluster, generous on a real one.
+/// A deadline: `secs` on the simulated cluster (at least a minute: CI's 2-core machine runs
+/// two tests at a time beside each other's control planes), generous on a real one.
 pub fn timeout(c: &TestCluster, secs: u64) -> Duration {
     if c.is_simulated() {
-        Duration::from_secs(secs)
+        Duration::from_secs(secs.max(60))
     } else {
         Duration::from_secs(secs * 6 + 60)
     }
