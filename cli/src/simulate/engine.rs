@@ -42,8 +42,8 @@ use std::time::Instant;
 
 use muster_operator::core::baseline::Yardstick;
 use muster_operator::core::priority::{
-    PriorityInput, ShortLimitInput, capped_short_limit_factors, decay_usage, fair_share_factors,
-    priority, queued_since, short_limit_factor,
+    PriorityInput, QueueKey, ShortLimitInput, age_start, capped_short_limit_factors, decay_usage,
+    fair_share_factors, priority, queue_key, short_limit_factor,
 };
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,

@@ -32,8 +32,8 @@
 //!    Callers that only have whole snapshots (the operator) keep a [`KeptOccupancy`], which
 //!    finds what changed itself by a fingerprint of every running job (see [`kept`]).
 //! 3. **Order.** Pending jobs are sorted by partition priority tier, then priority (below),
-//!    then queued time (submit time less the short-limit credit), then submit time, then job
-//!    id.
+//!    then queued time (when the age starts less the short-limit credit), then submit time,
+//!    then job id ([`priority::queue_key`], the one order the simulator's queue cut uses too).
 //! 4. **Nominate.** For each job in order: eligibility ([reasons](#reasons)), then a
 //!    placement *now* (gang, topology, within-node, backfill rules below). If none: can it
 //!    ever fit (else `BadConstraints` / `ReqNodeNotAvail`)? May it preempt? Otherwise it gets
@@ -162,7 +162,7 @@
 //! factor is off by default: with it, a bigger gang submitted later becomes the queue head
 //! and the room freed for it waits while earlier smaller jobs could use it
 //! (`weight_job_size` turns it on for sites that want that). Order: tier, priority, queued
-//! time (submit time less the credit), submit time, job id.
+//! time (when the age starts less the credit), submit time, job id.
 //!
 //! # Backfill and reservations
 //!

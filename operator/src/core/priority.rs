@@ -11,9 +11,9 @@
 //! `fair_share_half_life_secs`), `S` its share of the configured shares (1 each by default)
 //! among namespaces that have usage or jobs — Slurm's classic fair-share factor, so a
 //! namespace using exactly its share scores 0.5, an idle one 1. `--priority` replaces the
-//! sum; the result is clamped to `0..=u32::MAX`. Ties go to the earlier queued time (the
-//! submit time less the credit below, [`queued_since`]), then the earlier submit time, then
-//! the lower job id.
+//! sum; the result is clamped to `0..=u32::MAX`. Ties go to the earlier queued time (when the
+//! age starts less the credit below, [`queued_since`]), then the earlier submit time, then
+//! the lower job id ([`queue_key`]).
 //!
 //! **Short limits first, within a bound.** `short` is the job's short-limit factor
 //! ([`short_limit_factor`]): 1 for a time limit of 15 minutes or less, 0 for 30 days or
@@ -32,9 +32,10 @@
 //! "Scheduling quality". It needs limits that say something about run times: with one limit
 //! for every job it orders by submit time.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::model::{Config, RunningJob};
+use super::model::{Config, JobId, PendingJob, RunningJob};
 use super::shape::Demand;
 
 /// Inputs of one job's priority.
@@ -91,8 +92,8 @@ pub struct ShortLimitInput {
 }
 
 /// The short-limit factors of a queue, each one-node job's own capped so that it passes no
-/// gang of its partition whose age started before its own: the credit is at most the gang's credit
-/// plus how much longer the gang has waited. A gang needs room freed on many nodes at once; a
+/// gang of its partition whose age started before or with its own: the credit is at most the
+/// gang's credit plus how much longer the gang has waited, less one second. A gang needs room freed on many nodes at once; a
 /// later job that passed it would take the nodes it waits for, without end under a steady
 /// stream of short jobs.
 pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], cfg: &Config) -> Vec<f64> {
@@ -115,7 +116,9 @@ pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], cfg: &Config) -> Vec
                 .and_modify(|l| *l = l.min(v))
                 .or_insert(v);
         } else if let Some(l) = least.get(&j.partition) {
-            let cap = ((j.since as f64 + l) / span).max(0.0);
+            // A second less than the bound: at the bound the job would tie the gang on
+            // priority and queued time and could come first on its id.
+            let cap = ((j.since as f64 + l - 1.0) / span).max(0.0);
             out[i] = j.factor.min(cap);
         }
     }
@@ -166,11 +169,46 @@ pub fn short_limit_credit(short_limit: f64, cfg: &Config) -> i64 {
     (cfg.short_limit_age_secs as f64 * short_limit.clamp(0.0, 1.0)).round() as i64
 }
 
-/// When a job counts as queued, for ordering jobs of equal priority: its submit time less its
-/// short-limit credit. Ordering ties by it (then by submit time and id) keeps jobs in the
-/// order of their credited age when their age factors are full.
-pub fn queued_since(submit: i64, short_limit: f64, cfg: &Config) -> i64 {
-    submit.saturating_sub(short_limit_credit(short_limit, cfg))
+/// When a job counts as queued, for ordering jobs of equal priority: when its age starts
+/// ([`age_start`]) less its short-limit credit. Ordering ties by it (then by submit time and
+/// id) keeps jobs in the order of their credited age when their age factors are full. It is
+/// read from the same clock as the age and the gang cap: a job whose eligible time was
+/// recorded a second after its submit time would otherwise tie a gang it may not pass and
+/// come first.
+pub fn queued_since(age_start: i64, short_limit: f64, cfg: &Config) -> i64 {
+    age_start.saturating_sub(short_limit_credit(short_limit, cfg))
+}
+
+/// When a waiting job's age starts: its eligible time, else (until the operator records one)
+/// its submit time.
+pub fn age_start(job: &PendingJob) -> i64 {
+    job.eligible_time.unwrap_or(job.submit_time)
+}
+
+/// A waiting job's place in the queue, smallest first: partition tier (high first), priority
+/// (high first), queued time ([`queued_since`]), submit time, job id, then `pos` (the job's
+/// index in its list). The one order of the scheduling cycle and of the simulator's queue cut.
+pub type QueueKey = (Reverse<u32>, Reverse<u32>, i64, i64, JobId, usize);
+
+/// [`QueueKey`] of `job` with its partition's `tier`, its `priority` and its (capped)
+/// short-limit factor.
+pub fn queue_key(
+    job: &PendingJob,
+    tier: u32,
+    priority: u32,
+    short_limit: f64,
+    cfg: &Config,
+    pos: usize,
+) -> QueueKey {
+    let queued = queued_since(age_start(job), short_limit, cfg);
+    (
+        Reverse(tier),
+        Reverse(priority),
+        queued,
+        job.submit_time,
+        job.id,
+        pos,
+    )
 }
 
 /// A job's priority.
@@ -379,7 +417,8 @@ mod tests {
         let jobs = [
             // A gang with no limit, waiting since 0.
             job(0, 0, 0.0, true),
-            // A 15-minute job an hour later: capped to the gang's credit plus the hour.
+            // A 15-minute job an hour later: capped to the gang's credit plus the hour, less
+            // a second.
             job(3_600, 0, 1.0, false),
             // The same before the gang: not capped.
             job(-60, 0, 1.0, false),
@@ -391,7 +430,7 @@ mod tests {
             job(3_600, 0, 0.0001, false),
         ];
         let got = capped_short_limit_factors(&jobs, &cfg);
-        assert_eq!(got, [0.0, 3_600.0 / span, 1.0, 1.0, 0.9, 0.0001]);
+        assert_eq!(got, [0.0, 3_599.0 / span, 1.0, 1.0, 0.9, 0.0001]);
         // No gang, or no credit: the jobs' own factors.
         assert_eq!(
             capped_short_limit_factors(&jobs[1..4], &cfg),

@@ -1,7 +1,6 @@
 //! One scheduling cycle: eligibility, order, start-now placement with backfill, reservations
 //! and preemption. See the [module docs](super) for the rules.
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
@@ -16,8 +15,8 @@ use super::node::NodeId;
 use super::occupancy::{Occupancy, RunInfo};
 use super::prepared::Prepared;
 use super::priority::{
-    PriorityInput, ShortLimitInput, capped_short_limit_factors, fair_share_factors, priority,
-    queued_since, short_limit_factor, spans_nodes,
+    PriorityInput, QueueKey, ShortLimitInput, age_start, capped_short_limit_factors,
+    fair_share_factors, priority, queue_key, short_limit_factor, spans_nodes,
 };
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};

@@ -209,6 +209,26 @@ fn short_limits_go_first_within_the_credit_and_gangs_keep_their_place() {
     assert_eq!(queue_order(&s, &plain), [13, 12, 10, 14, 11]);
 }
 
+/// The gang cap reads one clock: a one-node job submitted with a gang but made eligible a
+/// second later (the operator records eligible times as it first sees jobs) still comes after
+/// the gang, even with the lower id, and so does one that started with it.
+#[test]
+fn a_one_node_job_eligible_a_second_after_a_gang_does_not_pass_it() {
+    let mut s = sandbox();
+    let mut late = PendingJob::new(20, NOW - 10, JobRequest::nodes(1, 4).time(1200));
+    late.eligible_time = Some(NOW - 9);
+    let gang = PendingJob::new(21, NOW - 10, JobRequest::nodes(2, 8).time(1800));
+    s.pending = vec![late, gang];
+    let cfg = Config::default();
+    assert_eq!(queue_order(&s, &cfg), [21, 20]);
+    // Eligible with the gang, the lower id does not put it first either.
+    s.pending[0].eligible_time = None;
+    assert_eq!(queue_order(&s, &cfg), [21, 20]);
+    // Without the gang's cap (a one-node "gang"), the shorter limit goes first.
+    s.pending[1] = PendingJob::new(21, NOW - 10, JobRequest::nodes(1, 8).time(1800));
+    assert_eq!(queue_order(&s, &cfg), [20, 21]);
+}
+
 #[test]
 fn a_short_job_takes_the_freed_node_before_an_older_long_one() {
     // One free node; a 7-day job waited an hour, a 1-hour job just came: the short one starts,

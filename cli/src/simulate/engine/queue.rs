@@ -3,10 +3,6 @@
 
 use super::*;
 
-/// The core's queue order: tier (high first), priority (high first), queued time
-/// (`priority::queued_since`), submit time, id; then the job's queue position.
-type OrderKey = (Reverse<u32>, Reverse<u32>, i64, i64, u64, usize);
-
 impl Engine<'_> {
     pub(super) fn enqueue(&mut self, i: usize, p: PendingJob) {
         if let Some(sw) = &p.request.switches {
@@ -138,7 +134,7 @@ impl Engine<'_> {
             .map(|j| {
                 let sj = &self.w.jobs[(j.id - 1) as usize];
                 ShortLimitInput {
-                    since: j.eligible_time.unwrap_or(j.submit_time),
+                    since: age_start(j),
                     partition: j.partition,
                     factor: short_limit_factor(sj.limit),
                     gang: sj.gang,
@@ -146,7 +142,7 @@ impl Engine<'_> {
             })
             .collect();
         let shorts = capped_short_limit_factors(&shorts, &self.cfg);
-        let mut keyed: Vec<OrderKey> = self
+        let mut keyed: Vec<QueueKey> = self
             .queue
             .iter()
             .enumerate()
@@ -161,7 +157,7 @@ impl Engine<'_> {
                 let pr = priority(
                     &PriorityInput {
                         namespace: &j.namespace,
-                        age_secs: t - j.eligible_time.unwrap_or(j.submit_time),
+                        age_secs: t - age_start(j),
                         size_fraction: sj.size_fraction,
                         nice: j.nice,
                         fixed: j.priority,
@@ -170,8 +166,7 @@ impl Engine<'_> {
                     &fs,
                     &self.cfg,
                 );
-                let since = queued_since(j.submit_time, short, &self.cfg);
-                (Reverse(tier), Reverse(pr), since, j.submit_time, j.id, pos)
+                queue_key(j, tier, pr, short, &self.cfg, pos)
             })
             .collect();
         let k = self.opts.max_queue;

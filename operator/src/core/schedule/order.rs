@@ -3,10 +3,6 @@
 
 use super::*;
 
-/// Queue order: tier (high first), priority (high first), queued time (submit time less the
-/// short-limit credit, [`queued_since`]), submit time, job id, then the pending index.
-type OrderKey = (Reverse<u32>, Reverse<u32>, i64, i64, JobId, usize);
-
 impl Cycle<'_> {
     /// Pending jobs in queue order with their priorities: partition tier, priority, submit
     /// time, job id.
@@ -34,7 +30,7 @@ impl Cycle<'_> {
                 let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
                 let gang = matches!(demand, Some(Ok(d)) if spans_nodes(d, widest));
                 ShortLimitInput {
-                    since: j.eligible_time.unwrap_or(j.submit_time),
+                    since: age_start(j),
                     partition: j.partition,
                     factor: short_limit_factor(
                         part.and_then(|p| p.effective_limit(j.request.time_limit)),
@@ -44,7 +40,7 @@ impl Cycle<'_> {
             })
             .collect();
         let shorts = capped_short_limit_factors(&shorts, self.cfg);
-        let mut keyed: Vec<OrderKey> = snap
+        let mut keyed: Vec<QueueKey> = snap
             .pending
             .iter()
             .zip(&demands)
@@ -72,7 +68,7 @@ impl Cycle<'_> {
                 let pr = priority(
                     &PriorityInput {
                         namespace: &j.namespace,
-                        age_secs: self.now - j.eligible_time.unwrap_or(j.submit_time),
+                        age_secs: self.now - age_start(j),
                         size_fraction: size,
                         nice: j.nice,
                         fixed: j.priority,
@@ -81,8 +77,7 @@ impl Cycle<'_> {
                     fs,
                     self.cfg,
                 );
-                let since = queued_since(j.submit_time, short, self.cfg);
-                (Reverse(tier), Reverse(pr), since, j.submit_time, j.id, i)
+                queue_key(j, tier, pr, short, self.cfg, i)
             })
             .collect();
         self.demands = demands;
