@@ -304,7 +304,7 @@ impl Sim {
         Some(pods)
     }
 
-    /// Waits (up to a minute) until the job has pods and every one is `Running`, i.e. created,
+    /// Waits (up to [`WAIT`]) until the job has pods and every one is `Running`, i.e. created,
     /// bound by kube-scheduler and started by its kubelet; returns them in node order. The
     /// job's status names its pods (and the job is RUNNING) before the operator creates them,
     /// and a pod is briefly `Pending` after it is created even when it binds at once: a test
@@ -312,7 +312,7 @@ impl Sim {
     pub async fn until_pods_running(&self, id: u64) -> Vec<k8s_openapi::api::core::v1::Pod> {
         use k8s_openapi::api::core::v1::Pod;
         let api: Api<Pod> = Api::namespaced(self.cluster.client(), "default");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let names = self.pods_of(id).await;
             let mut pods = Vec::new();

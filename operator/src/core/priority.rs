@@ -93,9 +93,9 @@ pub struct ShortLimitInput {
 
 /// The short-limit factors of a queue, each one-node job's own capped so that it passes no
 /// gang of its partition whose age started before or with its own: the credit is at most the
-/// gang's credit plus how much longer the gang has waited, less one second. A gang needs room freed on many nodes at once; a
-/// later job that passed it would take the nodes it waits for, without end under a steady
-/// stream of short jobs.
+/// gang's credit plus how much longer the gang has waited, less one second. A gang needs room
+/// freed on many nodes at once; a later job that passed it would take the nodes it waits for,
+/// without end under a steady stream of short jobs.
 pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], cfg: &Config) -> Vec<f64> {
     let mut out: Vec<f64> = jobs.iter().map(|j| j.factor).collect();
     let span = cfg.short_limit_age_secs as f64;
