@@ -41,10 +41,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Instant;
 
 use muster_operator::core::baseline::Yardstick;
-use muster_operator::core::priority::{
-    PriorityInput, QueueKey, ShortLimitInput, age_start, capped_short_limit_factors, decay_usage,
-    fair_share_factors, priority, queue_key, short_limit_factor,
-};
+use muster_operator::core::priority::{QueueInput, decay_usage, fair_share_factors, queue_keys};
 use muster_operator::core::{
     Config, Decisions, FinishedJob, JobState, Node, Occupancy, Partition, PendingJob, PreemptMode,
     Prepared, Reason, RunningJob, Snapshot, Start, TaskAlloc, schedule_incremental,

@@ -33,7 +33,7 @@
 //!    finds what changed itself by a fingerprint of every running job (see [`kept`]).
 //! 3. **Order.** Pending jobs are sorted by partition priority tier, then priority (below),
 //!    then queued time (when the age starts less the short-limit credit), then submit time,
-//!    then job id ([`priority::queue_key`], the one order the simulator's queue cut uses too).
+//!    then job id ([`priority::queue_keys`], the one order the simulator's queue cut uses too).
 //! 4. **Nominate.** For each job in order: eligibility ([reasons](#reasons)), then a
 //!    placement *now* (gang, topology, within-node, backfill rules below). If none: can it
 //!    ever fit (else `BadConstraints` / `ReqNodeNotAvail`)? May it preempt? Otherwise it gets

@@ -211,6 +211,63 @@ pub fn queue_key(
     )
 }
 
+/// What the queue order reads of one waiting job beside the job itself.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueInput<'a> {
+    /// The job.
+    pub job: &'a PendingJob,
+    /// Its partition's priority tier (0 without a partition).
+    pub tier: u32,
+    /// Its effective time limit in seconds (`None`: unlimited), for [`short_limit_factor`].
+    pub limit_secs: Option<u64>,
+    /// Whether it spans nodes ([`spans_nodes`]).
+    pub gang: bool,
+    /// Its GPUs (or nodes when it has none) over its partition's.
+    pub size_fraction: f64,
+}
+
+/// The [`QueueKey`] of every job of a queue at `now`, in input order (`pos` is the index):
+/// short-limit factors capped by the queue's gangs ([`capped_short_limit_factors`]), then
+/// [`priority`] and [`queue_key`]. The one pipeline of the scheduling cycle's order and of
+/// the simulator's queue cut.
+pub fn queue_keys(
+    jobs: &[QueueInput<'_>],
+    fair_share: &BTreeMap<String, f64>,
+    now: i64,
+    cfg: &Config,
+) -> Vec<QueueKey> {
+    let shorts: Vec<ShortLimitInput> = jobs
+        .iter()
+        .map(|q| ShortLimitInput {
+            since: age_start(q.job),
+            partition: q.job.partition,
+            factor: short_limit_factor(q.limit_secs),
+            gang: q.gang,
+        })
+        .collect();
+    let shorts = capped_short_limit_factors(&shorts, cfg);
+    jobs.iter()
+        .zip(shorts)
+        .enumerate()
+        .map(|(pos, (q, short))| {
+            let j = q.job;
+            let pr = priority(
+                &PriorityInput {
+                    namespace: &j.namespace,
+                    age_secs: now - age_start(j),
+                    size_fraction: q.size_fraction,
+                    nice: j.nice,
+                    fixed: j.priority,
+                    short_limit: short,
+                },
+                fair_share,
+                cfg,
+            );
+            queue_key(j, q.tier, pr, short, cfg, pos)
+        })
+        .collect()
+}
+
 /// A job's priority.
 pub fn priority(inp: &PriorityInput<'_>, fair_share: &BTreeMap<String, f64>, cfg: &Config) -> u32 {
     if let Some(p) = inp.fixed {
@@ -402,6 +459,46 @@ mod tests {
         // Halving the limit always adds the same amount.
         let step = f(Some(1_800)) - f(Some(3_600));
         assert!((f(Some(43_200)) - f(Some(86_400)) - step).abs() < 1e-12);
+    }
+
+    #[test]
+    fn queue_keys_put_a_later_short_job_behind_an_earlier_gang_and_ahead_of_longer_jobs() {
+        let cfg = Config::default();
+        let job = |id, submit| {
+            let mut j = PendingJob::new(id, submit, Default::default());
+            j.partition = Some(0);
+            j
+        };
+        let (gang, long, short, tiered) = (job(1, 0), job(2, 10), job(3, 3_600), job(4, 7_000));
+        let month = Some(SHORT_LIMIT_NONE_SECS);
+        let q = |job, limit_secs, gang, tier| QueueInput {
+            job,
+            tier,
+            limit_secs,
+            gang,
+            size_fraction: 0.0,
+        };
+        let mut keys = queue_keys(
+            &[
+                q(&gang, month, true, 0),
+                q(&long, month, false, 0),
+                q(&short, Some(900), false, 0),
+                q(&tiered, month, false, 1),
+            ],
+            &BTreeMap::new(),
+            7_200,
+            &cfg,
+        );
+        // `pos` is the input index.
+        assert_eq!(keys.iter().map(|k| k.5).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        keys.sort_unstable();
+        // The higher tier first; the short job is credited past the long one but capped a
+        // second behind the gang that waited longer.
+        assert_eq!(keys.iter().map(|k| k.4).collect::<Vec<_>>(), [4, 1, 3, 2]);
+        assert_eq!(
+            keys[2].2, 1,
+            "the short job is queued a second after the gang"
+        );
     }
 
     #[test]

@@ -14,10 +14,7 @@ use super::model::{
 use super::node::NodeId;
 use super::occupancy::{Occupancy, RunInfo};
 use super::prepared::Prepared;
-use super::priority::{
-    PriorityInput, QueueKey, ShortLimitInput, age_start, capped_short_limit_factors,
-    fair_share_factors, priority, queue_key, short_limit_factor, spans_nodes,
-};
+use super::priority::{QueueInput, fair_share_factors, queue_keys, spans_nodes};
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};
 use super::util::{NameKey, natural_cmp_keyed};

@@ -128,47 +128,25 @@ impl Engine<'_> {
         } else {
             BTreeMap::new()
         };
-        let shorts: Vec<ShortLimitInput> = self
+        let inputs: Vec<QueueInput> = self
             .queue
             .iter()
             .map(|j| {
                 let sj = &self.w.jobs[(j.id - 1) as usize];
-                ShortLimitInput {
-                    since: age_start(j),
-                    partition: j.partition,
-                    factor: short_limit_factor(sj.limit),
+                QueueInput {
+                    job: j,
+                    tier: j
+                        .partition
+                        .and_then(|p| self.snap.partitions.get(p as usize))
+                        .map(|p| p.priority_tier)
+                        .unwrap_or(0),
+                    limit_secs: sj.limit,
                     gang: sj.gang,
+                    size_fraction: sj.size_fraction,
                 }
             })
             .collect();
-        let shorts = capped_short_limit_factors(&shorts, &self.cfg);
-        let mut keyed: Vec<QueueKey> = self
-            .queue
-            .iter()
-            .enumerate()
-            .map(|(pos, j)| {
-                let tier = j
-                    .partition
-                    .and_then(|p| self.snap.partitions.get(p as usize))
-                    .map(|p| p.priority_tier)
-                    .unwrap_or(0);
-                let sj = &self.w.jobs[(j.id - 1) as usize];
-                let short = shorts[pos];
-                let pr = priority(
-                    &PriorityInput {
-                        namespace: &j.namespace,
-                        age_secs: t - age_start(j),
-                        size_fraction: sj.size_fraction,
-                        nice: j.nice,
-                        fixed: j.priority,
-                        short_limit: short,
-                    },
-                    &fs,
-                    &self.cfg,
-                );
-                queue_key(j, tier, pr, short, &self.cfg, pos)
-            })
-            .collect();
+        let mut keyed = queue_keys(&inputs, &fs, t, &self.cfg);
         let k = self.opts.max_queue;
         if k > 0 {
             keyed.select_nth_unstable(k - 1);

@@ -22,64 +22,35 @@ impl Cycle<'_> {
             })
             .collect();
         let widest = self.widest_node;
-        let shorts: Vec<ShortLimitInput> = snap
+        let inputs: Vec<QueueInput> = snap
             .pending
             .iter()
             .zip(&demands)
             .map(|(j, demand)| {
                 let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
-                let gang = matches!(demand, Some(Ok(d)) if spans_nodes(d, widest));
-                ShortLimitInput {
-                    since: age_start(j),
-                    partition: j.partition,
-                    factor: short_limit_factor(
-                        part.and_then(|p| p.effective_limit(j.request.time_limit)),
-                    ),
-                    gang,
+                let size_fraction = match (demand, j.partition) {
+                    (Some(Ok(d)), Some(pi)) => {
+                        let (g, n) = sizes[pi as usize];
+                        if d.unit.gpus > 0 && g > 0 {
+                            d.min_gpus() as f64 / g as f64
+                        } else if n > 0 {
+                            f64::from(d.min_nodes) / n as f64
+                        } else {
+                            0.0
+                        }
+                    }
+                    _ => 0.0,
+                };
+                QueueInput {
+                    job: j,
+                    tier: part.map(|p| p.priority_tier).unwrap_or(0),
+                    limit_secs: part.and_then(|p| p.effective_limit(j.request.time_limit)),
+                    gang: matches!(demand, Some(Ok(d)) if spans_nodes(d, widest)),
+                    size_fraction,
                 }
             })
             .collect();
-        let shorts = capped_short_limit_factors(&shorts, self.cfg);
-        let mut keyed: Vec<QueueKey> = snap
-            .pending
-            .iter()
-            .zip(&demands)
-            .enumerate()
-            .map(|(i, (j, demand))| {
-                let part = j.partition.and_then(|p| snap.partitions.get(p as usize));
-                let tier = part.map(|p| p.priority_tier).unwrap_or(0);
-                let short = shorts[i];
-                let size = match (demand, j.partition) {
-                    (Some(dm), Some(pi)) => match dm {
-                        Ok(d) => {
-                            let (g, n) = sizes[pi as usize];
-                            if d.unit.gpus > 0 && g > 0 {
-                                d.min_gpus() as f64 / g as f64
-                            } else if n > 0 {
-                                f64::from(d.min_nodes) / n as f64
-                            } else {
-                                0.0
-                            }
-                        }
-                        Err(_) => 0.0,
-                    },
-                    _ => 0.0,
-                };
-                let pr = priority(
-                    &PriorityInput {
-                        namespace: &j.namespace,
-                        age_secs: self.now - age_start(j),
-                        size_fraction: size,
-                        nice: j.nice,
-                        fixed: j.priority,
-                        short_limit: short,
-                    },
-                    fs,
-                    self.cfg,
-                );
-                queue_key(j, tier, pr, short, self.cfg, i)
-            })
-            .collect();
+        let mut keyed = queue_keys(&inputs, fs, self.now, self.cfg);
         self.demands = demands;
         keyed.sort_unstable();
         keyed.into_iter().map(|k| (k.5, k.1.0)).collect()
