@@ -198,8 +198,8 @@ async fn output_files_land_where_slurm_puts_them() {
     sim.stop().await;
 }
 
-/// `--signal=B:USR1@105` with a two-minute limit: the batch script gets SIGUSR1 about 15
-/// seconds after the job starts (and, as in Slurm, its steps do not); `--signal=USR1@105`
+/// `--signal=B:USR1@150` with a three-minute limit: the batch script gets SIGUSR1 about 30
+/// seconds after the job starts (and, as in Slurm, its steps do not); `--signal=USR1@150`
 /// reaches a step's tasks instead. The margin leaves room for a loaded machine to start the
 /// pods; the test ends as soon as both jobs do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,7 +212,7 @@ async fn the_warning_signal_comes_before_the_time_limit() {
         &sim,
         scripts.path(),
         "batch.sh",
-        "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --signal=B:USR1@105\n#SBATCH -o /shared/batch-%j.out\n\
+        "#!/bin/bash\n#SBATCH -t 3\n#SBATCH --signal=B:USR1@150\n#SBATCH -o /shared/batch-%j.out\n\
          trap 'echo batch got USR1; exit 0' USR1\necho started\n\
          for i in $(seq 1 400); do sleep 0.25; done\necho no signal\nexit 3\n",
     )
@@ -221,14 +221,14 @@ async fn the_warning_signal_comes_before_the_time_limit() {
         &sim,
         scripts.path(),
         "steps.sh",
-        "#!/bin/bash\n#SBATCH -t 2\n#SBATCH --signal=USR1@105\n#SBATCH -o /shared/steps-%j.out\n\
+        "#!/bin/bash\n#SBATCH -t 3\n#SBATCH --signal=USR1@150\n#SBATCH -o /shared/steps-%j.out\n\
          trap 'echo the batch shell got USR1' USR1\n\
          srun bash -c 'trap \"echo step got USR1; exit 0\" USR1; for i in $(seq 1 400); do sleep 0.25; done; exit 4'\n\
          echo srun exited $?\n",
     )
     .await;
     for id in [batch, steps] {
-        let done = until_ended_within(&sim, id, 90).await;
+        let done = until_ended_within(&sim, id, 150).await;
         assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
     }
     let b = std::fs::read_to_string(shared.path().join(format!("batch-{batch}.out"))).unwrap();

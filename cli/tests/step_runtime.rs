@@ -337,7 +337,8 @@ while true; do date +%s%N > /data/.alive-$SLURM_PROCID; mv /data/.alive-$SLURM_P
 "#;
     let mut job = StepJob::new("cancel", &ns, env.nodes(2, 2, 0), script);
     job.env = vec![("MUSTER_STEP_KILL_WAIT".into(), "1".into())];
-    job.grace_seconds = 20;
+    // A grace period far past the wait below: pods that end at all ended after the kill wait.
+    job.grace_seconds = 600;
     job.volumes = vec![(
         json!({"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}),
         json!({"name": "data", "mountPath": "/data"}),
@@ -381,21 +382,15 @@ while true; do date +%s%N > /data/.alive-$SLURM_PROCID; mv /data/.alive-$SLURM_P
             seen
         }
     });
-    let t0 = std::time::Instant::now();
     for i in 0..2 {
         pods.delete(&job.pod_name(i), &DeleteParams::default())
             .await
             .unwrap();
     }
-    let ends = tokio::time::timeout(Duration::from_secs(30), ends)
+    let ends = tokio::time::timeout(Duration::from_secs(120), ends)
         .await
-        .expect("pods end")
+        .expect("pods end after the kill wait, not the 600 s grace period")
         .unwrap();
-    let took = t0.elapsed();
-    assert!(
-        took < Duration::from_secs(10),
-        "ended after the kill wait, not the grace period: {took:?}"
-    );
     // The batch step (srun) got SIGTERM and killed its tasks (137), or was killed itself.
     assert!(matches!(ends["cancel-0"], 137 | 143), "{ends:?}");
     assert!(matches!(ends["cancel-1"], 0 | 143), "{ends:?}");

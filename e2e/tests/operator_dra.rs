@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use muster_crds::v1alpha1::{GpuBinding, JobState, Partition};
 use muster_e2e::apiserver::WorkloadApi;
 use muster_operator::controller::dra::{self, ResourceClaim};
@@ -172,7 +174,9 @@ async fn a_hand_made_claim_never_shares_a_gpu_with_a_job() {
     env.add_nodes(&[NodeDef::new("gpu001", 2, "leaf1")]).await;
     env.default_partition().await;
     let op = env.start_operator(env.settings());
-    env.submit(batchjob("first", json!({"gpus": 1}), 6)).await;
+    // It runs until cancelled below, so the checks while it holds the GPU race no clock.
+    env.submit(batchjob("first", json!({"gpus": 1}), 3600))
+        .await;
     env.until_state("first", JobState::Running, 20).await;
     let taken = env.job("first").await.status.unwrap().tasks[0].gpu_uuids[0].clone();
     // The job's pod holds its claim's device before anyone else asks for it (RUNNING is
@@ -236,8 +240,16 @@ async fn a_hand_made_claim_never_shares_a_gpu_with_a_job() {
     );
     env.check_no_double_gpu().await.unwrap();
 
-    // The job ends and lets go: the hand-made claim gets the GPU...
-    env.until_state("first", JobState::Completed, 30).await;
+    // The job ends (scancel) and lets go: the hand-made claim gets the GPU...
+    env.jobs()
+        .patch(
+            "first",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    env.until_state("first", JobState::Cancelled, 30).await;
     env.until(20, "the hand-made claim allocated", || async {
         claims
             .get("mine")

@@ -11,11 +11,21 @@ use operator_support::{Env, batchjob, cluster};
 use serde_json::json;
 
 fn replica(env: &Env, id: &str) -> muster_operator::controller::Handle {
+    replica_with_lease(env, id, Duration::from_secs(2))
+}
+
+/// A replica whose lease, while it leads, lasts `lease_duration` (the others wait that long
+/// for it to expire).
+fn replica_with_lease(
+    env: &Env,
+    id: &str,
+    lease_duration: Duration,
+) -> muster_operator::controller::Handle {
     let mut s = env.settings();
     s.leader_election = true;
     s.identity = id.into();
     s.lease = LeaseTimings {
-        lease_duration: Duration::from_secs(2),
+        lease_duration,
         renew_deadline: Duration::from_millis(1500),
         retry_period: Duration::from_millis(200),
     };
@@ -78,17 +88,16 @@ async fn one_leader_and_takeover() {
         "ids keep increasing across leaders: {ids:?}"
     );
 
-    // A clean shutdown releases the lease: a new replica leads without waiting it out.
-    let c = replica(&env, "replica-c");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!leads(&c));
-    let t = std::time::Instant::now();
+    // A clean shutdown releases the lease: a new replica leads without waiting it out. c
+    // writes an hour-long lease, so d leading at all after c's shutdown proves the release
+    // (no wall-clock bound that a loaded machine could miss).
+    let c = replica_with_lease(&env, "replica-c", Duration::from_secs(3600));
     follower.shutdown().await.unwrap();
-    env.until(20, "c leads", || async { leads(&c) }).await;
-    assert!(
-        t.elapsed() < Duration::from_secs(2),
-        "released: {:?}",
-        t.elapsed()
-    );
+    env.until(60, "c leads", || async { leads(&c) }).await;
+    let d = replica(&env, "replica-d");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!leads(&d));
     c.shutdown().await.unwrap();
+    env.until(60, "d leads", || async { leads(&d) }).await;
+    d.shutdown().await.unwrap();
 }

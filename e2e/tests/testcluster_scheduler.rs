@@ -317,7 +317,7 @@ async fn many_pods_are_bound_quickly() {
             break;
         }
         assert!(
-            t0.elapsed() < Duration::from_secs(20),
+            t0.elapsed() < Duration::from_secs(120),
             "only {bound}/{n} bound"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
