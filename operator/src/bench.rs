@@ -155,7 +155,7 @@ pub struct CaseTiming {
     /// The same cycle with the trees kept but every running job laid out afresh
     /// ([`schedule_prepared`]): a cycle in which every running job changed.
     pub relaid_ms: f64,
-    /// The same cycle cold ([`schedule`]): the trees built from the snapshot first, as in
+    /// The same cycle cold ([`schedule()`]): the trees built from the snapshot first, as in
     /// the first cycle after a Node, GpuNode or Partition change.
     pub cold_ms: f64,
     /// Median milliseconds of the first-fit baseline (trees and layout kept too).

@@ -5,7 +5,7 @@
 //! writes in a row on its way to running: finalizer, status, pod. Every new job gets the
 //! finalizer at first sight instead (as controllers commonly add theirs on their first
 //! reconcile), written while the cycle plans: the plan is CPU-bound on one thread and the
-//! writes wait on the API server, so they overlap. Once the plan is known, [`fold`] drops the
+//! writes wait on the API server, so they overlap. Once the plan is known, `fold` drops the
 //! finalizer step of the jobs that have it and points their status write at the new
 //! resourceVersion; a job whose early write failed keeps its finalizer step, in order.
 //!

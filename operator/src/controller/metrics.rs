@@ -13,7 +13,7 @@
 //! | `muster_job_transitions_total` | counter | `state` |
 //! | `muster_errors_total` | counter | `kind` |
 //! | `muster_leader` | gauge | |
-//! | `muster_api_writes_total` | counter | `kind` (see [`WriteKind`](super::exec::WriteKind)) |
+//! | `muster_api_writes_total` | counter | `kind` (see [`super::exec::WriteKind`]) |
 //!
 //! Gauges are the leader's view after its last cycle; a replica that does not lead reports
 //! `muster_leader 0` and leaves the job gauges empty.

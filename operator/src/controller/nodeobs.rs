@@ -5,7 +5,7 @@
 //! ([`translate::agent_gpus`]): what the table is built from, and nothing else (a Node
 //! object is ~1.5 KB before its labels and status, and 16,384 of them plus their GpuNodes
 //! were ~90 MiB cached whole). Both are kept compact (each object's strings in one
-//! [`StrTable`], numbers in flat arrays) and expanded only while a table is built. The table
+//! `StrTable`, numbers in flat arrays) and expanded only while a table is built. The table
 //! is built from these exactly as [`translate::node`] builds one node from the objects (one
 //! translation), rebuilt when any Node, GpuNode or ResourceSlice event arrived since, and
 //! shared: the leader's cycles and the admission webhook read the same table.

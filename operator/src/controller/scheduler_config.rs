@@ -1,5 +1,5 @@
 //! The scheduler's configuration file (`--scheduler-config`): the core's
-//! [`Config`](crate::core::Config) as YAML, camelCase keys, omitted keys at their defaults —
+//! [`crate::core::Config`] as YAML, camelCase keys, omitted keys at their defaults —
 //! Muster's counterpart of Slurm's `SchedulerParameters` and `Priority*` settings.
 //!
 //! One parser for every reader: the operator (`muster-operator --scheduler-config`, the Helm

@@ -6,7 +6,7 @@
 //! every field not named here, so nothing else is ever allocated. Even that is still ~2 KB a
 //! pod (an `ObjectMeta`, label and annotation maps), so the reflector does not keep it:
 //! each watch event is read at once into the planner's [`PodObs`] (a few hundred bytes) and
-//! the pod store holds those ([`slim_event`], and [`Lookup`] for `PodObs`).
+//! the pod store holds those ([`slim_event`], and [`kube::runtime::reflector::Lookup`] for `PodObs`).
 
 use std::borrow::Cow;
 

@@ -67,7 +67,7 @@ impl Yardstick {
         }
     }
 
-    /// One cycle over `snap` at `now` (see [`crate::core::schedule`]); `base` is Muster's
+    /// One cycle over `snap` at `now` (see [`crate::core::schedule()`]); `base` is Muster's
     /// configuration, from which [`Yardstick::config`] derives the yardstick's.
     pub fn schedule(self, snap: &Snapshot, now: i64, base: &Config) -> Decisions {
         let prep = Prepared::new(&snap.nodes, &snap.partitions);

@@ -21,7 +21,7 @@ pub struct NodeState {
     pub free_mask: u64,
     /// Ready and not cordoned.
     pub sched: bool,
-    /// Index into [`Engine::gpu_trees`].
+    /// Index into [`Engine::gpu_trees`](super::engine::Engine::gpu_trees).
     pub gtree: u32,
     /// Allocatable CPU, memory and every GPU, healthy or not (for "could it ever fit").
     pub all_total: Res,
@@ -135,7 +135,7 @@ impl NodeState {
 /// known user, and the user whose `--exclusive=user` jobs keep the node to themselves.
 /// User ids are an [`Occupancy`](super::occupancy::Occupancy)'s; 0 is "unknown", a user no
 /// other job shares with. Built by a cycle only when some job is `--exclusive=user`
-/// ([`Engine::users`]), so other cycles pay nothing for the rule.
+/// ([`Engine::users`](super::engine::Engine::users)), so other cycles pay nothing for the rule.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeUsers {
     /// Jobs with resources on the node.

@@ -84,7 +84,7 @@ fn string_attr(d: &Device, name: &str) -> Option<String> {
 }
 
 /// What the operator keeps of one of the NVIDIA driver's ResourceSlices: its node, pool
-/// generation and whole GPUs, compact (the slice's strings in one [`StrTable`]: a slice of 8
+/// generation and whole GPUs, compact (the slice's strings in one `StrTable`: a slice of 8
 /// GPUs was ~45 allocations, 16,384 of them cached for as long as the nodes exist).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SliceObs {

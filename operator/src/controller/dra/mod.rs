@@ -291,7 +291,7 @@ pub fn resolve(
 }
 
 /// What the planner keeps of one ResourceClaim (any claim in the cluster, Muster's or not),
-/// compact: its strings in one [`StrTable`] (with the devices as ids into it) rather than a
+/// compact: its strings in one `StrTable` (with the devices as ids into it) rather than a
 /// string each — under DRA binding every node pod has a claim, and an allocated 8-GPU claim
 /// was 29 heap allocations (now 3).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
