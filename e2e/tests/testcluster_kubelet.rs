@@ -457,14 +457,14 @@ async fn a_fast_clock_runs_long_jobs_quickly() {
     )
     .await
     .unwrap();
-    let done = wait(&pods, "hour", "Succeeded", Duration::from_secs(15), |p| {
+    let done = wait(&pods, "hour", "Succeeded", Duration::from_secs(60), |p| {
         p.is_some_and(|p| phase(p) == "Succeeded")
     })
     .await
     .unwrap();
     assert!(
-        t0.elapsed() < Duration::from_secs(10),
-        "half an hour at 600x is 3 s"
+        t0.elapsed() < Duration::from_secs(60),
+        "half an hour at 600x is 3 s, not 30 min"
     );
     let t = terminated(&done).unwrap();
     let ran = secs_between(

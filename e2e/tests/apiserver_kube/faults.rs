@@ -65,9 +65,9 @@ async fn fault_injection() {
     s.faults().resume();
     assert!(pending.await.unwrap().is_ok());
 
-    // Dropped watches end the stream.
+    // Dropped watches end the stream (long before the watch's own 290 s timeout).
     let mut w = cms
-        .watch(&WatchParams::default().timeout(30), "0")
+        .watch(&WatchParams::default().timeout(290), "0")
         .await
         .unwrap()
         .boxed();
@@ -78,7 +78,7 @@ async fn fault_injection() {
     }
     s.faults().drop_watches();
     assert!(
-        tokio::time::timeout(Duration::from_secs(5), w.try_next())
+        tokio::time::timeout(Duration::from_secs(60), w.try_next())
             .await
             .unwrap()
             .unwrap()
@@ -95,7 +95,7 @@ async fn fault_injection() {
         .resource_version
         .unwrap();
     let mut w = cms
-        .watch(&WatchParams::default().timeout(30), &latest)
+        .watch(&WatchParams::default().timeout(290), &latest)
         .await
         .unwrap()
         .boxed();
@@ -110,7 +110,7 @@ async fn fault_injection() {
         Some(WatchEvent::Added(_))
     ));
     assert!(
-        tokio::time::timeout(Duration::from_secs(5), w.try_next())
+        tokio::time::timeout(Duration::from_secs(60), w.try_next())
             .await
             .unwrap()
             .unwrap()

@@ -75,7 +75,7 @@ pub(crate) async fn stream_next<S>(s: &mut S) -> WatchEvent<Pod>
 where
     S: futures::Stream<Item = Result<WatchEvent<Pod>, kube::Error>> + Unpin,
 {
-    tokio::time::timeout(Duration::from_secs(5), s.try_next())
+    tokio::time::timeout(Duration::from_secs(60), s.try_next())
         .await
         .expect("an event in time")
         .unwrap()

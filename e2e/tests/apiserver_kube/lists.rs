@@ -162,7 +162,8 @@ async fn watch_resumes_and_expires() {
         .unwrap()
         .boxed();
     assert!(stream.try_next().await.unwrap().is_none());
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // Ended by the 1 s timeout, not by the test's own deadline.
+    assert!(started.elapsed() < Duration::from_secs(30));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
