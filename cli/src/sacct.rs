@@ -2,6 +2,10 @@
 //! (`code:signal`), Elapsed, NNodes, NodeList and more, in sacct's fixed-width or parsable
 //! layouts.
 
+// The option docs are clap's help text, in Slurm's own notation (`[TYPE:]COUNT`), which
+// rustdoc would read as links.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use clap::Args;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;

@@ -2,6 +2,10 @@
 //! `SBATCH_*` environment variables and from the command line, with getopt_long's rules
 //! (unique long-option prefixes, a missing value takes the next token, last one wins).
 
+// The option docs are clap's help text, in Slurm's own notation (`[TYPE:]COUNT`), which
+// rustdoc would read as links.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 
 use muster_crds::slurm::getopt::{HasArg, SBATCH_OPTIONS, SbatchOption, Source};

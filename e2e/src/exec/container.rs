@@ -565,7 +565,7 @@ pub enum StartError {
     /// The command could not be executed.
     #[error("exec: \"{program}\": {error}")]
     Exec {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// The system error.
         error: std::io::Error,

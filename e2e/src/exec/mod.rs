@@ -13,7 +13,7 @@
 //!   last pointing at the cluster DNS server ([`dns`]) with the search path of the pod's
 //!   `dnsPolicy`/`dnsConfig` and `ndots`;
 //! - its volumes ([`volumes`]) bind-mounted at their `mountPath`s (`subPath`, `readOnly`);
-//! - the environment of its containers ([`env`]): `envFrom`, `env` with `valueFrom`,
+//! - the environment of its containers ([`mod@env`]): `envFrom`, `env` with `valueFrom`,
 //!   `$(VAR)` expansion, and `PATH`/`HOSTNAME`/`HOME` defaults as an image and runc give;
 //! - stdout and stderr (together, as `kubectl logs` shows them) as the container's log,
 //!   served by the API server double's `pods/log`.

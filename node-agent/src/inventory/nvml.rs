@@ -2,7 +2,7 @@
 //!
 //! Static facts (GPUs, topology, NVLinks, affinity) are read once at start; every poll reads
 //! memory, compute processes and the reset/fault signals of
-//! [`ResetSignals`](super::nvml_map::ResetSignals). XID and double-bit ECC events arrive on a
+//! [`ResetSignals`]. XID and double-bit ECC events arrive on a
 //! thread blocked in `nvmlEventSetWait`, and are handed to the next poll. All interpretation
 //! lives in [`super::nvml_map`], tested without a GPU; this file only calls NVML.
 
