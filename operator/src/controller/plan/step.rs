@@ -261,26 +261,7 @@ pub(super) fn step_job(
                         return;
                     }
                 };
-                // The credential before any pod (kept if it exists: a crash after it); a
-                // one-node job's pod makes its own.
-                if !muster_crds::step::key_in_pod(npods) {
-                    w.plan.secret = Some(Box::new(pods::build_secret(job)));
-                }
-                if cur.is_empty() && npods > 1 {
-                    w.plan.service = Some(Box::new(pods::build_service(job)));
-                }
-                if cur.is_empty()
-                    && let Some(g) = &gang
-                {
-                    // Created before the first pod; a crash after it finds it there.
-                    w.plan.group = Some(gang::build_group(
-                        g,
-                        job,
-                        w.id.unwrap_or(0),
-                        attempt,
-                        npods as u32,
-                    ));
-                }
+                plan_pod_objects(w, job, gang.as_ref(), attempt, npods, cur.is_empty());
                 w.plan.create = built;
                 w.holds = true;
                 return;

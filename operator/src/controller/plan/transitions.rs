@@ -319,21 +319,7 @@ pub(super) fn admit(
             return;
         }
     };
-    if !muster_crds::step::key_in_pod(npods) {
-        w.plan.secret = Some(Box::new(pods::build_secret(job)));
-    }
-    if npods > 1 {
-        w.plan.service = Some(Box::new(pods::build_service(job)));
-    }
-    if let Some(g) = &gang {
-        w.plan.group = Some(gang::build_group(
-            g,
-            job,
-            w.id.unwrap_or(0),
-            attempt,
-            npods as u32,
-        ));
-    }
+    plan_pod_objects(w, job, gang.as_ref(), attempt, npods, true);
     w.plan.create = built;
     w.plan.add_finalizer = !has_finalizer(job);
     w.holds = true;
@@ -384,5 +370,37 @@ pub(super) fn preempt(w: &mut Work<'_>, for_job: JobId, requeue: bool, pods: &[&
         {
             w.plan.delete.push(p.name().to_string());
         }
+    }
+}
+
+/// The objects a job's `npods` pods need before any of them is created: the step credential
+/// (kept if it exists: a crash after it; a one-node job's pod makes its own) and, when no pod
+/// of the attempt exists yet (`first`), the Service that names a multi-node job's pods and
+/// the gang's group (created before the first pod; a crash after it finds it there).
+pub(super) fn plan_pod_objects(
+    w: &mut Work<'_>,
+    job: &BatchJob,
+    gang: Option<&GangRef>,
+    attempt: u32,
+    npods: usize,
+    first: bool,
+) {
+    if !muster_crds::step::key_in_pod(npods) {
+        w.plan.secret = Some(Box::new(pods::build_secret(job)));
+    }
+    if !first {
+        return;
+    }
+    if npods > 1 {
+        w.plan.service = Some(Box::new(pods::build_service(job)));
+    }
+    if let Some(g) = gang {
+        w.plan.group = Some(gang::build_group(
+            g,
+            job,
+            w.id.unwrap_or(0),
+            attempt,
+            npods as u32,
+        ));
     }
 }
