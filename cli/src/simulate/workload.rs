@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use muster_operator::core::priority::spans_nodes;
+use muster_operator::core::priority::{size_fraction, spans_nodes};
 use muster_operator::core::shape::normalize;
 use muster_operator::core::tree::in_partition;
 use muster_operator::core::{ArrayTask, Partition, PendingJob};
@@ -135,7 +135,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
         pending.dependency = tj.dependency.clone();
         pending.user = tj.user.clone();
         let mut min_gpus = 0;
-        let mut size_fraction = 0.0;
+        let mut size = 0.0;
         let mut limit = None;
         let mut gang = false;
         let mut reject = None;
@@ -158,11 +158,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
                     Ok(d) => {
                         gang = spans_nodes(&d, widest);
                         min_gpus = u32::try_from(d.min_gpus()).unwrap_or(u32::MAX);
-                        size_fraction = if pg > 0 {
-                            d.min_gpus() as f64 / pg as f64
-                        } else {
-                            0.0
-                        };
+                        size = size_fraction(&d, pg, pn);
                         // A unit (a node's share of a gang, or one task) must fit on one node.
                         if d.min_gpus() > pg
                             || u64::from(d.min_nodes) > pn
@@ -189,7 +185,7 @@ pub fn build(trace: &Trace, cl: &Cluster, rules: &Rules) -> Workload {
             runtime: tj.runtime,
             pending,
             min_gpus,
-            size_fraction,
+            size_fraction: size,
             limit,
             gang,
             reject,

@@ -78,6 +78,19 @@ pub fn spans_nodes(d: &Demand, widest_node: u32) -> bool {
     d.min_nodes >= 2 || d.min_gpus() > u64::from(widest_node)
 }
 
+/// A request's share of its partition, for the size factor: its GPUs over the partition's
+/// `gpus`, or, for a request without GPUs (or a partition without any), its nodes over the
+/// partition's `nodes`; 0 for an empty partition.
+pub fn size_fraction(d: &Demand, gpus: u64, nodes: u64) -> f64 {
+    if d.unit.gpus > 0 && gpus > 0 {
+        d.min_gpus() as f64 / gpus as f64
+    } else if nodes > 0 {
+        f64::from(d.min_nodes) / nodes as f64
+    } else {
+        0.0
+    }
+}
+
 /// One waiting job, for [`capped_short_limit_factors`].
 #[derive(Clone, Copy, Debug)]
 pub struct ShortLimitInput {
@@ -459,6 +472,34 @@ mod tests {
         // Halving the limit always adds the same amount.
         let step = f(Some(1_800)) - f(Some(3_600));
         assert!((f(Some(43_200)) - f(Some(86_400)) - step).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_size_fraction_is_gpus_over_the_partitions_else_nodes() {
+        use crate::core::model::{JobRequest, Partition};
+        use crate::core::shape::normalize;
+        let gang = normalize(
+            &JobRequest {
+                min_nodes: Some(4),
+                gpus_per_node: Some(8),
+                ..JobRequest::default()
+            },
+            &Partition::default(),
+        )
+        .unwrap();
+        let cpu_only = normalize(
+            &JobRequest {
+                min_nodes: Some(2),
+                ..JobRequest::default()
+            },
+            &Partition::default(),
+        )
+        .unwrap();
+        assert_eq!(size_fraction(&gang, 128, 16), 0.25);
+        // No GPUs in the partition: nodes.
+        assert_eq!(size_fraction(&gang, 0, 16), 0.25);
+        assert_eq!(size_fraction(&cpu_only, 128, 16), 0.125);
+        assert_eq!(size_fraction(&cpu_only, 0, 0), 0.0);
     }
 
     #[test]

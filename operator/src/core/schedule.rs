@@ -14,7 +14,7 @@ use super::model::{
 use super::node::NodeId;
 use super::occupancy::{Occupancy, RunInfo};
 use super::prepared::Prepared;
-use super::priority::{QueueInput, fair_share_factors, queue_keys, spans_nodes};
+use super::priority::{QueueInput, fair_share_factors, queue_keys, size_fraction, spans_nodes};
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};
 use super::util::{NameKey, natural_cmp_keyed};

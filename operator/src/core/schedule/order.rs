@@ -31,13 +31,7 @@ impl Cycle<'_> {
                 let size_fraction = match (demand, j.partition) {
                     (Some(Ok(d)), Some(pi)) => {
                         let (g, n) = sizes[pi as usize];
-                        if d.unit.gpus > 0 && g > 0 {
-                            d.min_gpus() as f64 / g as f64
-                        } else if n > 0 {
-                            f64::from(d.min_nodes) / n as f64
-                        } else {
-                            0.0
-                        }
+                        size_fraction(d, g, n)
                     }
                     _ => 0.0,
                 };
