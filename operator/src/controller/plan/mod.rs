@@ -170,6 +170,39 @@ impl Work<'_> {
         !self.task_records().is_empty()
     }
 
+    /// What the pods of the allocation `tasks` are built from: the job as it was admitted
+    /// (partition, recorded GPU binding, `--gpus-per-*` as given, time limit).
+    fn job_context<'c>(
+        &'c self,
+        attempt: u32,
+        tasks: &'c [TaskAllocation],
+        crd_parts: &'c HashMap<String, &'c Partition>,
+        step: &'c StepSettings,
+    ) -> JobContext<'c> {
+        let parsed = match self.parsed.as_deref() {
+            Some(Ok(p)) => Some(p),
+            _ => None,
+        };
+        let partition_name = self.st.partition.as_deref().unwrap_or_default();
+        JobContext {
+            job: self.job,
+            job_id: self.id.unwrap_or(0),
+            attempt,
+            tasks,
+            partition: crd_parts.get(partition_name).copied(),
+            partition_name,
+            array: self.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
+            gpus_per_node: parsed.and_then(|p| p.gpus_per_node_echo.as_deref()),
+            gpus_per_task: parsed.and_then(|p| p.gpus_per_task_echo.as_deref()),
+            // The binding recorded with the allocation, never today's: a gang's pods must
+            // agree.
+            gpu_binding: self.st.gpu_binding.unwrap_or_default(),
+            step,
+            node_gpus: &[],
+            limit_end: pods::limit_end(&self.st),
+        }
+    }
+
     /// The node indices of `st`'s tasks, ascending, each once.
     fn node_ranks(&self) -> Vec<u32> {
         self.task_records().node_ranks()

@@ -202,19 +202,7 @@ pub(super) fn step_job(
                     return;
                 }
                 // Finish the admission: create the pods it lacks.
-                let part_crd =
-                    w.st.partition
-                        .as_deref()
-                        .and_then(|n| crd_parts.get(n))
-                        .copied();
-                let (gpn, gpt) = match w.parsed.as_deref() {
-                    Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
-                    _ => (None, None),
-                };
                 let pname = w.st.partition.clone().unwrap_or_default();
-                // The binding recorded with the allocation, never today's: the gang's pods
-                // must agree.
-                let gpu_binding = w.st.gpu_binding.unwrap_or_default();
                 // Decoded for the pods only (a job whose pods are missing: few per cycle).
                 let tasks = w.task_records().to_vec();
                 let shared = Shared {
@@ -226,21 +214,7 @@ pub(super) fn step_job(
                     partition: bind.partition(&pname),
                     table: nodes_table.clone(),
                 };
-                let ctx = JobContext {
-                    job,
-                    job_id: w.id.unwrap_or(0),
-                    attempt,
-                    tasks: &tasks,
-                    partition: part_crd,
-                    partition_name: &pname,
-                    array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
-                    gpus_per_node: gpn.as_deref(),
-                    gpus_per_task: gpt.as_deref(),
-                    gpu_binding,
-                    step: &cfg.step,
-                    node_gpus: &[],
-                    limit_end: pods::limit_end(&w.st),
-                };
+                let ctx = w.job_context(attempt, &tasks, crd_parts, &cfg.step);
                 let gang = bind.gang_ref(&w.name, attempt);
                 let built = match PodsToCreate::new(
                     &ctx,

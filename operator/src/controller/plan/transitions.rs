@@ -269,25 +269,7 @@ pub(super) fn admit(
     let pname = w.st.partition.clone().unwrap_or_default();
     let gpu_binding = bind.binding(&pname);
     w.st.gpu_binding = Some(gpu_binding);
-    let (gpn, gpt) = match w.parsed.as_deref() {
-        Some(Ok(p)) => (p.gpus_per_node_echo.clone(), p.gpus_per_task_echo.clone()),
-        _ => (None, None),
-    };
-    let ctx = JobContext {
-        job,
-        job_id: w.id.unwrap_or(0),
-        attempt,
-        tasks: &tasks,
-        partition: crd_parts.get(&pname).copied(),
-        partition_name: &pname,
-        array: w.array.as_ref().map(|a| (a.array_job_id, a.task_id)),
-        gpus_per_node: gpn.as_deref(),
-        gpus_per_task: gpt.as_deref(),
-        gpu_binding,
-        step: &cfg.step,
-        node_gpus: &[],
-        limit_end: pods::limit_end(&w.st),
-    };
+    let ctx = w.job_context(attempt, &tasks, crd_parts, &cfg.step);
     let node_ranks = records.node_ranks();
     let npods = node_ranks.len();
     let gang = bind.gang_ref(&name, attempt);
