@@ -12,7 +12,9 @@
 //! are checked after the operator has run further cycles (its cycle counter), not after a
 //! wall-clock delay. The short-limit order (`shortLimitAgeSecs`) has its own scenario at the
 //! end: two jobs wait for one node, and the one with the shorter limit gets it first unless the
-//! credit is off. (The refusal of bad keys at startup is the binary's:
+//! credit is off; and the gang cap (`passGangsAfterSecs`, `gangFirmAfterSecs`) has one too:
+//! a 10-minute one-node job submitted after a waiting gang stays behind it, unless it may
+//! pass gangs that are not yet firm. (The refusal of bad keys at startup is the binary's:
 //! `operator/tests/operator_cli.rs`.)
 
 mod operator_support;
@@ -203,4 +205,82 @@ async fn the_shorter_limit_gets_the_freed_node_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_short_limit_credit_keeps_submit_order() {
     assert_eq!(first_of_two_waiting("shortLimitAgeSecs: 0\n").await, "week");
+}
+
+/// Two nodes, each held by a job (`a` for a few seconds, `b` longer, with a 5-minute limit);
+/// `gang` (both nodes, a 7-day limit) is submitted, then `quick` (one node, 10 minutes).
+/// Returns which of the two ran first. `quick` cannot backfill on `a`'s node: it would end
+/// after `gang`'s reservation at `b`'s limit. So it starts first only if its short-limit
+/// credit puts it ahead of the gang.
+async fn first_of_gang_and_quick(config: &str) -> &'static str {
+    let (env, op) = start(
+        &[
+            NodeDef::new("gpu001", 8, "leaf1"),
+            NodeDef::new("gpu002", 8, "leaf1"),
+        ],
+        config,
+    )
+    .await;
+    env.submit(batchjob(
+        "a",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
+        3,
+    ))
+    .await;
+    env.submit(batchjob(
+        "b",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 5}),
+        15,
+    ))
+    .await;
+    env.until_state("a", JobState::Running, 30).await;
+    env.until_state("b", JobState::Running, 30).await;
+    env.submit(batchjob(
+        "gang",
+        json!({"nodes": 2, "gres": "gpu:8", "time": "7-00:00:00"}),
+        3600,
+    ))
+    .await;
+    env.until(30, "gang waits", || async {
+        reason(&env, "gang").await.as_deref() == Some("Resources")
+    })
+    .await;
+    // Submit times are whole seconds: quick's must be later than gang's.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    env.submit(batchjob(
+        "quick",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 10}),
+        3600,
+    ))
+    .await;
+    let running = |name: &'static str| {
+        let env = &env;
+        async move { env.job(name).await.status.and_then(|s| s.state) == Some(JobState::Running) }
+    };
+    env.until(60, "gang or quick starts", || async {
+        running("gang").await || running("quick").await
+    })
+    .await;
+    let first = if running("quick").await {
+        "quick"
+    } else {
+        "gang"
+    };
+    op.shutdown().await.unwrap();
+    first
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_one_node_job_does_not_pass_a_waiting_gang() {
+    assert_eq!(first_of_gang_and_quick("# defaults\n").await, "gang");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_node_job_passes_a_gang_that_is_not_yet_firm_once_it_has_waited() {
+    // Passing from the first second, gangs firm after an hour: quick goes first.
+    let pass = "passGangsAfterSecs: 0\ngangFirmAfterSecs: 3600\n";
+    assert_eq!(first_of_gang_and_quick(pass).await, "quick");
+    // Gangs firm from their start: the cap holds again.
+    let firm = "passGangsAfterSecs: 0\ngangFirmAfterSecs: 0\n";
+    assert_eq!(first_of_gang_and_quick(firm).await, "gang");
 }

@@ -117,6 +117,20 @@ pub const KEYS: &[Key] = &[
         check: |_| true,
     },
     Key {
+        name: "passGangsAfterSecs",
+        allowed: "a whole number of seconds >= 0",
+        slurm: "",
+        kind: Kind::Whole(0),
+        check: |_| true,
+    },
+    Key {
+        name: "gangFirmAfterSecs",
+        allowed: "a whole number of seconds >= 0",
+        slurm: "",
+        kind: Kind::Whole(0),
+        check: |_| true,
+    },
+    Key {
         name: "fairShareHalfLifeSecs",
         allowed: "a whole number of seconds >= 1",
         slurm: "PriorityDecayHalfLife",
@@ -333,6 +347,12 @@ mod tests {
             ("shares: {a: 0}", "shares", "shares >= 1"),
             ("shares: [a]", "shares", "a mapping"),
             ("topologyWaitSecs: 1.5", "topologyWaitSecs", "whole number"),
+            ("gangFirmAfterSecs: -1", "gangFirmAfterSecs", "whole number"),
+            (
+                "passGangsAfterSecs: 4h",
+                "passGangsAfterSecs",
+                "whole number",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert!(

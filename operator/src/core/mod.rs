@@ -156,8 +156,9 @@
 //! days or unlimited, linear in the log of the limit between (1 h: 0.83, 8 h: 0.56, 1 day:
 //! 0.43). A job's age is credited `short_limit_age * short` ([`Config::short_limit_age_secs`],
 //! 7 days): jobs go shortest first, a job is passed only by jobs submitted less than 7 days
-//! after it, and no one-node job passes a gang that has waited longer (details and bounds:
-//! [`priority`]). Defaults: age 1000 (full after 7 days), job
+//! after it, and no one-node job passes a gang that has waited longer, unless the job has
+//! waited 4 h and the gang less than 8 h ([`Config::pass_gangs_after_secs`],
+//! [`Config::gang_firm_after_secs`]; details and bounds: [`priority`]). Defaults: age 1000 (full after 7 days), job
 //! size 0, fair share 10000, half-life 7 days — fair share first, then credited age. The size
 //! factor is off by default: with it, a bigger gang submitted later becomes the queue head
 //! and the room freed for it waits while earlier smaller jobs could use it

@@ -489,9 +489,15 @@ pub struct Config {
     /// Age a waiting job is credited for a short time limit, times its short-limit factor (1
     /// for a limit of 15 minutes or less, 0 for 30 days or unlimited, on a log scale between):
     /// jobs go shortest first, no job passes another submitted more than this before it, and
-    /// no one-node job passes a gang that has waited longer. 0: submit order. See
-    /// [`priority`](super::priority).
+    /// no one-node job passes a gang that has waited longer (but see
+    /// `pass_gangs_after_secs`). 0: submit order. See [`priority`](super::priority).
     pub short_limit_age_secs: u64,
+    /// A one-node job that has waited this long may pass, by its short-limit credit, an
+    /// earlier gang that has not yet waited `gang_firm_after_secs`.
+    pub pass_gangs_after_secs: u64,
+    /// A gang that has waited this long is passed by no later one-node job (0: every gang
+    /// from its start, the cap without exception).
+    pub gang_firm_after_secs: u64,
     /// Half-life of the fair-share usage decay.
     pub fair_share_half_life_secs: u64,
     /// Shares per namespace (default 1 each).
@@ -524,6 +530,8 @@ impl Default for Config {
             weight_fair_share: 10_000.0,
             max_age_secs: 7 * 24 * 3600,
             short_limit_age_secs: 7 * 24 * 3600,
+            pass_gangs_after_secs: 4 * 3600,
+            gang_firm_after_secs: 8 * 3600,
             fair_share_half_life_secs: 7 * 24 * 3600,
             shares: BTreeMap::new(),
             backfill: true,

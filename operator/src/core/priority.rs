@@ -27,7 +27,12 @@
 //! gang ([`spans_nodes`]) of its partition whose age started before its own
 //! ([`capped_short_limit_factors`]): a gang needs room freed on many nodes at once, and a
 //! later job that passed it would take the nodes it waits for, without end under a steady
-//! stream of short jobs. A gang gets the credit of its own limit, so it is not put ahead of
+//! stream of short jobs. Under overload that cap makes the tail of the wait: the gangs'
+//! reservations hold the whole nodes that long one-node jobs, passed by every shorter job
+//! too, wait for. So a one-node job that has waited `pass_gangs_after_secs` (4 h) is capped
+//! only by the gangs that have waited `gang_firm_after_secs` (8 h): it may pass a younger
+//! gang, and a gang is passed by no one-node job once firm, so it cannot starve. A gang gets
+//! the credit of its own limit, so it is not put ahead of
 //! earlier jobs for being a gang. Why, and what it gives (`muster bench --quality`): README,
 //! "Scheduling quality". It needs limits that say something about run times: with one limit
 //! for every job it orders by submit time.
@@ -104,35 +109,59 @@ pub struct ShortLimitInput {
     pub gang: bool,
 }
 
-/// The short-limit factors of a queue, each one-node job's own capped so that it passes no
-/// gang of its partition whose age started before or with its own: the credit is at most the
-/// gang's credit plus how much longer the gang has waited, less one second. A gang needs room
-/// freed on many nodes at once; a later job that passed it would take the nodes it waits for,
-/// without end under a steady stream of short jobs.
-pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], cfg: &Config) -> Vec<f64> {
+/// The short-limit factors of a queue at `now`, each one-node job's own capped so that it
+/// passes no gang of its partition whose age started before or with its own: the credit is
+/// at most the gang's credit plus how much longer the gang has waited, less one second. A
+/// gang needs room freed on many nodes at once; a later job that passed it would take the
+/// nodes it waits for, without end under a steady stream of short jobs.
+///
+/// A one-node job that has waited [`Config::pass_gangs_after_secs`] is capped only by the
+/// gangs that have waited [`Config::gang_firm_after_secs`]: under overload the gangs'
+/// reservations would otherwise hold the whole nodes that long one-node jobs wait for, and
+/// those jobs, passed by every shorter one too, make the wait's tail; a gang still becomes
+/// firm after a bounded wait, so a stream of old one-node jobs cannot starve it.
+pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], now: i64, cfg: &Config) -> Vec<f64> {
     let mut out: Vec<f64> = jobs.iter().map(|j| j.factor).collect();
     let span = cfg.short_limit_age_secs as f64;
     if span <= 0.0 || cfg.weight_age <= 0.0 || !jobs.iter().any(|j| j.gang) {
         return out;
     }
+    let secs = |s: u64| i64::try_from(s).unwrap_or(i64::MAX);
+    let (pass_after, firm_after) = (
+        secs(cfg.pass_gangs_after_secs),
+        secs(cfg.gang_firm_after_secs),
+    );
+    let waited = |j: &ShortLimitInput| now.saturating_sub(j.since);
     let mut by_since: Vec<usize> = (0..jobs.len()).collect();
     // Gangs first among equal times: a job is capped by a gang that started with it.
     by_since.sort_unstable_by_key(|&i| (jobs[i].since, !jobs[i].gang, i));
-    // Per partition, the least of (gang credit - gang since) over the gangs seen.
+    // Per partition, the least of (gang credit - gang since) over the gangs seen, and over
+    // the firm ones among them.
     let mut least: BTreeMap<Option<u32>, f64> = BTreeMap::new();
+    let mut least_firm: BTreeMap<Option<u32>, f64> = BTreeMap::new();
+    let lower = |m: &mut BTreeMap<Option<u32>, f64>, p: Option<u32>, v: f64| {
+        m.entry(p).and_modify(|l| *l = l.min(v)).or_insert(v);
+    };
     for i in by_since {
         let j = &jobs[i];
         if j.gang {
             let v = j.factor.clamp(0.0, 1.0) * span - j.since as f64;
-            least
-                .entry(j.partition)
-                .and_modify(|l| *l = l.min(v))
-                .or_insert(v);
-        } else if let Some(l) = least.get(&j.partition) {
-            // A second less than the bound: at the bound the job would tie the gang on
-            // priority and queued time and could come first on its id.
-            let cap = ((j.since as f64 + l - 1.0) / span).max(0.0);
-            out[i] = j.factor.min(cap);
+            lower(&mut least, j.partition, v);
+            if waited(j) >= firm_after {
+                lower(&mut least_firm, j.partition, v);
+            }
+        } else {
+            let bound = if waited(j) >= pass_after {
+                &least_firm
+            } else {
+                &least
+            };
+            if let Some(l) = bound.get(&j.partition) {
+                // A second less than the bound: at the bound the job would tie the gang on
+                // priority and queued time and could come first on its id.
+                let cap = ((j.since as f64 + l - 1.0) / span).max(0.0);
+                out[i] = j.factor.min(cap);
+            }
         }
     }
     out
@@ -258,7 +287,7 @@ pub fn queue_keys(
             gang: q.gang,
         })
         .collect();
-    let shorts = capped_short_limit_factors(&shorts, cfg);
+    let shorts = capped_short_limit_factors(&shorts, now, cfg);
     jobs.iter()
         .zip(shorts)
         .enumerate()
@@ -567,11 +596,13 @@ mod tests {
             // Under its cap already.
             job(3_600, 0, 0.0001, false),
         ];
-        let got = capped_short_limit_factors(&jobs, &cfg);
+        // An hour and a half in: no one-node job has waited long enough to pass a gang.
+        let now = 5_400;
+        let got = capped_short_limit_factors(&jobs, now, &cfg);
         assert_eq!(got, [0.0, 3_599.0 / span, 1.0, 1.0, 0.9, 0.0001]);
         // No gang, or no credit: the jobs' own factors.
         assert_eq!(
-            capped_short_limit_factors(&jobs[1..4], &cfg),
+            capped_short_limit_factors(&jobs[1..4], now, &cfg),
             [1.0, 1.0, 1.0]
         );
         let off = Config {
@@ -579,8 +610,63 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(
-            capped_short_limit_factors(&jobs, &off),
+            capped_short_limit_factors(&jobs, now, &off),
             jobs.map(|j| j.factor)
+        );
+    }
+
+    #[test]
+    fn a_one_node_job_that_waited_long_passes_gangs_until_they_are_firm() {
+        let cfg = Config::default();
+        let span = cfg.short_limit_age_secs as f64;
+        let (pass, firm) = (
+            cfg.pass_gangs_after_secs as i64,
+            cfg.gang_firm_after_secs as i64,
+        );
+        let job = |since, factor, gang| ShortLimitInput {
+            since,
+            partition: Some(0),
+            factor,
+            gang,
+        };
+        // A gang with no limit, then a 15-minute job an hour after it.
+        let jobs = [job(0, 0.0, true), job(3_600, 1.0, false)];
+        let capped = 3_599.0 / span;
+        let at = |now| capped_short_limit_factors(&jobs, now, &cfg)[1];
+        // Capped while the job has waited less than `pass_gangs_after_secs`.
+        assert_eq!(at(3_600 + pass - 1), capped);
+        // Then its own credit, while the gang has waited less than `gang_firm_after_secs`.
+        assert_eq!(at(3_600 + pass), 1.0);
+        assert_eq!(at(firm - 1), 1.0);
+        // A firm gang caps it again, however long it has waited.
+        assert_eq!(at(firm), capped);
+        assert_eq!(at(10 * firm), capped);
+        // 0 makes every gang firm from its start: the cap without exception.
+        let always = Config {
+            gang_firm_after_secs: 0,
+            ..Config::default()
+        };
+        assert_eq!(
+            capped_short_limit_factors(&jobs, 3_600 + pass, &always)[1],
+            capped
+        );
+        // Of two gangs, only the firm one bounds a job that waited long.
+        let two = [
+            job(0, 0.0, true),
+            job(1_000, 0.5, true),
+            job(3_600, 1.0, false),
+        ];
+        let now = firm + 500;
+        assert_eq!(
+            capped_short_limit_factors(&two, now, &cfg)[2],
+            capped,
+            "the first gang is firm"
+        );
+        let young = [job(0, 0.5, true), job(3_600, 1.0, false)];
+        assert_eq!(
+            capped_short_limit_factors(&young, firm - 1, &cfg)[1],
+            1.0,
+            "a younger gang with credit does not bound it"
         );
     }
 
