@@ -151,28 +151,26 @@ async fn no_reservations_means_no_estimated_starts() {
     op.shutdown().await.unwrap();
 }
 
-/// One node held for a few seconds; `week` (7-day limit) is submitted, then `quick`
-/// (10 minutes). Returns which of the two got the node when it freed.
-async fn first_of_two_waiting(config: &str) -> &'static str {
-    let (env, op) = start(&[NodeDef::new("gpu001", 8, "leaf1")], config).await;
+/// Submits `waiting` (`nodes` whole nodes, a 7-day limit) and, once it waits for resources,
+/// `quick` (one node, 10 minutes) a second later; returns which of the two runs first and
+/// stops the operator.
+async fn first_of_waiting_and_quick(
+    env: Env,
+    op: Handle,
+    waiting: &'static str,
+    nodes: u32,
+) -> &'static str {
     env.submit(batchjob(
-        "long",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
-        4,
-    ))
-    .await;
-    env.until_state("long", JobState::Running, 30).await;
-    env.submit(batchjob(
-        "week",
-        json!({"nodes": 1, "gres": "gpu:8", "time": "7-00:00:00"}),
+        waiting,
+        json!({"nodes": nodes, "gres": "gpu:8", "time": "7-00:00:00"}),
         3600,
     ))
     .await;
-    env.until(30, "week waits", || async {
-        reason(&env, "week").await.as_deref() == Some("Resources")
+    env.until(30, "the first job waits", || async {
+        reason(&env, waiting).await.as_deref() == Some("Resources")
     })
     .await;
-    // Submit times are whole seconds: quick's must be later than week's.
+    // Submit times are whole seconds: quick's must be later than the waiting job's.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     env.submit(batchjob(
         "quick",
@@ -185,16 +183,30 @@ async fn first_of_two_waiting(config: &str) -> &'static str {
         async move { env.job(name).await.status.and_then(|s| s.state) == Some(JobState::Running) }
     };
     env.until(60, "one of the waiting jobs starts", || async {
-        running("week").await || running("quick").await
+        running(waiting).await || running("quick").await
     })
     .await;
     let first = if running("quick").await {
         "quick"
     } else {
-        "week"
+        waiting
     };
     op.shutdown().await.unwrap();
     first
+}
+
+/// One node held for a few seconds; `week` (7-day limit) is submitted, then `quick`
+/// (10 minutes). Returns which of the two got the node when it freed.
+async fn first_of_two_waiting(config: &str) -> &'static str {
+    let (env, op) = start(&[NodeDef::new("gpu001", 8, "leaf1")], config).await;
+    env.submit(batchjob(
+        "long",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
+        4,
+    ))
+    .await;
+    env.until_state("long", JobState::Running, 30).await;
+    first_of_waiting_and_quick(env, op, "week", 1).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,39 +247,7 @@ async fn first_of_gang_and_quick(config: &str) -> &'static str {
     .await;
     env.until_state("a", JobState::Running, 30).await;
     env.until_state("b", JobState::Running, 30).await;
-    env.submit(batchjob(
-        "gang",
-        json!({"nodes": 2, "gres": "gpu:8", "time": "7-00:00:00"}),
-        3600,
-    ))
-    .await;
-    env.until(30, "gang waits", || async {
-        reason(&env, "gang").await.as_deref() == Some("Resources")
-    })
-    .await;
-    // Submit times are whole seconds: quick's must be later than gang's.
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    env.submit(batchjob(
-        "quick",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 10}),
-        3600,
-    ))
-    .await;
-    let running = |name: &'static str| {
-        let env = &env;
-        async move { env.job(name).await.status.and_then(|s| s.state) == Some(JobState::Running) }
-    };
-    env.until(60, "gang or quick starts", || async {
-        running("gang").await || running("quick").await
-    })
-    .await;
-    let first = if running("quick").await {
-        "quick"
-    } else {
-        "gang"
-    };
-    op.shutdown().await.unwrap();
-    first
+    first_of_waiting_and_quick(env, op, "gang", 2).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
