@@ -71,22 +71,32 @@ async fn start(nodes: &[NodeDef<'_>], config: &str) -> (Env, Handle) {
     (env, op)
 }
 
-/// Starts the operator with `config` and runs the scenario up to `small`'s submission.
-async fn scenario(config: &str) -> (Env, Handle) {
-    let (env, op) = start(
+/// [`start`] on two 8-GPU nodes of one leaf.
+async fn start_two(config: &str) -> (Env, Handle) {
+    start(
         &[
             NodeDef::new("gpu001", 8, "leaf1"),
             NodeDef::new("gpu002", 8, "leaf1"),
         ],
         config,
     )
-    .await;
+    .await
+}
+
+/// Submits `name`: one whole node, a limit of `minutes`, running `runtime` seconds.
+async fn submit_node_job(env: &Env, name: &str, minutes: u32, runtime: u32) {
     env.submit(batchjob(
-        "long",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
-        3600,
+        name,
+        json!({"nodes": 1, "gres": "gpu:8", "time": minutes}),
+        runtime,
     ))
     .await;
+}
+
+/// Starts the operator with `config` and runs the scenario up to `small`'s submission.
+async fn scenario(config: &str) -> (Env, Handle) {
+    let (env, op) = start_two(config).await;
+    submit_node_job(&env, "long", 60, 3600).await;
     env.until_state("long", JobState::Running, 30).await;
     env.submit(batchjob(
         "big",
@@ -98,12 +108,7 @@ async fn scenario(config: &str) -> (Env, Handle) {
         reason(&env, "big").await.as_deref() == Some("Resources")
     })
     .await;
-    env.submit(batchjob(
-        "small",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 10}),
-        3600,
-    ))
-    .await;
+    submit_node_job(&env, "small", 10, 3600).await;
     (env, op)
 }
 
@@ -172,12 +177,7 @@ async fn first_of_waiting_and_quick(
     .await;
     // Submit times are whole seconds: quick's must be later than the waiting job's.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    env.submit(batchjob(
-        "quick",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 10}),
-        3600,
-    ))
-    .await;
+    submit_node_job(&env, "quick", 10, 3600).await;
     let running = |name: &'static str| {
         let env = &env;
         async move { env.job(name).await.status.and_then(|s| s.state) == Some(JobState::Running) }
@@ -199,12 +199,7 @@ async fn first_of_waiting_and_quick(
 /// (10 minutes). Returns which of the two got the node when it freed.
 async fn first_of_two_waiting(config: &str) -> &'static str {
     let (env, op) = start(&[NodeDef::new("gpu001", 8, "leaf1")], config).await;
-    env.submit(batchjob(
-        "long",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
-        4,
-    ))
-    .await;
+    submit_node_job(&env, "long", 60, 4).await;
     env.until_state("long", JobState::Running, 30).await;
     first_of_waiting_and_quick(env, op, "week", 1).await
 }
@@ -225,26 +220,9 @@ async fn no_short_limit_credit_keeps_submit_order() {
 /// after `gang`'s reservation at `b`'s limit. So it starts first only if its short-limit
 /// credit puts it ahead of the gang.
 async fn first_of_gang_and_quick(config: &str) -> &'static str {
-    let (env, op) = start(
-        &[
-            NodeDef::new("gpu001", 8, "leaf1"),
-            NodeDef::new("gpu002", 8, "leaf1"),
-        ],
-        config,
-    )
-    .await;
-    env.submit(batchjob(
-        "a",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 60}),
-        3,
-    ))
-    .await;
-    env.submit(batchjob(
-        "b",
-        json!({"nodes": 1, "gres": "gpu:8", "time": 5}),
-        15,
-    ))
-    .await;
+    let (env, op) = start_two(config).await;
+    submit_node_job(&env, "a", 60, 3).await;
+    submit_node_job(&env, "b", 5, 15).await;
     env.until_state("a", JobState::Running, 30).await;
     env.until_state("b", JobState::Running, 30).await;
     first_of_waiting_and_quick(env, op, "gang", 2).await
