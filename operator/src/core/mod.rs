@@ -158,8 +158,9 @@
 //! 7 days): jobs go shortest first, a job is passed only by jobs submitted less than 7 days
 //! after it, and no one-node job passes a gang that has waited longer, unless the job has
 //! waited 4 h and the gang less than 8 h ([`Config::pass_gangs_after_secs`],
-//! [`Config::gang_firm_after_secs`]; details and bounds: [`priority`]). Defaults: age 1000 (full after 7 days), job
-//! size 0, fair share 10000, half-life 7 days — fair share first, then credited age. The size
+//! [`Config::gang_firm_after_secs`]; details and bounds: [`priority`]). Defaults: age 1000
+//! (full after 7 days), job size 0, fair share 10000, half-life 7 days — fair share first,
+//! then credited age. The size
 //! factor is off by default: with it, a bigger gang submitted later becomes the queue head
 //! and the room freed for it waits while earlier smaller jobs could use it
 //! (`weight_job_size` turns it on for sites that want that). Order: tier, priority, queued

@@ -650,17 +650,23 @@ mod tests {
             capped_short_limit_factors(&jobs, 3_600 + pass, &always)[1],
             capped
         );
-        // Of two gangs, only the firm one bounds a job that waited long.
+        // Of two gangs, only the firm one bounds a job that waited long, though the younger
+        // one's bound is tighter.
         let two = [
-            job(0, 0.0, true),
-            job(1_000, 0.5, true),
+            job(0, 0.5, true),
+            job(1_000, 0.0, true),
             job(3_600, 1.0, false),
         ];
         let now = firm + 500;
         assert_eq!(
             capped_short_limit_factors(&two, now, &cfg)[2],
-            capped,
-            "the first gang is firm"
+            (3_599.0 + 0.5 * span) / span,
+            "the first gang is firm, the second not"
+        );
+        // Once the second is firm too, its tighter bound holds.
+        assert_eq!(
+            capped_short_limit_factors(&two, firm + 1_000, &cfg)[2],
+            (3_600.0 - 1_000.0 - 1.0) / span
         );
         let young = [job(0, 0.5, true), job(3_600, 1.0, false)];
         assert_eq!(
