@@ -271,3 +271,131 @@ async fn exported_run_time_ends_the_job() {
     );
     sim.stop().await;
 }
+
+/// Polls `scontrol show job ID` until its `Message=` line contains `needle`; returns the line.
+async fn until_message(sim: &Sim, id: u64, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
+    let mut last = String::new();
+    while tokio::time::Instant::now() < deadline {
+        let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
+        assert!(ok, "{err}");
+        last = out;
+        let line = last
+            .find("Message=")
+            .map(|i| last[i..].lines().next().unwrap_or_default());
+        if let Some(line) = line
+            && line.contains(needle)
+        {
+            return line.to_string();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!("job {id}: no message with {needle:?}: {last}");
+}
+
+/// A gang that waits for one leaf switch while a node is idle on each leaf says so, and for
+/// how long, in `scontrol show job`: with `--switches=1@1:00:00`, and with Muster's own
+/// preference for one leaf (no `--switches`, a job queued behind it, the leaves free within
+/// the 8 h topology wait). Otherwise the idle nodes would look like a scheduler fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_waiting_for_one_leaf_says_why_idle_nodes_stay_idle() {
+    let sim = Sim::start().await;
+    let submit = |args: Vec<&'static str>| {
+        let sim = &sim;
+        async move {
+            let mut all = vec!["sbatch", "--parsable"];
+            all.extend(args);
+            let (ok, out, err) = sim.run(&all).await;
+            assert!(ok, "{err}");
+            out.trim()
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{out:?}"))
+        }
+    };
+    // Two 3-node fillers, each on its own leaf (4 nodes a leaf): one node idle on each.
+    for name in ["left", "right"] {
+        let id = submit(vec![
+            "-J",
+            name,
+            "-N",
+            "3",
+            "--gpus-per-node=8",
+            "--time=1:00:00",
+            "--wrap",
+            "sleep 1000",
+        ])
+        .await;
+        sim.until_state(id, "RUNNING").await;
+    }
+    let (ok, idle, err) = sim.run(&["sinfo", "-h", "-t", "idle", "-o", "%D %N"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(idle.trim(), "2 gpu[004,008]");
+
+    // The user's own preference.
+    let switches = submit(vec![
+        "-J",
+        "switches",
+        "-N",
+        "2",
+        "--gpus-per-node=8",
+        "--switches=1@1:00:00",
+        "--time=10:00",
+        "--wrap",
+        "hostname",
+    ])
+    .await;
+    let line = until_message(&sim, switches, "leaf switch").await;
+    assert!(
+        line.starts_with(
+            "Message=waiting for 2 node(s) with 8 GPU(s) each; it waits for at most 1 leaf \
+             switch(es) (--switches) up to "
+        ) && line.ends_with(" more: on more leaves it could start now"),
+        "{line}"
+    );
+    let (ok, _, err) = sim.run(&["scancel", &switches.to_string()]).await;
+    assert!(ok, "{err}");
+
+    // Muster's preference: a 4-node job (lower priority: longer limit, niced) queues behind.
+    let behind = submit(vec![
+        "-J",
+        "behind",
+        "-N",
+        "4",
+        "--gpus-per-node=8",
+        "--time=1:00:00",
+        "--nice=1000",
+        "--wrap",
+        "hostname",
+    ])
+    .await;
+    let gang = submit(vec![
+        "-J",
+        "gang",
+        "-N",
+        "2",
+        "--gpus-per-node=8",
+        "--time=10:00",
+        "--wrap",
+        "hostname",
+    ])
+    .await;
+    let line = until_message(&sim, gang, "leaf switch").await;
+    assert_eq!(
+        line,
+        "Message=waiting for 2 node(s) with 8 GPU(s) each; it waits for one leaf switch: spread \
+         over leaves it could start now, and a gang waits up to 8:00:00 longer for one leaf"
+    );
+    let (ok, reason, err) = sim
+        .run(&["squeue", "-h", "-j", &gang.to_string(), "-o", "%T %r"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(reason.trim(), "PENDING Resources");
+    let (ok, still, err) = sim.run(&["sinfo", "-h", "-t", "idle", "-o", "%D %N"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(still, idle, "the idle nodes stay idle while the gang waits");
+    let (ok, _, err) = sim
+        .run(&["scancel", &gang.to_string(), &behind.to_string()])
+        .await;
+    assert!(ok, "{err}");
+    sim.stop().await;
+}

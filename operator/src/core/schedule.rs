@@ -18,6 +18,7 @@ use super::priority::{QueueInput, fair_share_factors, queue_keys, size_fraction,
 use super::select::{Ahead, Placement, SelectInput, select, select_weighed};
 use super::shape::{Demand, Mode, normalize};
 use super::util::{NameKey, natural_cmp_keyed};
+use muster_crds::slurm::time::format_duration_secs;
 
 mod eligible;
 mod gangs;
@@ -351,16 +352,21 @@ impl<'a> Cycle<'a> {
                 return Some(start);
             }
         }
+        // Whether it could start now on more leaves than it waits for (its message says so).
+        let mut spread_now = false;
         if jc.implicit {
             // Spread now, unless the fewest leaves come soon enough to wait for them and
             // the wait is worth it.
             let at_once = self.spread_at_once(part);
             for alt in &jc.alts {
-                if let Some(sel) = self.try_now(jc, alt, end, None)
-                    && (at_once || !self.worth_waiting(jc, alt, self.now))
-                    && let Some(start) = self.commit_start(job, jc, alt, &sel)
-                {
-                    return Some(start);
+                if let Some(sel) = self.try_now(jc, alt, end, None) {
+                    if at_once || !self.worth_waiting(jc, alt, self.now) {
+                        if let Some(start) = self.commit_start(job, jc, alt, &sel) {
+                            return Some(start);
+                        }
+                    } else {
+                        spread_now = true;
+                    }
                 }
             }
         }
@@ -454,6 +460,9 @@ impl<'a> Cycle<'a> {
                 }
             })
             .clone();
+        if spread_now {
+            info.message = self.leaf_wait_message(&info.message, jc, self.now);
+        }
         let tier = self.snap.partitions[part].priority_tier;
         let can_preempt = self.cfg.preemption && self.lowest_preemptable_tier < tier;
         let waited = self.now - job.eligible_time.unwrap_or(job.submit_time);
@@ -462,8 +471,10 @@ impl<'a> Cycle<'a> {
         if !can_preempt && !may_reserve {
             return None;
         }
-        // The earliest alternative (the first on a tie).
+        // The earliest alternative (the first on a tie), and when it could start on any
+        // leaves if it waits for fewer.
         let mut earliest: Option<(i64, Selection)> = None;
+        let mut spread_at: Option<i64> = None;
         for alt in usable.iter().map(|&i| &jc.alts[i]) {
             let counts = self.count_masks(alt);
             let mut found = self.e.earliest(
@@ -474,13 +485,16 @@ impl<'a> Cycle<'a> {
                 jc.leaves_deadline,
                 &counts,
             );
-            if jc.implicit {
-                // The fewest leaves only while they are not much later than any leaves.
+            let mut any_at = None;
+            if jc.implicit || (jc.max_leaves.is_some() && self.now < jc.leaves_deadline) {
                 let any = self
                     .e
                     .earliest(alt.cid, &jc.demand, jc.limit, None, NEVER, &counts);
+                any_at = any.as_ref().map(|(ta, _)| *ta);
+                // The fewest leaves only while they are not much later than any leaves.
                 let wait = i64::try_from(self.cfg.topology_wait_secs).unwrap_or(NEVER);
-                if let Some((ta, _)) = &any
+                if jc.implicit
+                    && let Some((ta, _)) = &any
                     && found
                         .as_ref()
                         .is_none_or(|(t1, _)| t1.saturating_sub(*ta) > wait)
@@ -491,6 +505,7 @@ impl<'a> Cycle<'a> {
             if let Some((t, sel)) = found
                 && earliest.as_ref().is_none_or(|(b, _)| t < *b)
             {
+                spread_at = any_at.filter(|&ta| ta < t);
                 earliest = Some((t, sel));
             }
         }
@@ -524,9 +539,40 @@ impl<'a> Cycle<'a> {
             }
         }
         if may_reserve && let Some((t, sel)) = earliest {
+            if let Some(ta) = spread_at
+                && !spread_now
+            {
+                info.message = self.leaf_wait_message(&info.message, jc, ta);
+            }
             self.reserve(job, jc, t, &sel, info);
         }
         None
+    }
+
+    /// `waiting`, and that the job waits for fewer leaf switches than it could start on at
+    /// `spread_at` (now or later): idle nodes spread over leaves are not a mistake, and the
+    /// user sees for how long it waits.
+    fn leaf_wait_message(&self, waiting: &str, jc: &JobCtx, spread_at: i64) -> String {
+        let secs = |s: i64| format_duration_secs(u64::try_from(s).unwrap_or(0));
+        let when = if spread_at <= self.now {
+            "now".to_string()
+        } else {
+            format!("in {}", secs(spread_at - self.now))
+        };
+        if jc.implicit {
+            format!(
+                "{waiting}; it waits for one leaf switch: spread over leaves it could start \
+                 {when}, and a gang waits up to {} longer for one leaf",
+                format_duration_secs(self.cfg.topology_wait_secs)
+            )
+        } else {
+            format!(
+                "{waiting}; it waits for at most {} leaf switch(es) (--switches) up to {} \
+                 more: on more leaves it could start {when}",
+                jc.max_leaves.unwrap_or(1),
+                secs(jc.leaves_deadline.saturating_sub(self.now))
+            )
+        }
     }
 
     /// Whether the one node filter `f` admits can take a unit of class `cid` with nothing

@@ -320,6 +320,12 @@ fn switches_wait_for_few_leaves_then_take_any() {
     assert!(d.starts.is_empty());
     // It would get one leaf when job 100 ends; the wait ends first (NOW+540).
     assert_eq!(pending(&d, 1).start_estimate, Some(NOW + 540));
+    // Its message says why four idle nodes are not used, and for how long.
+    assert_eq!(
+        pending(&d, 1).message,
+        "waiting for 4 node(s) with 8 GPU(s) each; it waits for at most 1 leaf switch(es) \
+         (--switches) up to 9:00 more: on more leaves it could start now"
+    );
     // After the wait it takes the two half-free leaves.
     let d = schedule(&s, NOW + 600, &Config::default());
     assert_eq!(started(&d, 1).leaves, 2);
@@ -328,6 +334,75 @@ fn switches_wait_for_few_leaves_then_take_any() {
     s2.pending[0].request.switches = Some(Switches::parse("1").unwrap());
     let d = schedule(&s2, NOW + 300, &Config::default());
     assert_eq!(started(&d, 1).leaves, 2);
+}
+
+#[test]
+fn a_gang_waiting_for_one_leaf_says_so_and_when_it_could_spread() {
+    // Leaves 1 and 2 each have one node free now and three until NOW+3600; leaves 3 and 4
+    // are busy until NOW+7200. A 2-node gang fits one leaf.
+    let mut s = sandbox();
+    busy(
+        &mut s,
+        100,
+        &["gpu001", "gpu002", "gpu003"],
+        8,
+        Some(NOW + 3600),
+    );
+    busy(
+        &mut s,
+        101,
+        &["gpu005", "gpu006", "gpu007"],
+        8,
+        Some(NOW + 3600),
+    );
+    let rest = range(9, 16);
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    busy(&mut s, 102, &rest, 8, Some(NOW + 7200));
+    s.pending
+        .push(PendingJob::new(1, NOW, JobRequest::nodes(2, 8).time(600)));
+    // With no one queued behind, it starts spread at once.
+    let d = schedule(&s, NOW, &Config::default());
+    assert_eq!(started(&d, 1).leaves, 2);
+    // With a job behind it, it waits for one leaf (within the 8 h topology wait), and its
+    // message says it could start now spread over leaves.
+    s.pending.push(PendingJob::new(
+        2,
+        NOW + 1,
+        JobRequest::nodes(4, 8).time(3600),
+    ));
+    let d = schedule(&s, NOW + 10, &Config::default());
+    let p = pending(&d, 1);
+    assert_eq!(p.reason, Reason::Resources);
+    assert_eq!(p.start_estimate, Some(NOW + 3600));
+    assert_eq!(
+        p.message,
+        "waiting for 2 node(s) with 8 GPU(s) each; it waits for one leaf switch: spread over \
+         leaves it could start now, and a gang waits up to 8:00:00 longer for one leaf"
+    );
+    // Nothing free now, the two single nodes free at NOW+600: its reservation is on one
+    // leaf at NOW+3600, and the message names the spread start it passes up.
+    s.running[0].tasks.truncate(2);
+    s.running[1].tasks.truncate(2);
+    busy(&mut s, 103, &["gpu003", "gpu007"], 8, Some(NOW + 3600));
+    busy(&mut s, 104, &["gpu004"], 8, Some(NOW + 600));
+    busy(&mut s, 105, &["gpu008"], 8, Some(NOW + 600));
+    let d = schedule(&s, NOW + 10, &Config::default());
+    let p = pending(&d, 1);
+    assert_eq!(p.start_estimate, Some(NOW + 3600));
+    assert_eq!(
+        p.message,
+        "waiting for 2 node(s) with 8 GPU(s) each; it waits for one leaf switch: spread over \
+         leaves it could start in 9:50, and a gang waits up to 8:00:00 longer for one leaf"
+    );
+    // A gang that waits for no fewer leaves than it could have keeps the plain message.
+    let cfg = Config {
+        topology_wait_secs: 0,
+        ..Config::default()
+    };
+    let d = schedule(&s, NOW + 10, &cfg);
+    let p = pending(&d, 1);
+    assert_eq!(p.start_estimate, Some(NOW + 600));
+    assert_eq!(p.message, "waiting for 2 node(s) with 8 GPU(s) each");
 }
 
 #[test]
