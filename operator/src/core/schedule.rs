@@ -566,11 +566,18 @@ impl<'a> Cycle<'a> {
                 format_duration_secs(self.cfg.topology_wait_secs)
             )
         } else {
+            let how_long = if jc.leaves_deadline == NEVER {
+                "with no limit on the wait".to_string()
+            } else {
+                format!(
+                    "up to {} more",
+                    secs(jc.leaves_deadline.saturating_sub(self.now))
+                )
+            };
             format!(
-                "{waiting}; it waits for at most {} leaf switch(es) (--switches) up to {} \
-                 more: on more leaves it could start {when}",
-                jc.max_leaves.unwrap_or(1),
-                secs(jc.leaves_deadline.saturating_sub(self.now))
+                "{waiting}; it waits for at most {} leaf switch(es) (--switches) {how_long}: \
+                 on more leaves it could start {when}",
+                jc.max_leaves.unwrap_or(1)
             )
         }
     }

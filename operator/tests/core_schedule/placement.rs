@@ -329,6 +329,16 @@ fn switches_wait_for_few_leaves_then_take_any() {
     // After the wait it takes the two half-free leaves.
     let d = schedule(&s, NOW + 600, &Config::default());
     assert_eq!(started(&d, 1).leaves, 2);
+    // `@UNLIMITED`: it waits for one leaf however long, and says so.
+    let mut s3 = s.clone();
+    s3.pending[0].request.switches = Some(Switches::parse("1@UNLIMITED").unwrap());
+    let d = schedule(&s3, NOW + 600, &Config::default());
+    assert_eq!(pending(&d, 1).start_estimate, Some(NOW + 3600));
+    assert_eq!(
+        pending(&d, 1).message,
+        "waiting for 4 node(s) with 8 GPU(s) each; it waits for at most 1 leaf switch(es) \
+         (--switches) with no limit on the wait: on more leaves it could start now"
+    );
     // Without a wait limit (the default 300 s has passed too) it starts at once.
     let mut s2 = s.clone();
     s2.pending[0].request.switches = Some(Switches::parse("1").unwrap());
