@@ -169,3 +169,26 @@ async fn bench_quality_measures_muster_under_a_scheduler_config() {
         "the error must name the file and the key: {err}"
     );
 }
+
+#[tokio::test]
+async fn bench_quality_replays_the_seeds_and_loads_it_is_given() {
+    let (code, out, err) = quality(&["--seeds", "4,5", "--loads", "0.7"], &here()).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
+    for w in [
+        "synthetic 150 jobs, load 0.7, seed 4",
+        "synthetic 150 jobs, load 0.7, seed 5",
+    ] {
+        assert!(out.contains(w), "{w} missing: {out}");
+    }
+    assert!(!out.contains("load 0.9"), "{out}");
+    assert!(!out.contains("seed 1\n"), "{out}");
+    // The two traces and the two synthetic workloads.
+    assert!(out.contains("targets met over 4 workloads"), "{out}");
+
+    let (code, _, err) = quality(&["--loads", "0"], &here()).await;
+    assert_ne!(code, ExitCode::SUCCESS);
+    assert!(
+        err.contains("--loads") && err.contains("not a positive number"),
+        "the error must name the option and what is allowed: {err}"
+    );
+}
