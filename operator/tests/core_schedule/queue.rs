@@ -231,11 +231,11 @@ fn a_one_node_job_eligible_a_second_after_a_gang_does_not_pass_it() {
 
 #[test]
 fn a_short_job_takes_the_freed_node_before_an_older_long_one() {
-    // One free node; a 7-day job waited an hour, a 1-hour job just came: the short one starts,
-    // the long one gets the reservation behind it.
+    // One free node; a 7-day job waited an hour, a 1-hour job just came, the running jobs end
+    // in 8 days: the short one starts, the long one gets the reservation behind it.
     let mut s = sandbox();
     let others: Vec<String> = (2..=16).map(|i| format!("gpu{i:03}")).collect();
-    fill(&mut s, 100, &others, NOW + 50_000);
+    fill(&mut s, 100, &others, NOW + 8 * 86_400);
     s.pending = vec![
         PendingJob::new(1, NOW - 3600, JobRequest::nodes(1, 8).time(7 * 86_400)),
         PendingJob::new(2, NOW, JobRequest::nodes(1, 8).time(3600)),
@@ -250,6 +250,14 @@ fn a_short_job_takes_the_freed_node_before_an_older_long_one() {
     };
     let d = schedule(&s, NOW, &plain);
     started(&d, 1);
+    // The running jobs end within a day: the 7-day job would end after all of them, so it
+    // sets when the partition's work ends and the later one-hour job does not pass it
+    // (`priority::ends_last`).
+    s.running.clear();
+    fill(&mut s, 100, &others, NOW + 50_000);
+    let d = schedule(&s, NOW, &Config::default());
+    assert_eq!(names(&s, &started(&d, 1).nodes), ["gpu001"]);
+    assert_eq!(pending(&d, 2).start_estimate, Some(NOW + 50_000));
 }
 
 #[test]

@@ -146,7 +146,7 @@ impl Engine<'_> {
                 }
             })
             .collect();
-        let mut keyed = queue_keys(&inputs, &fs, t, &self.cfg);
+        let mut keyed = queue_keys(&inputs, &self.snap.running, &fs, t, &self.cfg);
         let k = self.opts.max_queue;
         if k > 0 {
             keyed.select_nth_unstable(k - 1);

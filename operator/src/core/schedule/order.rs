@@ -44,7 +44,7 @@ impl Cycle<'_> {
                 }
             })
             .collect();
-        let mut keyed = queue_keys(&inputs, fs, self.now, self.cfg);
+        let mut keyed = queue_keys(&inputs, &snap.running, fs, self.now, self.cfg);
         self.demands = demands;
         keyed.sort_unstable();
         keyed.into_iter().map(|k| (k.5, k.1.0)).collect()
