@@ -399,3 +399,79 @@ async fn a_gang_waiting_for_one_leaf_says_why_idle_nodes_stay_idle() {
     assert!(ok, "{err}");
     sim.stop().await;
 }
+
+/// The short-limit credit puts shorter jobs first, but not past the job that would end last:
+/// a week-long job, queued before a one-hour job while every running job ends within two
+/// hours, takes the first node that frees (`priority::ends_last`); by its limit alone the
+/// one-hour job would pass it, and longest jobs were passed for days under load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_that_would_end_last_is_not_passed_for_its_long_limit() {
+    let sim = Sim::start().await;
+    let submit = |args: Vec<&'static str>| {
+        let sim = &sim;
+        async move {
+            let mut all = vec!["sbatch", "--parsable", "--gpus-per-node=8"];
+            all.extend(args);
+            let (ok, out, err) = sim.run(&all).await;
+            assert!(ok, "{err}");
+            out.trim()
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{out:?}"))
+        }
+    };
+    // Every node busy: 7 nodes for up to 2 h, one for up to 10 minutes.
+    let seven = submit(vec!["-N", "7", "--time=2:00:00", "--wrap", "sleep 1000"]).await;
+    let one = submit(vec!["-N", "1", "--time=10:00", "--wrap", "sleep 1000"]).await;
+    sim.until_state(seven, "RUNNING").await;
+    sim.until_state(one, "RUNNING").await;
+    let week = submit(vec![
+        "-J",
+        "week",
+        "-N",
+        "1",
+        "--time=7-00:00:00",
+        "--wrap",
+        "hostname",
+    ])
+    .await;
+    let hour = submit(vec![
+        "-J",
+        "hour",
+        "-N",
+        "1",
+        "--time=1:00:00",
+        "--wrap",
+        "hostname",
+    ])
+    .await;
+    sim.until_state(week, "PENDING").await;
+    sim.until_state(hour, "PENDING").await;
+    // The user frees a node.
+    let (ok, _, err) = sim.run(&["scancel", &one.to_string()]).await;
+    assert!(ok, "{err}");
+    sim.until_state(week, "RUNNING").await;
+    let (ok, out, err) = sim
+        .run(&[
+            "squeue",
+            "-h",
+            "-j",
+            &format!("{week},{hour}"),
+            "-o",
+            "%j %T",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let mut lines: Vec<&str> = out.lines().map(str::trim).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["hour PENDING", "week RUNNING"]);
+    let (ok, _, err) = sim
+        .run(&[
+            "scancel",
+            &seven.to_string(),
+            &week.to_string(),
+            &hour.to_string(),
+        ])
+        .await;
+    assert!(ok, "{err}");
+    sim.stop().await;
+}
