@@ -35,8 +35,8 @@
 //! the credit of its own limit, so it is not put ahead of
 //! earlier jobs for being a gang. A one-node job that would end after every running job of
 //! its partition ([`ends_last`]) gets the whole credit: it sets when the work ends, and the
-//! credit alone would have it passed for days. Why, and what it gives (`muster bench --quality`): README,
-//! "Scheduling quality". It needs limits that say something about run times: with one limit
+//! credit alone would have it passed for days. Why, and what it gives (`muster bench
+//! --quality`): README, "Scheduling quality". It needs limits that say something about run times: with one limit
 //! for every job it orders by submit time.
 
 use std::cmp::Reverse;
@@ -307,7 +307,9 @@ pub struct QueueInput<'a> {
 }
 
 /// The [`QueueKey`] of every job of a queue at `now`, in input order (`pos` is the index):
-/// short-limit factors capped by the queue's gangs ([`capped_short_limit_factors`]), then
+/// short-limit factors (the whole factor for a one-node job that would end after every job
+/// of `running` in its partition, [`ends_last`]) capped by the queue's gangs
+/// ([`capped_short_limit_factors`]), then
 /// [`priority`] and [`queue_key`]. The one pipeline of the scheduling cycle's order and of
 /// the simulator's queue cut.
 pub fn queue_keys(
