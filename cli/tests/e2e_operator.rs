@@ -272,6 +272,17 @@ async fn exported_run_time_ends_the_job() {
     sim.stop().await;
 }
 
+/// `sbatch --parsable ARGS`, which must succeed; the job's id.
+async fn sbatch(sim: &Sim, args: Vec<&str>) -> u64 {
+    let mut all = vec!["sbatch", "--parsable"];
+    all.extend(args);
+    let (ok, out, err) = sim.run(&all).await;
+    assert!(ok, "{err}");
+    out.trim()
+        .parse::<u64>()
+        .unwrap_or_else(|_| panic!("{out:?}"))
+}
+
 /// Polls `scontrol show job ID` until its `Message=` line contains `needle`; returns the line.
 async fn until_message(sim: &Sim, id: u64, needle: &str) -> String {
     let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
@@ -300,18 +311,7 @@ async fn until_message(sim: &Sim, id: u64, needle: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_waiting_for_one_leaf_says_why_idle_nodes_stay_idle() {
     let sim = Sim::start().await;
-    let submit = |args: Vec<&'static str>| {
-        let sim = &sim;
-        async move {
-            let mut all = vec!["sbatch", "--parsable"];
-            all.extend(args);
-            let (ok, out, err) = sim.run(&all).await;
-            assert!(ok, "{err}");
-            out.trim()
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{out:?}"))
-        }
-    };
+    let submit = |args: Vec<&'static str>| sbatch(&sim, args);
     // Two 3-node fillers, each on its own leaf (4 nodes a leaf): one node idle on each.
     for name in ["left", "right"] {
         let id = submit(vec![
@@ -407,17 +407,9 @@ async fn a_gang_waiting_for_one_leaf_says_why_idle_nodes_stay_idle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_that_would_end_last_is_not_passed_for_its_long_limit() {
     let sim = Sim::start().await;
-    let submit = |args: Vec<&'static str>| {
-        let sim = &sim;
-        async move {
-            let mut all = vec!["sbatch", "--parsable", "--gpus-per-node=8"];
-            all.extend(args);
-            let (ok, out, err) = sim.run(&all).await;
-            assert!(ok, "{err}");
-            out.trim()
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{out:?}"))
-        }
+    let submit = |mut args: Vec<&'static str>| {
+        args.insert(0, "--gpus-per-node=8");
+        sbatch(&sim, args)
     };
     // Every node busy: 7 nodes for up to 2 h, one for up to 10 minutes.
     let seven = submit(vec!["-N", "7", "--time=2:00:00", "--wrap", "sleep 1000"]).await;
