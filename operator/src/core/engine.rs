@@ -31,6 +31,14 @@ mod holds;
 /// "Never" as a time.
 pub const NEVER: i64 = i64::MAX;
 
+/// When a job started at `start` ends by its time limit (`None`: unlimited, [`NEVER`]).
+pub fn end_of(start: i64, limit: Option<u64>) -> i64 {
+    match limit {
+        Some(l) => start.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)),
+        None => NEVER,
+    }
+}
+
 /// A hold on a node's resources for a reserved job, from `start` until `end`.
 #[derive(Clone, Copy, Debug)]
 pub struct Claim {

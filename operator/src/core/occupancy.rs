@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use smallvec::SmallVec;
 
 use super::enforce;
-use super::engine::{BaseEvents, Carried, Event, NEVER};
+use super::engine::{BaseEvents, Carried, Event, NEVER, end_of};
 use super::extended::ExtUse;
 use super::model::{Config, Decisions, JobId, PreemptMode, RunningJob, Snapshot, Stop};
 use super::node::NodeId;
@@ -126,13 +126,6 @@ pub struct Occupancy {
     /// more CPU than a node has, or an exclusive job shares a node): the layout then depends
     /// on the order jobs were added in, which only [`Occupancy::new`]'s job-id order defines.
     order_sensitive: bool,
-}
-
-fn end_of(start: i64, limit: Option<u64>) -> i64 {
-    match limit {
-        Some(l) => start.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)),
-        None => NEVER,
-    }
 }
 
 impl Occupancy {

@@ -36,13 +36,14 @@
 //! earlier jobs for being a gang. A one-node job that would end after every running job of
 //! its partition ([`ends_last`]) gets the whole credit: it sets when the work ends, and the
 //! credit alone would have it passed for days. Why, and what it gives (`muster bench
-//! --quality`): README, "Scheduling quality". It needs limits that say something about run times: with one limit
-//! for every job it orders by submit time.
+//! --quality`): README, "Scheduling quality". It needs limits that say something about run
+//! times: with one limit for every job it orders by submit time.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use super::model::{Config, JobId, PendingJob, RunningJob};
+use super::engine::end_of;
+use super::model::{Config, JobId, PartitionId, PendingJob, RunningJob};
 use super::shape::Demand;
 
 /// Inputs of one job's priority.
@@ -170,14 +171,11 @@ pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], now: i64, cfg: &Conf
 }
 
 /// When the running jobs of each partition end at the latest, by their time limits
-/// (`i64::MAX` when one is unlimited).
-pub fn latest_ends(running: &[RunningJob]) -> BTreeMap<Option<u32>, i64> {
+/// ([`NEVER`](super::engine::NEVER) when one is unlimited).
+pub fn latest_ends(running: &[RunningJob]) -> BTreeMap<Option<PartitionId>, i64> {
     let mut ends = BTreeMap::new();
     for r in running {
-        let end = r.time_limit.map_or(i64::MAX, |l| {
-            r.start_time
-                .saturating_add(i64::try_from(l).unwrap_or(i64::MAX))
-        });
+        let end = end_of(r.start_time, r.time_limit);
         ends.entry(r.partition)
             .and_modify(|e: &mut i64| *e = (*e).max(end))
             .or_insert(end);
@@ -195,14 +193,14 @@ pub fn latest_ends(running: &[RunningJob]) -> BTreeMap<Option<u32>, i64> {
 /// order).
 pub fn ends_last(
     limit_secs: Option<u64>,
-    partition: Option<u32>,
+    partition: Option<PartitionId>,
     now: i64,
-    ends: &BTreeMap<Option<u32>, i64>,
+    ends: &BTreeMap<Option<PartitionId>, i64>,
 ) -> bool {
-    let (Some(l), Some(&latest)) = (limit_secs, ends.get(&partition)) else {
-        return false;
-    };
-    now.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)) > latest
+    limit_secs.is_some()
+        && ends
+            .get(&partition)
+            .is_some_and(|&latest| end_of(now, limit_secs) > latest)
 }
 
 /// The fair-share factor of every namespace (Slurm's `2^(-U/S)`).

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::deps::{self, Asker, DepIndex, DepState};
-use super::engine::{Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Selection};
+use super::engine::{Claim, Engine, Gate, LeafAgg, LeafView, NEVER, Selection, end_of};
 use super::extended::STARTED_NOW;
 use super::feasible;
 use super::model::{
@@ -146,13 +146,6 @@ struct Gang {
 
 /// Later gangs a placement looks at.
 const LOOKAHEAD: usize = 8;
-
-fn end_of(start: i64, limit: Option<u64>) -> i64 {
-    match limit {
-        Some(l) => start.saturating_add(i64::try_from(l).unwrap_or(i64::MAX)),
-        None => NEVER,
-    }
-}
 
 /// One cycle over the running jobs of `occ` (which must describe `snap.running`); `occ` is
 /// as before when it returns.

@@ -260,7 +260,7 @@ proptest! {
     /// capped by an older gang) and less than the credit later, and a one-node job passes a
     /// gang only within the cap's time bounds.
     #[test]
-    fn the_short_limit_credit_is_bounded_and_one_node_jobs_never_pass_a_gang(
+    fn the_short_limit_credit_is_bounded_and_one_node_jobs_pass_gangs_only_within_the_cap(
         jobs in prop::collection::vec((0u32..12 * 86_400, 0usize..LIMITS.len(), prop::bool::weighted(0.25)), 1..40),
         credit in prop::sample::select(vec![0u64, 3_600, 86_400, 7 * 86_400]),
     ) {
