@@ -171,10 +171,11 @@ pub fn capped_short_limit_factors(jobs: &[ShortLimitInput], now: i64, cfg: &Conf
 }
 
 /// When the running jobs of each partition end at the latest, by their time limits
-/// ([`NEVER`](super::engine::NEVER) when one is unlimited).
+/// ([`NEVER`](super::engine::NEVER) when one is unlimited). Jobs being stopped are left
+/// out: they end within their grace time, not at their limit.
 pub fn latest_ends(running: &[RunningJob]) -> BTreeMap<Option<PartitionId>, i64> {
     let mut ends = BTreeMap::new();
-    for r in running {
+    for r in running.iter().filter(|r| r.stopping_since.is_none()) {
         let end = end_of(r.start_time, r.time_limit);
         ends.entry(r.partition)
             .and_modify(|e: &mut i64| *e = (*e).max(end))
@@ -660,6 +661,12 @@ mod tests {
         assert_eq!(first(&[]), 2);
         let ends = latest_ends(&[running(Some(100)), running(Some(50))]);
         assert_eq!(ends.get(&Some(0)), Some(&100));
+        // A job being stopped ends within its grace time, not at its limit.
+        let mut stopping = running(Some(200));
+        stopping.stopping_since = Some(0);
+        let with_stopping = latest_ends(&[running(Some(100)), stopping.clone()]);
+        assert_eq!(with_stopping.get(&Some(0)), Some(&100));
+        assert!(latest_ends(&[stopping]).is_empty());
         assert!(!ends_last(None, Some(0), 0, &ends), "unlimited");
         assert!(
             !ends_last(Some(100), Some(1), 0, &ends),
