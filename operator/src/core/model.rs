@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub use muster_crds::slurm::{Constraint, DependencySpec, GpuBind, Switches, TimeLimit};
 pub use muster_crds::v1alpha1::{JobState, PartitionState, PreemptMode};
 
+use super::engine::end_of;
 use super::node::{Node, NodeId, Toleration};
 
 /// A Slurm job id.
@@ -252,12 +253,11 @@ impl RunningJob {
         self.job_name.as_deref().unwrap_or(&self.name)
     }
 
-    /// When its time limit runs out, if it has one.
+    /// When its time limit runs out, if it has one ([`end_of`]).
     pub fn end_time(&self) -> Option<i64> {
-        self.time_limit.map(|l| {
-            self.start_time
-                .saturating_add(i64::try_from(l).unwrap_or(i64::MAX))
-        })
+        self.time_limit
+            .is_some()
+            .then(|| end_of(self.start_time, self.time_limit))
     }
 
     /// GPUs held (a GPU that tasks of one node share counts once).
