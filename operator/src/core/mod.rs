@@ -187,8 +187,8 @@
 //! after an hour to twelve hours of waiting, neither brought the mean wait to first fit's at
 //! load 1.1 nor kept big gangs' longest wait at the Slurm-like one's. First fit
 //! waits least on average there because it never assembles room for a gang: its 2–8-node
-//! gangs wait 2–5x longer than under either backfill. Also measured and not kept (README's
-//! "Scheduling quality"): a one-leaf wait bounded by 5–50% of the gang's limit or dropped
+//! gangs wait 2–5x longer than under either backfill. Also measured and not kept
+//! (operator/QUALITY.md): a one-leaf wait bounded by 5–50% of the gang's limit or dropped
 //! once it has waited 25–100% of it (leaf span 1.2–1.6 at load 0.9–1.1), and a priority
 //! bonus for small jobs (the mean at first fit's only when 8-node gangs wait 2–13x the
 //! Slurm-like yardstick's longest).

@@ -36,8 +36,8 @@
 //! earlier jobs for being a gang. A one-node job that would end after every running job of
 //! its partition ([`ends_last`]) gets the whole credit: it sets when the work ends, and the
 //! credit alone would have it passed for days. Why, and what it gives (`muster bench
-//! --quality`): README, "Scheduling quality". It needs limits that say something about run
-//! times: with one limit for every job it orders by submit time.
+//! --quality`): README, "Scheduling quality", and operator/QUALITY.md. It needs limits that
+//! say something about run times: with one limit for every job it orders by submit time.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -189,7 +189,7 @@ pub fn latest_ends(running: &[RunningJob]) -> BTreeMap<Option<PartitionId>, i64>
 /// the partition's work ends, so each hour it is passed is an hour more for all of it, and
 /// it gets the whole short-limit credit. Under the credit alone the longest jobs were passed
 /// for days (a 159 h job waited 32 h where first fit started it in 43 minutes, and the run
-/// ended 15% later; README, "Scheduling quality"). Never for an unlimited job, nor in a
+/// ended 15% later; operator/QUALITY.md). Never for an unlimited job, nor in a
 /// partition where nothing runs (every job would qualify, and the order would be submit
 /// order).
 pub fn ends_last(
