@@ -36,6 +36,10 @@ pub struct Figures {
     pub bound: f64,
     /// Share of multi-node jobs at the bound (0–1).
     pub at_bound: f64,
+    /// Leaf span weighted by GPU-hours (not a target: a figure beside it).
+    pub span_gpu_hours: f64,
+    /// Its lower bound, weighted the same way.
+    pub bound_gpu_hours: f64,
     /// Multi-node jobs.
     pub multi: usize,
 }
@@ -98,6 +102,8 @@ fn figures(r: &Replay) -> Vec<(Policy, Figures)> {
                     span: s.leaf_span_mean,
                     bound: s.leaf_span_lower_bound,
                     at_bound: s.at_leaf_lower_bound,
+                    span_gpu_hours: s.leaf_span_gpu_hours,
+                    bound_gpu_hours: s.leaf_span_lower_bound_gpu_hours,
                     multi: s.multi_node_jobs,
                 },
             )
@@ -202,6 +208,13 @@ pub fn render(ws: &[Workload]) -> String {
                 "-".into()
             } else {
                 format!("{:.3} / {:.3}", f.span, f.bound)
+            }
+        });
+        row(&mut s, "leaf span by GPU-hours / bound", &|f| {
+            if f.multi == 0 {
+                "-".into()
+            } else {
+                format!("{:.3} / {:.3}", f.span_gpu_hours, f.bound_gpu_hours)
             }
         });
         row(&mut s, "multi-node jobs at the bound", &|f| {

@@ -99,6 +99,7 @@ async fn bench_quality_prints_every_policy_and_the_targets() {
         "makespan",
         "longest wait, gang of 8+ nodes",
         "leaf span / lower bound",
+        "leaf span by GPU-hours / bound",
         "multi-node jobs at the bound",
     ] {
         let rows = out

@@ -346,6 +346,13 @@ fn compare_shows_backfill_and_topology_awareness() {
         ["2.50 / 2.50", "2.50 / 2.50", "2.50 / 2.50", "3.00 / 2.50"],
         "{out}"
     );
+    // Weighted by GPUs x run time: b 32 x 100, c 128 x 100, so c's four leaves count four
+    // times b's: (3,200 x 1 + 12,800 x 4) / 16,000 = 3.40, first fit's b on two leaves 3.60.
+    assert_eq!(
+        row(&out, "Multi-node jobs: leaf span by GPU-hours"),
+        ["3.40 / 3.40", "3.40 / 3.40", "3.40 / 3.40", "3.60 / 3.40"],
+        "{out}"
+    );
     assert_eq!(
         row(&out, "Multi-node jobs at the lower bound"),
         ["100.0% of 2", "100.0% of 2", "100.0% of 2", "50.0% of 2"],
@@ -620,6 +627,11 @@ fn until_reports_the_figures_and_placements_at_that_time() {
     assert_eq!(
         row(&out, "Completed / timed out / preempted"),
         ["0 / 0 / 0"]
+    );
+    // b, still running, counts (to the stop) in the weighted leaf span too.
+    assert_eq!(
+        row(&out, "Multi-node jobs: leaf span by GPU-hours"),
+        ["2.00 / 1.00"]
     );
     let jobs = std::fs::read_to_string(dir.path().join("jobs-first-fit.csv")).unwrap();
     assert!(

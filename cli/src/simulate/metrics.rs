@@ -17,6 +17,9 @@
 //!   next gang).
 //! - **leaf span**: over started multi-node jobs, mean leaf switches spanned, against the
 //!   mean lower bound `⌈nodes / nodes per leaf⌉`, and the share of jobs at that bound.
+//! - **leaf span by GPU-hours**: the same means, each job weighted by its GPUs × run time
+//!   (to the stop, for a job still running), so a 4-day gang spread over leaves counts for
+//!   what it costs, and a 10-minute one for little.
 //! - **preemptions**: gangs evicted; GPU-hours of work they lost (GPUs × time run).
 //! - **estimated starts**: over started jobs that got a reservation, the mean of |start −
 //!   first estimate| and the share that started no later than first estimated.
@@ -74,6 +77,10 @@ pub struct Summary {
     pub leaf_span_lower_bound: f64,
     /// Share of them at the lower bound (0–1).
     pub at_leaf_lower_bound: f64,
+    /// Their leaf span, each weighted by its GPUs × run time.
+    pub leaf_span_gpu_hours: f64,
+    /// Their lower bound, weighted the same way.
+    pub leaf_span_lower_bound_gpu_hours: f64,
     /// Gangs evicted.
     pub preemptions: u64,
     /// Requeues after eviction.
@@ -160,6 +167,25 @@ pub fn summarize(run: &SimRun, w: &Workload, cl: &Cluster) -> Summary {
         .filter(|o| o.start.is_some() && o.nodes > 1)
         .map(|o| (o.leaves, cl.leaf_lower_bound(o.nodes)))
         .collect();
+    // (leaves, bound) sums weighted by GPU-seconds; a job still running at the stop counts
+    // to the stop, and every started job for at least a second.
+    let (span_w, bound_w, weight) = run
+        .jobs
+        .iter()
+        .filter(|o| o.nodes > 1)
+        .filter_map(|o| {
+            let start = o.start?;
+            let end = o.end.or(run.stopped_at).unwrap_or(start);
+            Some((o, (f64::from(o.gpus) * (end - start).max(1) as f64)))
+        })
+        .fold((0.0, 0.0, 0.0), |(s, b, w), (o, x)| {
+            (
+                s + x * f64::from(o.leaves),
+                b + x * f64::from(cl.leaf_lower_bound(o.nodes)),
+                w + x,
+            )
+        });
+    let per_weight = |x: f64| if weight > 0.0 { x / weight } else { 0.0 };
     let est: Vec<(i64, i64)> = run
         .jobs
         .iter()
@@ -192,6 +218,8 @@ pub fn summarize(run: &SimRun, w: &Workload, cl: &Cluster) -> Summary {
         leaf_span_mean: mean(&multi.iter().map(|m| f64::from(m.0)).collect::<Vec<_>>()),
         leaf_span_lower_bound: mean(&multi.iter().map(|m| f64::from(m.1)).collect::<Vec<_>>()),
         at_leaf_lower_bound: ratio(multi.iter().filter(|m| m.0 <= m.1).count(), multi.len()),
+        leaf_span_gpu_hours: per_weight(span_w),
+        leaf_span_lower_bound_gpu_hours: per_weight(bound_w),
         preemptions: run.preemptions,
         requeues: run.jobs.iter().map(|j| u64::from(j.requeues)).sum(),
         lost_gpu_hours: run.lost_gpu_secs / 3600.0,

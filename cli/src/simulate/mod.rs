@@ -72,7 +72,8 @@ Metrics:
   fragmentation     while jobs wait: time-averaged share of GPUs free but stranded on
                     partially used nodes (unusable for whole-node gangs)
   idle while waiting  while jobs wait: time-averaged share of GPUs free at all
-  leaf span         multi-node jobs: mean leaf switches spanned vs ceil(nodes/nodes per leaf)
+  leaf span         multi-node jobs: mean leaf switches spanned vs ceil(nodes/nodes per leaf);
+                    also weighted by GPUs x run time (a long wide gang counts for more)
   estimated starts  |start - first reservation estimate| of jobs that got one
 
 Policies (--policy, or all with --compare):

@@ -86,6 +86,16 @@ pub fn rows(sums: &[Summary]) -> Vec<(String, Vec<String>)> {
                 format!("{:.2} / {:.2}", s.leaf_span_mean, s.leaf_span_lower_bound)
             }
         }),
+        row("Multi-node jobs: leaf span by GPU-hours", &|s| {
+            if s.multi_node_jobs == 0 {
+                "-".into()
+            } else {
+                format!(
+                    "{:.2} / {:.2}",
+                    s.leaf_span_gpu_hours, s.leaf_span_lower_bound_gpu_hours
+                )
+            }
+        }),
         row("Multi-node jobs at the lower bound", &|s| {
             if s.multi_node_jobs == 0 {
                 "-".into()
