@@ -138,6 +138,16 @@ fn a_gang_no_job_waits_behind_spreads_at_once_unless_a_spread_gang_runs() {
     begins.begin_time = Some(NOW + 3600);
     later.pending.extend([held, begins]);
     assert_eq!(started(&schedule(&later, NOW, &cfg), 1).leaves, 2);
+    // A site that keeps long gangs off spread placements: the 10-minute gang is over a
+    // 5-minute bound, so it waits for leaf 1 (whole in 10 minutes); at its limit it spreads.
+    let long = |max| Config {
+        spread_at_once_max_limit_secs: max,
+        ..cfg.clone()
+    };
+    let d = schedule(&s, NOW, &long(300));
+    assert!(d.starts.is_empty(), "{:?}", d.starts);
+    assert_eq!(names(&s, &d.reservations[0].nodes), range(1, 4));
+    assert_eq!(started(&schedule(&s, NOW, &long(600)), 1).leaves, 2);
     // Spreading at once is never the habit: while a gang one leaf could hold runs spread,
     // the next one waits for its leaf.
     let s = setup(true);

@@ -173,6 +173,13 @@ pub const KEYS: &[Key] = &[
         check: |_| true,
     },
     Key {
+        name: "spreadAtOnceMaxLimitSecs",
+        allowed: "a whole number of seconds >= 0 (0: every gang)",
+        slurm: "",
+        kind: Kind::Whole(0),
+        check: |_| true,
+    },
+    Key {
         name: "preemption",
         allowed: "true or false",
         slurm: "PreemptType=preempt/partition_prio (false: preempt/none)",

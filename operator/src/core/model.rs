@@ -514,6 +514,10 @@ pub struct Config {
     /// leaves its size allows before taking any (0: never waits). It does not wait when no
     /// later job of its partition is queued and no gang one leaf could hold runs spread.
     pub topology_wait_secs: u64,
+    /// The exception to that wait (no later job queued, no such gang spread) applies only to
+    /// gangs whose time limit is at most this; a longer gang (or one without a limit) waits
+    /// for its fewest leaves all the same, since it would run spread for long. 0: every gang.
+    pub spread_at_once_max_limit_secs: u64,
     /// Whether higher tiers may preempt lower ones (still subject to each partition's
     /// preempt mode).
     pub preemption: bool,
@@ -538,6 +542,7 @@ impl Default for Config {
             max_reservations: 16,
             reserve_after_secs: 0,
             topology_wait_secs: 8 * 3600,
+            spread_at_once_max_limit_secs: 0,
             preemption: true,
             max_switch_wait_secs: 300,
         }
