@@ -350,9 +350,7 @@ impl<'a> Cycle<'a> {
         if jc.implicit {
             // Spread now, unless the fewest leaves come soon enough to wait for them and
             // the wait is worth it.
-            let max = self.cfg.spread_at_once_max_limit_secs;
-            let at_once =
-                self.spread_at_once(part) && (max == 0 || jc.limit.is_some_and(|l| l <= max));
+            let at_once = self.spread_at_once(jc);
             for alt in &jc.alts {
                 if let Some(sel) = self.try_now(jc, alt, end, None) {
                     if at_once || !self.worth_waiting(jc, alt, self.now) {

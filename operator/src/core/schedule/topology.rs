@@ -12,8 +12,14 @@ impl Cycle<'_> {
     /// waits in this cycle's queue (the wait would delay no one's start but the gang's own,
     /// and a one-leaf room it waits for would serve no one else), and no running job of the
     /// partition that one leaf could hold is spread (so spreading at once is never the
-    /// habit: at most one such gang runs at a time, and leaf span stays near its bound).
-    pub(super) fn spread_at_once(&self, part: usize) -> bool {
+    /// habit: at most one such gang runs at a time, and leaf span stays near its bound); and,
+    /// with [`Config::spread_at_once_max_limit_secs`] set, its limit is at most that.
+    pub(super) fn spread_at_once(&self, jc: &JobCtx) -> bool {
+        let max = self.cfg.spread_at_once_max_limit_secs;
+        if max > 0 && jc.limit.is_none_or(|l| l > max) {
+            return false;
+        }
+        let part = jc.part as usize;
         if self.last_of_part[part].is_some_and(|l| l > self.at) {
             return false;
         }
