@@ -14,7 +14,9 @@
 //! end: two jobs wait for one node, and the one with the shorter limit gets it first unless the
 //! credit is off; and the gang cap (`passGangsAfterSecs`, `gangFirmAfterSecs`) has one too:
 //! a 10-minute one-node job submitted after a waiting gang stays behind it, unless it may
-//! pass gangs that are not yet firm. (The refusal of bad keys at startup is the binary's:
+//! pass gangs that are not yet firm. The spread-at-once bound (`spreadAtOnceMaxLimitSecs`)
+//! has the last: a gang no job waits behind starts spread over two leaves at once by
+//! default, and waits for one leaf when its limit is over the bound. (The refusal of bad keys at startup is the binary's:
 //! `operator/tests/operator_cli.rs`.)
 
 mod operator_support;
@@ -241,4 +243,78 @@ async fn a_one_node_job_passes_a_gang_that_is_not_yet_firm_once_it_has_waited() 
     // Gangs firm from their start: the cap holds again.
     let firm = "passGangsAfterSecs: 0\ngangFirmAfterSecs: 0\n";
     assert_eq!(first_of_gang_and_quick(firm).await, "gang");
+}
+
+/// Three nodes: `gpu001` and `gpu002` under `leaf1`, `gpu003` under `leaf2`. `first` holds
+/// `gpu001` for 20 seconds (a 10-minute limit); `gang` (two nodes, an hour's limit) is
+/// submitted while it runs, with no job behind it. Returns the gang's nodes once it runs,
+/// and its reason and estimated start (seconds after `first` started) while it waited, if
+/// it did.
+async fn gang_beside_a_short_job(config: &str) -> (Vec<String>, Option<(String, i64)>) {
+    let (env, op) = start(
+        &[
+            NodeDef::new("gpu001", 8, "leaf1"),
+            NodeDef::new("gpu002", 8, "leaf1"),
+            NodeDef::new("gpu003", 8, "leaf2"),
+        ],
+        config,
+    )
+    .await;
+    env.submit(batchjob(
+        "first",
+        json!({"nodes": 1, "gres": "gpu:8", "time": 10, "nodelist": "gpu001"}),
+        // Long enough that the gang is considered while it runs, even on a loaded machine.
+        20,
+    ))
+    .await;
+    env.until_state("first", JobState::Running, 30).await;
+    env.submit(batchjob(
+        "gang",
+        json!({"nodes": 2, "gres": "gpu:8", "time": 60}),
+        3600,
+    ))
+    .await;
+    // Written by the polling closure below, read after it.
+    let waited = std::cell::RefCell::new(None);
+    env.until(60, "the gang starts", || async {
+        let st = env.job("gang").await.status.unwrap_or_default();
+        if st.state == Some(JobState::Running) {
+            return true;
+        }
+        if let (Some(r), Some(est)) = (st.reason, st.start_time) {
+            let first = env.job("first").await.status.unwrap().start_time.unwrap().0;
+            *waited.borrow_mut() = Some((r, est.0.duration_since(first).as_secs()));
+        }
+        false
+    })
+    .await;
+    let mut nodes: Vec<String> = env
+        .until_pods("gang", 2, 30)
+        .await
+        .iter()
+        .map(Env::node_of)
+        .collect();
+    nodes.sort();
+    op.shutdown().await.unwrap();
+    (nodes, waited.into_inner())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_no_job_waits_behind_starts_spread_at_once() {
+    // The one-leaf room is 10 minutes off by first's limit, but waiting would delay only
+    // the gang: it starts at once on the two free nodes, over both leaves.
+    let (nodes, waited) = gang_beside_a_short_job("# defaults\n").await;
+    assert_eq!(nodes, ["gpu002", "gpu003"]);
+    assert_eq!(waited, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_over_the_spread_at_once_bound_waits_for_one_leaf() {
+    // The gang's hour is over the 30-minute bound: it waits for leaf1, estimated at first's
+    // limit, and starts there when first ends.
+    let (nodes, waited) = gang_beside_a_short_job("spreadAtOnceMaxLimitSecs: 1800\n").await;
+    assert_eq!(nodes, ["gpu001", "gpu002"]);
+    let (reason, est) = waited.expect("the gang waited with an estimated start");
+    assert_eq!(reason, "Resources");
+    assert!((590..=610).contains(&est), "estimate {est}s after first");
 }
