@@ -16,8 +16,8 @@
 //! a 10-minute one-node job submitted after a waiting gang stays behind it, unless it may
 //! pass gangs that are not yet firm. The spread-at-once bound (`spreadAtOnceMaxLimitSecs`)
 //! has the last: a gang no job waits behind starts spread over two leaves at once by
-//! default, and waits for one leaf when its limit is over the bound. (The refusal of bad keys at startup is the binary's:
-//! `operator/tests/operator_cli.rs`.)
+//! default, and waits for one leaf when its limit is over the bound. (The refusal of bad
+//! keys at startup is the binary's: `operator/tests/operator_cli.rs`.)
 
 mod operator_support;
 
