@@ -268,6 +268,7 @@ async fn gang_beside_a_short_job(config: &str) -> (Vec<String>, Option<(String, 
     ))
     .await;
     env.until_state("first", JobState::Running, 30).await;
+    let first = env.job("first").await.status.unwrap().start_time.unwrap().0;
     env.submit(batchjob(
         "gang",
         json!({"nodes": 2, "gres": "gpu:8", "time": 60}),
@@ -282,7 +283,6 @@ async fn gang_beside_a_short_job(config: &str) -> (Vec<String>, Option<(String, 
             return true;
         }
         if let (Some(r), Some(est)) = (st.reason, st.start_time) {
-            let first = env.job("first").await.status.unwrap().start_time.unwrap().0;
             *waited.borrow_mut() = Some((r, est.0.duration_since(first).as_secs()));
         }
         false
