@@ -73,6 +73,7 @@ async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
         out.to_lowercase().contains("leaf"),
         "quality figures missing: {out}"
     );
+    assert!(out.contains("idle GPU-hours while a job waited"), "{out}");
 }
 
 #[tokio::test]

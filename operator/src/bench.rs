@@ -185,6 +185,9 @@ pub struct Quality {
     pub max_big_wait: (f64, f64),
     /// Simulated seconds until the last job ended (Muster, baseline).
     pub makespan: (f64, f64),
+    /// GPU-hours left idle while some job waited (Muster, baseline): the room reservations
+    /// and topology waits hold, which is what a longer makespan is made of.
+    pub idle_gpu_hours: (f64, f64),
 }
 
 /// One cluster size of the scaling series (milliseconds as in [`CaseTiming`]).
@@ -417,17 +420,25 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             (t, j, run)
         })
         .collect();
-    let sim = |muster: bool| -> (usize, f64, f64, f64, f64, f64) {
+    let sim = |muster: bool| -> (usize, f64, f64, f64, f64, f64, f64) {
         let mut s = synth::cluster((nodes / per_leaf).max(1), per_leaf);
+        let total_gpus: u64 = s.nodes.iter().map(|n| n.gpus.len() as u64).sum();
         let prep = Prepared::new(&s.nodes, &s.partitions);
         let mut next = 0;
         let mut runtime: std::collections::BTreeMap<JobId, i64> = Default::default();
         let mut submit: std::collections::BTreeMap<JobId, i64> = Default::default();
+        let mut gpus_of: std::collections::BTreeMap<JobId, u64> = Default::default();
+        // GPUs in use and whether a job waited, from the last cycle until the next.
+        let (mut busy, mut waiting, mut idle, mut since) = (0u64, false, 0f64, start);
         let (mut multi, mut leaves, mut lower) = (0usize, 0u64, 0u64);
         let (mut waits, mut nwait, mut big_wait) = (0f64, 0usize, 0f64);
         let mut t = start;
         let mut last_end = start;
         loop {
+            if waiting {
+                idle += (t - since) as f64 * total_gpus.saturating_sub(busy) as f64;
+            }
+            since = t;
             // Ends.
             s.running.retain(|r: &RunningJob| {
                 let end = r.start_time + runtime[&r.id];
@@ -454,6 +465,7 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
                 first_fit_prepared(&prep, &s, t)
             };
             for st in &d.starts {
+                gpus_of.insert(st.job, st.tasks.iter().map(|a| a.gpus.len() as u64).sum());
                 let w = (t - submit[&st.job]) as f64;
                 waits += w;
                 nwait += 1;
@@ -469,6 +481,8 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             s.apply(&d, t);
             // Stopped jobs (time limits) end now in this model.
             s.running.retain(|r| r.stopping_since.is_none());
+            busy = s.running.iter().map(|r| gpus_of[&r.id]).sum();
+            waiting = !s.pending.is_empty();
             // Next cycle: 60 s on, or later if nothing happens before then.
             let next_end = s
                 .running
@@ -495,6 +509,7 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             if nwait > 0 { waits / nwait as f64 } else { 0.0 },
             big_wait,
             (last_end - start) as f64,
+            idle / 3600.0,
         )
     };
     let a = sim(true);
@@ -506,6 +521,7 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
         mean_wait: (a.3, b.3),
         max_big_wait: (a.4, b.4),
         makespan: (a.5, b.5),
+        idle_gpu_hours: (a.6, b.6),
     }
 }
 
@@ -622,6 +638,39 @@ impl fmt::Display for BenchReport {
             f,
             "  makespan (s)                                  {:>8.0} {:>12.0}",
             q.makespan.0, q.makespan.1
+        )?;
+        writeln!(
+            f,
+            "  idle GPU-hours while a job waited             {:>8.0} {:>12.0}",
+            q.idle_gpu_hours.0, q.idle_gpu_hours.1
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_idle_room_is_counted_when_no_job_waits() {
+        // 20 jobs on 4,096 nodes: each starts in the first cycle after it arrives (cycles
+        // are 60 s apart), so no job is left waiting after a cycle.
+        let q = quality(4096, 20, 7, &Config::default());
+        assert!(q.mean_wait.0 < 60.0 && q.mean_wait.1 < 60.0, "{q:?}");
+        assert_eq!(q.idle_gpu_hours, (0.0, 0.0));
+    }
+
+    #[test]
+    fn idle_room_while_jobs_wait_is_counted_and_bounded() {
+        let q = quality(32, 150, 7, &Config::default());
+        for (idle, makespan) in [
+            (q.idle_gpu_hours.0, q.makespan.0),
+            (q.idle_gpu_hours.1, q.makespan.1),
+        ] {
+            // Gangs of up to 8 of the 32 nodes wait for room, which idles meanwhile; never
+            // more than the whole cluster for the whole run.
+            assert!(idle > 0.0, "{q:?}");
+            assert!(idle < 32.0 * 8.0 * makespan / 3600.0, "{q:?}");
+        }
     }
 }
