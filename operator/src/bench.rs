@@ -185,8 +185,8 @@ pub struct Quality {
     pub max_big_wait: (f64, f64),
     /// Simulated seconds until the last job ended (Muster, baseline).
     pub makespan: (f64, f64),
-    /// GPU-hours left idle while some job waited (Muster, baseline): the room reservations
-    /// and topology waits hold, which is what a longer makespan is made of.
+    /// GPU-hours left idle while some job waited (Muster, baseline), cycle to cycle: the
+    /// room that reservations and topology waits hold, most of a longer makespan.
     pub idle_gpu_hours: (f64, f64),
 }
 
