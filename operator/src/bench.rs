@@ -427,7 +427,6 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
         let mut next = 0;
         let mut runtime: std::collections::BTreeMap<JobId, i64> = Default::default();
         let mut submit: std::collections::BTreeMap<JobId, i64> = Default::default();
-        let mut gpus_of: std::collections::BTreeMap<JobId, u64> = Default::default();
         // GPUs in use and whether a job waited, from the last cycle until the next.
         let (mut busy, mut waiting, mut idle, mut since) = (0u64, false, 0f64, start);
         let (mut multi, mut leaves, mut lower) = (0usize, 0u64, 0u64);
@@ -465,7 +464,6 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
                 first_fit_prepared(&prep, &s, t)
             };
             for st in &d.starts {
-                gpus_of.insert(st.job, st.tasks.iter().map(|a| a.gpus.len() as u64).sum());
                 let w = (t - submit[&st.job]) as f64;
                 waits += w;
                 nwait += 1;
@@ -481,7 +479,12 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             s.apply(&d, t);
             // Stopped jobs (time limits) end now in this model.
             s.running.retain(|r| r.stopping_since.is_none());
-            busy = s.running.iter().map(|r| gpus_of[&r.id]).sum();
+            busy = s
+                .running
+                .iter()
+                .flat_map(|r| &r.tasks)
+                .map(|a| a.gpus.len() as u64)
+                .sum();
             waiting = !s.pending.is_empty();
             // Next cycle: 60 s on, or later if nothing happens before then.
             let next_end = s
