@@ -222,8 +222,8 @@
 //!
 //! # Modules
 //!
-//! [`model`] (input and output types), [`cluster_spec`] (the shared cluster file format),
-//! [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
+//! [`model`] (input types), [`decisions`] (output types), [`cluster_spec`] (the shared
+//! cluster file format), [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
 //! [`extended`] (the partitions' per-node-pod extended resources as running jobs hold them),
 //! [`gpus`], [`engine`] (cycle state and placement),
 //! [`occupancy`] (running jobs' holds kept between cycles), [`kept`] (the same over whole
@@ -236,6 +236,7 @@
 
 pub mod baseline;
 pub mod cluster_spec;
+pub mod decisions;
 pub mod deps;
 pub mod enforce;
 pub mod engine;
