@@ -223,7 +223,8 @@
 //! # Modules
 //!
 //! [`model`] (input types), [`decisions`] (output types), [`cluster_spec`] (the shared
-//! cluster file format), [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
+//! cluster file format), [`node`], [`shape`], [`feasible`] (can a request ever run, and if
+//! not why), [`tree`],
 //! [`extended`] (the partitions' per-node-pod extended resources as running jobs hold them),
 //! [`gpus`], [`engine`] (cycle state and placement),
 //! [`occupancy`] (running jobs' holds kept between cycles), [`kept`] (the same over whole
