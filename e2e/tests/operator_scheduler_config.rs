@@ -246,29 +246,50 @@ async fn a_one_node_job_passes_a_gang_that_is_not_yet_firm_once_it_has_waited() 
 }
 
 /// Three nodes: `gpu001` and `gpu002` under `leaf1`, `gpu003` under `leaf2`. `first` holds
-/// `gpu001` for 20 seconds (a 10-minute limit); `gang` (two nodes, an hour's limit) is
-/// submitted while it runs, with no job behind it. Returns the gang's nodes once it runs,
-/// and its reason and estimated start (seconds after `first` started) while it waited, if
-/// it did.
-async fn gang_beside_a_short_job(config: &str) -> (Vec<String>, Option<(String, i64)>) {
-    let (env, op) = start(
-        &[
-            NodeDef::new("gpu001", 8, "leaf1"),
-            NodeDef::new("gpu002", 8, "leaf1"),
-            NodeDef::new("gpu003", 8, "leaf2"),
-        ],
-        config,
-    )
-    .await;
+/// `gpu001` for 20 seconds (40 with `earlier_waits`; a 10-minute limit); `gang` (two nodes, an hour's limit) is
+/// submitted while it runs, with no job behind it. With `earlier_waits`, `leaf2` has a
+/// fourth node, `gpu004`, held for two minutes by `other` (an hour's limit), and `pinned`
+/// (`--nodelist gpu004`, 10 minutes) is submitted before the gang and waits for it. Returns the gang's
+/// nodes once it runs, and its reason and estimated start (seconds after `first` started)
+/// while it waited, if it did.
+async fn gang_beside_a_short_job(
+    config: &str,
+    earlier_waits: bool,
+) -> (Vec<String>, Option<(String, i64)>) {
+    let mut nodes = vec![
+        NodeDef::new("gpu001", 8, "leaf1"),
+        NodeDef::new("gpu002", 8, "leaf1"),
+        NodeDef::new("gpu003", 8, "leaf2"),
+    ];
+    if earlier_waits {
+        nodes.push(NodeDef::new("gpu004", 8, "leaf2"));
+    }
+    let (env, op) = start(&nodes, config).await;
     env.submit(batchjob(
         "first",
         json!({"nodes": 1, "gres": "gpu:8", "time": 10, "nodelist": "gpu001"}),
-        // Long enough that the gang is considered while it runs, even on a loaded machine.
-        20,
+        // Long enough that the gang is considered while it runs, even on a loaded machine
+        // (and after the two more submissions of `earlier_waits`).
+        if earlier_waits { 40 } else { 20 },
     ))
     .await;
     env.until_state("first", JobState::Running, 30).await;
     let first = env.job("first").await.status.unwrap().start_time.unwrap().0;
+    if earlier_waits {
+        let on_gpu004 =
+            |minutes| json!({"nodes": 1, "gres": "gpu:8", "time": minutes, "nodelist": "gpu004"});
+        env.submit(batchjob("other", on_gpu004(60), 120)).await;
+        env.until_state("other", JobState::Running, 30).await;
+        // A shorter limit than the gang's: ahead of it in the queue.
+        env.submit(batchjob("pinned", on_gpu004(10), 1)).await;
+        env.until(30, "pinned waits for gpu004", || async {
+            reason(&env, "pinned").await.is_some()
+        })
+        .await;
+        // Times are in whole seconds, and a one-node job is not queued ahead of a gang
+        // submitted in the same second (the gang cap).
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
     env.submit(batchjob(
         "gang",
         json!({"nodes": 2, "gres": "gpu:8", "time": 60}),
@@ -303,7 +324,7 @@ async fn gang_beside_a_short_job(config: &str) -> (Vec<String>, Option<(String, 
 async fn a_gang_no_job_waits_behind_starts_spread_at_once() {
     // The one-leaf room is 10 minutes off by first's limit, but waiting would delay only
     // the gang: it starts at once on the two free nodes, over both leaves.
-    let (nodes, waited) = gang_beside_a_short_job("# defaults\n").await;
+    let (nodes, waited) = gang_beside_a_short_job("# defaults\n", false).await;
     assert_eq!(nodes, ["gpu002", "gpu003"]);
     assert_eq!(waited, None);
 }
@@ -312,9 +333,20 @@ async fn a_gang_no_job_waits_behind_starts_spread_at_once() {
 async fn a_gang_over_the_spread_at_once_bound_waits_for_one_leaf() {
     // The gang's hour is over the 30-minute bound: it waits for leaf1, estimated at first's
     // limit, and starts there when first ends.
-    let (nodes, waited) = gang_beside_a_short_job("spreadAtOnceMaxLimitSecs: 1800\n").await;
+    let (nodes, waited) = gang_beside_a_short_job("spreadAtOnceMaxLimitSecs: 1800\n", false).await;
     assert_eq!(nodes, ["gpu001", "gpu002"]);
     let (reason, est) = waited.expect("the gang waited with an estimated start");
     assert_eq!(reason, "Resources");
+    assert!((590..=610).contains(&est), "estimate {est}s after first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_waits_for_one_leaf_while_an_earlier_job_waits() {
+    // gpu002 and gpu003 are free, but pinned, queued before the gang, waits for gpu004: the
+    // queue has not drained, so the gang waits for leaf1 (estimated at first's limit) and
+    // starts there when first ends.
+    let (nodes, waited) = gang_beside_a_short_job("# defaults\n", true).await;
+    assert_eq!(nodes, ["gpu001", "gpu002"]);
+    let (_, est) = waited.expect("the gang waited with an estimated start");
     assert!((590..=610).contains(&est), "estimate {est}s after first");
 }

@@ -104,8 +104,8 @@ fn a_gang_waits_for_one_leaf_only_while_it_comes_soon() {
 
 #[test]
 fn a_gang_no_job_waits_behind_spreads_at_once_unless_a_spread_gang_runs() {
-    // As above, leaf 1 is whole in 10 minutes, but no job of the partition is queued behind
-    // the gang: waiting would delay only the gang, so it starts now over two leaves.
+    // As above, leaf 1 is whole in 10 minutes, but no other job of the partition waits:
+    // waiting would delay only the gang, so it starts now over two leaves.
     let setup = |spread_running: bool| {
         let mut s = sandbox();
         fill(&mut s, 100, &range(3, 4), NOW + 600);
@@ -138,6 +138,18 @@ fn a_gang_no_job_waits_behind_spreads_at_once_unless_a_spread_gang_runs() {
     begins.begin_time = Some(NOW + 3600);
     later.pending.extend([held, begins]);
     assert_eq!(started(&schedule(&later, NOW, &cfg), 1).leaves, 2);
+    // An earlier job of the partition waiting for room (here for gpu012, busy for 30 days):
+    // the queue has not drained, so the gang waits for leaf 1 as any gang does.
+    let mut earlier = s.clone();
+    let mut pinned = JobRequest::nodes(1, 8).time(600);
+    pinned.nodelist = vec!["gpu012".into()];
+    earlier
+        .pending
+        .insert(0, PendingJob::new(2, NOW - 2, pinned));
+    let d = schedule(&earlier, NOW, &cfg);
+    assert!(d.starts.is_empty(), "{:?}", d.starts);
+    let gang = d.reservations.iter().find(|r| r.job == 1).unwrap();
+    assert_eq!(names(&s, &gang.nodes), range(1, 4), "{:?}", d.reservations);
     // A site that keeps long gangs off spread placements: the 10-minute gang is over a
     // 5-minute bound, so it waits for leaf 1 (whole in 10 minutes); at its limit it spreads.
     let long = |max| Config {

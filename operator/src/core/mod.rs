@@ -96,9 +96,9 @@
 //!   when, by the running jobs' limits and the reservations, one leaf comes within that time
 //!   (its reservation is then on one leaf), and starts spread otherwise. At most 32 such
 //!   checks per cycle (each is a timeline sweep); past them, gangs start spread. It does not
-//!   wait when no later job of its partition is queued (the wait would delay only itself)
-//!   and no gang one leaf could hold runs spread in the partition (so at most one such gang
-//!   runs at a time and leaf span stays near its bound).
+//!   wait when it is the only job of its partition waiting, none before it and none after
+//!   (the wait would delay only itself) and no gang one leaf could hold runs spread in the
+//!   partition (so at most one such gang runs at a time and leaf span stays near its bound).
 //! - **`--switches=N@WAIT`**: until `WAIT` has passed since the job became eligible
 //!   (`Config::max_switch_wait_secs` = 300 s when no `@WAIT`, as Slurm's `max_switch_wait`),
 //!   only placements on at most N leaves count — also when estimating its start; then any.

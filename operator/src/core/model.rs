@@ -514,10 +514,11 @@ pub struct Config {
     /// `bf_min_age_reserve`); 0: at once.
     pub reserve_after_secs: u64,
     /// How long a multi-node gang without `--switches` waits for a placement on the fewest
-    /// leaves its size allows before taking any (0: never waits). It does not wait when no
-    /// later job of its partition is queued and no gang one leaf could hold runs spread.
+    /// leaves its size allows before taking any (0: never waits). It does not wait when it is
+    /// the only job of its partition waiting (none before it, none after) and no gang one
+    /// leaf could hold runs spread.
     pub topology_wait_secs: u64,
-    /// The exception to that wait (no later job queued, no such gang spread) applies only to
+    /// The exception to that wait (no other job waiting, no such gang spread) applies only to
     /// gangs whose time limit is at most this; a longer gang (or one without a limit) waits
     /// for its fewest leaves all the same, since it would run spread for long. 0: every gang.
     pub spread_at_once_max_limit_secs: u64,

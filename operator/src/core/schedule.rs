@@ -86,6 +86,7 @@ struct Cycle<'a> {
     /// Slots this cycle marked stopping (undone when it ends).
     stopped_now: Vec<u32>,
     array_running: BTreeMap<JobId, u32>,
+    /// Per partition, whether a job before the one considered waits for room.
     blocked: Vec<bool>,
     reservations: usize,
     /// Latest time a job already being stopped releases its resources.

@@ -8,19 +8,23 @@ const TOPOLOGY_CHECKS: u32 = 32;
 
 impl Cycle<'_> {
     /// Whether a gang of `part` that could start now spread over more leaves than it needs
-    /// should start so rather than wait for its fewest leaves: no later job of the partition
-    /// waits in this cycle's queue (the wait would delay no one's start but the gang's own,
-    /// and a one-leaf room it waits for would serve no one else), and no running job of the
-    /// partition that one leaf could hold is spread (so spreading at once is never the
-    /// habit: at most one such gang runs at a time, and leaf span stays near its bound); and,
-    /// with [`Config::spread_at_once_max_limit_secs`] set, its limit is at most that.
+    /// should start so rather than wait for its fewest leaves: it is the only job of its
+    /// partition waiting for room in this cycle's queue, none before it and none after (the
+    /// queue has drained: the wait would delay no one's start but the gang's own, and a
+    /// one-leaf room it waits for would serve no one else; while earlier jobs wait too, the
+    /// partition is contended and the gang waits for its leaf as any gang does), and no
+    /// running job of the partition that one leaf could hold is spread (so spreading at once
+    /// is never the habit: at most one such gang runs at a time, and leaf span stays near its
+    /// bound); and, with [`Config::spread_at_once_max_limit_secs`] set, its limit is at most
+    /// that.
     pub(super) fn spread_at_once(&self, jc: &JobCtx) -> bool {
         let max = self.cfg.spread_at_once_max_limit_secs;
         if max > 0 && jc.limit.is_none_or(|l| l > max) {
             return false;
         }
         let part = jc.part as usize;
-        if self.last_of_part[part].is_some_and(|l| l > self.at) {
+        // Another job of the partition waits: an earlier one (`blocked`) or a later one.
+        if self.blocked[part] || self.last_of_part[part].is_some_and(|l| l > self.at) {
             return false;
         }
         let widest = self.widest_leaf[part];
