@@ -246,12 +246,12 @@ async fn a_one_node_job_passes_a_gang_that_is_not_yet_firm_once_it_has_waited() 
 }
 
 /// Three nodes: `gpu001` and `gpu002` under `leaf1`, `gpu003` under `leaf2`. `first` holds
-/// `gpu001` for 20 seconds (40 with `earlier_waits`; a 10-minute limit); `gang` (two nodes, an hour's limit) is
-/// submitted while it runs, with no job behind it. With `earlier_waits`, `leaf2` has a
-/// fourth node, `gpu004`, held for two minutes by `other` (an hour's limit), and `pinned`
-/// (`--nodelist gpu004`, 10 minutes) is submitted before the gang and waits for it. Returns the gang's
-/// nodes once it runs, and its reason and estimated start (seconds after `first` started)
-/// while it waited, if it did.
+/// `gpu001` for 20 seconds (40 with `earlier_waits`; a 10-minute limit); `gang` (two nodes,
+/// an hour's limit) is submitted while it runs, with no job behind it. With `earlier_waits`,
+/// `leaf2` has a fourth node, `gpu004`, held for two minutes by `other` (an hour's limit),
+/// and `pinned` (`--nodelist gpu004`, 10 minutes) is submitted before the gang and waits for
+/// it. Returns the gang's nodes once it runs, and its reason and estimated start (seconds
+/// after `first` started) while it waited, if it did.
 async fn gang_beside_a_short_job(
     config: &str,
     earlier_waits: bool,
