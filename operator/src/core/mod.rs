@@ -222,16 +222,14 @@
 //!
 //! # Modules
 //!
-//! [`model`] (input types), [`decisions`] (output types), [`cluster_spec`] (the shared
-//! cluster file format), [`node`], [`shape`], [`feasible`] (can a request ever run, and if
-//! not why), [`tree`],
+//! [`model`] (input types), [`decisions`] (output types), [`cluster_spec`] (the shared cluster file
+//! format), [`node`], [`shape`], [`feasible`] (can a request ever run, and if not why), [`tree`],
 //! [`extended`] (the partitions' per-node-pod extended resources as running jobs hold them),
-//! [`gpus`], [`engine`] (cycle state and placement),
-//! [`occupancy`] (running jobs' holds kept between cycles), [`kept`] (the same over whole
-//! snapshots),
-//! [`timeline`] (earliest starts), [`schedule`](mod@schedule) (the cycle), [`priority`],
-//! [`deps`], [`enforce`], [`baseline`] (the first-fit and Slurm-like yardsticks), [`synth`] (seeded
-//! synthetic clusters and queues), [`util`].
+//! [`gpus`], [`engine`] (cycle state and placement), [`occupancy`] (running jobs' holds kept
+//! between cycles), [`kept`] (the same over whole snapshots), [`timeline`] (earliest starts),
+//! [`schedule`](mod@schedule) (the cycle), [`priority`], [`deps`], [`enforce`], [`baseline`] (the
+//! first-fit and Slurm-like yardsticks), [`synth`] (seeded synthetic clusters and queues),
+//! [`util`].
 
 #![warn(missing_docs)]
 
