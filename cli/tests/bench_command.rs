@@ -36,7 +36,7 @@ fn here() -> std::path::PathBuf {
 }
 
 #[tokio::test]
-async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
+async fn bench_prints_cases_scaling_and_quality_against_the_baselines() {
     let (code, out, err) = muster(
         &[
             "bench",
@@ -74,6 +74,14 @@ async fn bench_prints_cases_scaling_and_quality_against_first_fit() {
         "quality figures missing: {out}"
     );
     assert!(out.contains("idle GPU-hours while a job waited"), "{out}");
+    // The overloaded workload is replayed under the Slurm-like baseline too.
+    let head = out
+        .lines()
+        .find(|l| l.starts_with("placement quality"))
+        .unwrap_or_else(|| panic!("no quality table: {out}"));
+    for col in ["muster", "slurm-like", "first-fit"] {
+        assert!(head.contains(col), "{col} missing: {head}");
+    }
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! Speed, memory and placement-quality figures for the scheduling core, with a naive
-//! topology-unaware first-fit baseline run on the same inputs (`muster bench`,
+//! topology-unaware first-fit baseline run on the same inputs (and, for placement quality,
+//! the Slurm-like backfill baseline too; `muster bench`,
 //! `cargo run --release -p muster-operator --example bench`, and the criterion benches use
 //! these scenarios). Lives outside [`crate::core`] because it reads the clock.
 
@@ -170,24 +171,47 @@ pub struct CaseTiming {
     pub target_ms: Option<f64>,
 }
 
-/// Placement quality over a small simulated workload.
+/// Placement quality over a small simulated workload: the same arrivals under Muster, the
+/// Slurm-like backfill baseline and first fit ([`Yardstick`]).
 #[derive(Clone, Debug, Default)]
 pub struct Quality {
-    /// Multi-node jobs started (Muster, baseline).
-    pub multi_node_jobs: (usize, usize),
-    /// Mean leaf switches per multi-node job (Muster, baseline).
-    pub mean_leaves: (f64, f64),
-    /// Mean of each job's lower bound, ceil(nodes / nodes per leaf) (Muster, baseline).
-    pub mean_lower_bound: (f64, f64),
-    /// Mean wait in seconds (Muster, baseline).
-    pub mean_wait: (f64, f64),
-    /// Largest wait of a gang of 8+ nodes (Muster, baseline).
-    pub max_big_wait: (f64, f64),
-    /// Simulated seconds until the last job ended (Muster, baseline).
-    pub makespan: (f64, f64),
-    /// GPU-hours left idle while some job waited (Muster, baseline), cycle to cycle: the
-    /// room that reservations and topology waits hold, most of a longer makespan.
-    pub idle_gpu_hours: (f64, f64),
+    /// Muster with the bench's configuration.
+    pub muster: PolicyFigures,
+    /// The Slurm-like EASY backfill baseline ([`Yardstick::SlurmBackfill`]).
+    pub slurm_like: PolicyFigures,
+    /// Topology-unaware first fit ([`Yardstick::FirstFit`]).
+    pub first_fit: PolicyFigures,
+}
+
+/// One policy's figures over the placement-quality workload.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PolicyFigures {
+    /// Multi-node jobs started.
+    pub multi_node_jobs: usize,
+    /// Mean leaf switches per multi-node job.
+    pub mean_leaves: f64,
+    /// Mean of each multi-node job's lower bound, ceil(nodes / nodes per leaf).
+    pub mean_lower_bound: f64,
+    /// Mean wait in seconds.
+    pub mean_wait: f64,
+    /// Largest wait of a gang of 8+ nodes, seconds.
+    pub max_big_wait: f64,
+    /// Simulated seconds until the last job ended.
+    pub makespan: f64,
+    /// GPU-hours left idle while some job waited, cycle to cycle: the room that reservations
+    /// and topology waits hold, most of a longer makespan.
+    pub idle_gpu_hours: f64,
+}
+
+impl PolicyFigures {
+    /// Mean leaf switches over the mean lower bound (1 when there is no multi-node job).
+    pub fn leaf_ratio(&self) -> f64 {
+        if self.mean_lower_bound > 0.0 {
+            self.mean_leaves / self.mean_lower_bound
+        } else {
+            1.0
+        }
+    }
 }
 
 /// One cluster size of the scaling series (milliseconds as in [`CaseTiming`]).
@@ -398,8 +422,9 @@ pub fn run(opts: &BenchOptions) -> BenchReport {
     report
 }
 
-/// A small event simulation run twice on the same arrivals, once with Muster and once with
-/// first fit, scheduling every 60 simulated seconds. Jobs run 20–100% of their limit.
+/// A small event simulation run three times on the same arrivals, under Muster, the
+/// Slurm-like baseline and first fit (one thread each), scheduling every 60 simulated
+/// seconds. Jobs run 20–100% of their limit.
 pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
     let per_leaf = 32.min(nodes.max(1));
     let mut rng = SplitMix64::new(seed ^ 0x5eed);
@@ -420,7 +445,7 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             (t, j, run)
         })
         .collect();
-    let sim = |muster: bool| -> (usize, f64, f64, f64, f64, f64, f64) {
+    let sim = |policy: Option<Yardstick>| -> PolicyFigures {
         let mut s = synth::cluster((nodes / per_leaf).max(1), per_leaf);
         let total_gpus: u64 = s.nodes.iter().map(|n| n.gpus.len() as u64).sum();
         let prep = Prepared::new(&s.nodes, &s.partitions);
@@ -458,10 +483,12 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             if next >= arrivals.len() && s.pending.is_empty() && s.running.is_empty() {
                 break;
             }
-            let d = if muster {
-                schedule_prepared(&prep, &s, t, cfg)
-            } else {
-                first_fit_prepared(&prep, &s, t)
+            let d = match policy {
+                None => schedule_prepared(&prep, &s, t, cfg),
+                Some(Yardstick::FirstFit) => first_fit_prepared(&prep, &s, t),
+                Some(y) => {
+                    y.schedule_incremental(&prep, &mut Occupancy::new(&prep, &s), &s, t, cfg)
+                }
             };
             for st in &d.starts {
                 let w = (t - submit[&st.job]) as f64;
@@ -505,34 +532,35 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
                 0.0
             }
         };
-        (
-            multi,
-            mean(leaves),
-            mean(lower),
-            if nwait > 0 { waits / nwait as f64 } else { 0.0 },
-            big_wait,
-            (last_end - start) as f64,
-            idle / 3600.0,
-        )
+        PolicyFigures {
+            multi_node_jobs: multi,
+            mean_leaves: mean(leaves),
+            mean_lower_bound: mean(lower),
+            mean_wait: if nwait > 0 { waits / nwait as f64 } else { 0.0 },
+            max_big_wait: big_wait,
+            makespan: (last_end - start) as f64,
+            idle_gpu_hours: idle / 3600.0,
+        }
     };
-    let a = sim(true);
-    let b = sim(false);
-    Quality {
-        multi_node_jobs: (a.0, b.0),
-        mean_leaves: (a.1, b.1),
-        mean_lower_bound: (a.2, b.2),
-        mean_wait: (a.3, b.3),
-        max_big_wait: (a.4, b.4),
-        makespan: (a.5, b.5),
-        idle_gpu_hours: (a.6, b.6),
-    }
+    std::thread::scope(|scope| {
+        let slurm_like = scope.spawn(|| sim(Some(Yardstick::SlurmBackfill)));
+        let first_fit = scope.spawn(|| sim(Some(Yardstick::FirstFit)));
+        let muster = sim(None);
+        Quality {
+            muster,
+            slurm_like: slurm_like
+                .join()
+                .expect("the Slurm-like simulation panicked"),
+            first_fit: first_fit.join().expect("the first-fit simulation panicked"),
+        }
+    })
 }
 
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "Muster scheduling core benchmark (CPU time on one core; baseline = topology-unaware first fit)"
+            "Muster scheduling core benchmark (CPU time on one core; baseline = topology-unaware first fit; placement quality also against Slurm-like backfill)"
         )?;
         writeln!(f)?;
         writeln!(
@@ -601,52 +629,43 @@ impl fmt::Display for BenchReport {
             )?;
         }
         let q = &self.quality;
+        // One row per figure: its name and how to print it for one policy.
+        type Cell = fn(&PolicyFigures) -> String;
+        let rows: [(&str, Cell); 8] = [
+            ("multi-node jobs", |p| p.multi_node_jobs.to_string()),
+            ("mean leaf switches per multi-node job", |p| {
+                format!("{:.3}", p.mean_leaves)
+            }),
+            ("lower bound (mean ceil(nodes/leaf size))", |p| {
+                format!("{:.3}", p.mean_lower_bound)
+            }),
+            ("ratio to lower bound", |p| format!("{:.3}", p.leaf_ratio())),
+            ("mean wait (s)", |p| format!("{:.0}", p.mean_wait)),
+            ("longest wait of an 8+ node gang (s)", |p| {
+                format!("{:.0}", p.max_big_wait)
+            }),
+            ("makespan (s)", |p| format!("{:.0}", p.makespan)),
+            ("idle GPU-hours while a job waited", |p| {
+                format!("{:.0}", p.idle_gpu_hours)
+            }),
+        ];
         writeln!(f)?;
         writeln!(
             f,
-            "placement quality (simulated workload):          muster    first-fit"
+            "{:<46} {:>9} {:>11} {:>10}",
+            "placement quality (simulated workload):", "muster", "slurm-like", "first-fit"
         )?;
-        writeln!(
-            f,
-            "  multi-node jobs                               {:>8} {:>12}",
-            q.multi_node_jobs.0, q.multi_node_jobs.1
-        )?;
-        writeln!(
-            f,
-            "  mean leaf switches per multi-node job         {:>8.3} {:>12.3}",
-            q.mean_leaves.0, q.mean_leaves.1
-        )?;
-        writeln!(
-            f,
-            "  lower bound (mean ceil(nodes/leaf size))      {:>8.3} {:>12.3}",
-            q.mean_lower_bound.0, q.mean_lower_bound.1
-        )?;
-        writeln!(
-            f,
-            "  ratio to lower bound                          {:>8.3} {:>12.3}",
-            q.mean_leaves.0 / q.mean_lower_bound.0.max(1e-9),
-            q.mean_leaves.1 / q.mean_lower_bound.1.max(1e-9)
-        )?;
-        writeln!(
-            f,
-            "  mean wait (s)                                 {:>8.0} {:>12.0}",
-            q.mean_wait.0, q.mean_wait.1
-        )?;
-        writeln!(
-            f,
-            "  longest wait of an 8+ node gang (s)           {:>8.0} {:>12.0}",
-            q.max_big_wait.0, q.max_big_wait.1
-        )?;
-        writeln!(
-            f,
-            "  makespan (s)                                  {:>8.0} {:>12.0}",
-            q.makespan.0, q.makespan.1
-        )?;
-        writeln!(
-            f,
-            "  idle GPU-hours while a job waited             {:>8.0} {:>12.0}",
-            q.idle_gpu_hours.0, q.idle_gpu_hours.1
-        )
+        for (name, cell) in rows {
+            writeln!(
+                f,
+                "  {:<44} {:>9} {:>11} {:>10}",
+                name,
+                cell(&q.muster),
+                cell(&q.slurm_like),
+                cell(&q.first_fit)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -659,21 +678,34 @@ mod tests {
         // 20 jobs on 4,096 nodes: each starts in the first cycle after it arrives (cycles
         // are 60 s apart), so no job is left waiting after a cycle.
         let q = quality(4096, 20, 7, &Config::default());
-        assert!(q.mean_wait.0 < 60.0 && q.mean_wait.1 < 60.0, "{q:?}");
-        assert_eq!(q.idle_gpu_hours, (0.0, 0.0));
+        for p in [q.muster, q.slurm_like, q.first_fit] {
+            assert!(p.mean_wait < 60.0, "{q:?}");
+            assert_eq!(p.idle_gpu_hours, 0.0, "{q:?}");
+        }
     }
 
     #[test]
     fn idle_room_while_jobs_wait_is_counted_and_bounded() {
         let q = quality(32, 150, 7, &Config::default());
-        for (idle, makespan) in [
-            (q.idle_gpu_hours.0, q.makespan.0),
-            (q.idle_gpu_hours.1, q.makespan.1),
-        ] {
+        for p in [q.muster, q.slurm_like, q.first_fit] {
             // Gangs of up to 8 of the 32 nodes wait for room, which idles meanwhile; never
             // more than the whole cluster for the whole run.
-            assert!(idle > 0.0, "{q:?}");
-            assert!(idle < 32.0 * 8.0 * makespan / 3600.0, "{q:?}");
+            assert!(p.idle_gpu_hours > 0.0, "{q:?}");
+            assert!(p.idle_gpu_hours < 32.0 * 8.0 * p.makespan / 3600.0, "{q:?}");
         }
+    }
+
+    #[test]
+    fn the_three_policies_replay_the_same_arrivals_their_own_way() {
+        let q = quality(64, 300, 3, &Config::default());
+        // The Slurm-like baseline orders by submit time and reserves for every job it tests,
+        // first fit reserves for none: on a loaded cluster the three schedules differ.
+        assert_ne!(q.slurm_like, q.first_fit, "{q:?}");
+        assert_ne!(q.muster, q.slurm_like, "{q:?}");
+        // Slurm's tree placement keeps gangs nearer their fewest leaves than first fit.
+        assert!(
+            q.slurm_like.leaf_ratio() < q.first_fit.leaf_ratio(),
+            "{q:?}"
+        );
     }
 }
