@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use crate::core::baseline::{Yardstick, first_fit_prepared};
+use crate::core::baseline::Yardstick;
 use crate::core::synth;
 use crate::core::util::SplitMix64;
 use crate::core::{
@@ -485,7 +485,6 @@ pub fn quality(nodes: u32, jobs: usize, seed: u64, cfg: &Config) -> Quality {
             }
             let d = match policy {
                 None => schedule_prepared(&prep, &s, t, cfg),
-                Some(Yardstick::FirstFit) => first_fit_prepared(&prep, &s, t),
                 Some(y) => {
                     y.schedule_incremental(&prep, &mut Occupancy::new(&prep, &s), &s, t, cfg)
                 }

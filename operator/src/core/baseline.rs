@@ -94,11 +94,3 @@ impl Yardstick {
 pub fn first_fit(snap: &Snapshot, now: i64) -> Decisions {
     Yardstick::FirstFit.schedule(snap, now, &Config::default())
 }
-
-/// [`first_fit`] with the partitions' trees from `prep` (built for the same nodes and
-/// partitions; rebuilt per call if it does not fit), for callers that schedule one cluster
-/// many times.
-pub fn first_fit_prepared(prep: &Prepared, snap: &Snapshot, now: i64) -> Decisions {
-    let mut occ = Occupancy::new(prep, snap);
-    Yardstick::FirstFit.schedule_incremental(prep, &mut occ, snap, now, &Config::default())
-}
