@@ -1,7 +1,7 @@
 //! `muster bench`: the scheduling core's speed, memory and placement-quality figures, with a
-//! naive topology-unaware first-fit baseline on the same input (see
-//! [`muster_operator::bench`]). Figures are thread CPU time of one core, so a loaded machine
-//! skews them less than wall time would.
+//! naive topology-unaware first-fit baseline on the same input (placement quality against
+//! the Slurm-like baseline too; see [`muster_operator::bench`]). Figures are thread CPU time
+//! of one core, so a loaded machine skews them less than wall time would.
 
 use std::sync::OnceLock;
 
@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// One-GPU jobs placed in one cycle on an empty cluster.
     #[arg(long, default_value_t = 100_000)]
     pub many_jobs: usize,
-    /// Jobs of the placement-quality simulation (against first fit).
+    /// Jobs of the placement-quality simulation (Muster, the Slurm-like baseline and first fit).
     #[arg(long, default_value_t = 1_500)]
     pub quality_jobs: usize,
     /// Run the placement-quality benchmark instead: Muster, the Slurm-like backfill
