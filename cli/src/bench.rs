@@ -5,7 +5,9 @@
 
 use std::sync::OnceLock;
 
+use anyhow::Context;
 use muster_operator::bench::{BenchOptions, run as run_bench};
+use muster_operator::controller::scheduler_config;
 
 use crate::Io;
 
@@ -51,10 +53,11 @@ pub struct BenchArgs {
     /// Jobs per synthetic trace of --quality.
     #[arg(long, default_value_t = 2_000, requires = "quality")]
     pub synthetic_jobs: usize,
-    /// Muster's scheduler configuration for --quality (the chart's `scheduler:` keys in a
-    /// YAML file, as `muster simulate --scheduler-config`), to measure a policy change
-    /// against the same baselines. Default: the operator's defaults.
-    #[arg(long, value_name = "FILE", requires = "quality")]
+    /// Muster's scheduler configuration (the chart's `scheduler:` keys in a YAML file, as
+    /// `muster simulate --scheduler-config`), to measure a policy change against the same
+    /// baselines: in --quality's replays, or in the cycle times and the simulated workload.
+    /// Default: the operator's defaults.
+    #[arg(long, value_name = "FILE")]
     pub scheduler_config: Option<std::path::PathBuf>,
     /// Seeds of --quality's synthetic traces, comma-separated. The defaults (1, 2, 3; 1 with
     /// --quick) are the workloads the targets and the policy were measured on; other seeds
@@ -69,6 +72,17 @@ pub struct BenchArgs {
 
 /// Build the options and print the report.
 pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
+    // Relative to the caller's directory, as every other path argument.
+    let config = args.scheduler_config.as_ref().map(|p| io.cwd.join(p));
+    // The operator's parser (its --scheduler-config): one rule for every reader.
+    let loaded = match &config {
+        None => None,
+        Some(p) => Some(scheduler_config::load(p).with_context(|| format!("{}", p.display()))?),
+    };
+    if let Some(p) = &config {
+        // Figures under other settings must not pass for the defaults' figures.
+        writeln!(io.out, "Muster's scheduler configuration: {}", p.display())?;
+    }
     if args.quality {
         let given: Vec<f64> = args.loads.iter().map(|f| f.0).collect();
         let loads: &[f64] = match (&given[..], args.quick) {
@@ -81,8 +95,6 @@ pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
             ([], false) => &[1, 2, 3],
             (given, _) => given,
         };
-        // Relative to the caller's directory, as every other path argument.
-        let config = args.scheduler_config.as_ref().map(|p| io.cwd.join(p));
         let err = &mut *io.err;
         let ws = crate::quality::run(
             args.synthetic_jobs,
@@ -108,6 +120,9 @@ pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
         memory_probe: MEMORY_PROBE.get().copied(),
         ..BenchOptions::default()
     };
+    if let Some(c) = loaded {
+        opts.config = c;
+    }
     if args.quick {
         opts.runs = opts.runs.min(1);
         opts.scales = vec![512, 4096];

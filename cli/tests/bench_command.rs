@@ -84,6 +84,83 @@ async fn bench_prints_cases_scaling_and_quality_against_the_baselines() {
     }
 }
 
+/// The tiny default run of the test above, with `extra` arguments, from directory `cwd`.
+async fn tiny_bench(extra: &[&str], cwd: &Path) -> (ExitCode, String, String) {
+    let mut argv = vec![
+        "bench",
+        "--nodes",
+        "64",
+        "--jobs",
+        "200",
+        "--runs",
+        "1",
+        "--scales",
+        "32",
+        "--gang-nodes",
+        "16",
+        "--many-jobs",
+        "500",
+        "--quality-jobs",
+        "60",
+    ];
+    argv.extend_from_slice(extra);
+    muster(&argv, cwd).await
+}
+
+/// One row of the simulated workload's table: its Muster, Slurm-like and first-fit cells.
+fn workload_row(out: &str, row: &str) -> Vec<String> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("  {row}")))
+        .unwrap_or_else(|| panic!("no {row} row: {out}"));
+    line[2 + row.len()..]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn bench_replays_the_simulated_workload_under_a_scheduler_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("fifo.yaml"),
+        "backfill: false\nshortLimitAgeSecs: 0\nmaxReservations: 0\n",
+    )
+    .unwrap();
+    let (code, default, err) = tiny_bench(&[], dir.path()).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
+    assert!(!default.contains("scheduler configuration"), "{default}");
+    let (code, tuned, err) = tiny_bench(&["--scheduler-config", "fifo.yaml"], dir.path()).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{err}");
+    // The figures say whose settings they are.
+    let named = dir.path().join("fifo.yaml");
+    assert!(
+        tuned.contains(&format!(
+            "Muster's scheduler configuration: {}",
+            named.display()
+        )),
+        "{tuned}"
+    );
+    let (before, after) = (
+        workload_row(&default, "mean wait (s)"),
+        workload_row(&tuned, "mean wait (s)"),
+    );
+    assert_eq!(before[1..], after[1..], "the baselines must not move");
+    assert_ne!(before[0], after[0], "the config was not applied:\n{tuned}");
+
+    std::fs::write(dir.path().join("bad.yaml"), "topologyWait: 60\n").unwrap();
+    let (code, out, err) = tiny_bench(&["--scheduler-config", "bad.yaml"], dir.path()).await;
+    assert_ne!(code, ExitCode::SUCCESS);
+    assert!(
+        err.contains("bad.yaml") && err.contains("topologyWait"),
+        "the error must name the file and the key: {err}"
+    );
+    assert!(
+        out.is_empty(),
+        "nothing is measured under a bad file: {out}"
+    );
+}
+
 #[tokio::test]
 async fn bench_quality_prints_every_policy_and_the_targets() {
     let (code, out, err) = quality(&[], &here()).await;
