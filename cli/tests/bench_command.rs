@@ -37,27 +37,7 @@ fn here() -> std::path::PathBuf {
 
 #[tokio::test]
 async fn bench_prints_cases_scaling_and_quality_against_the_baselines() {
-    let (code, out, err) = muster(
-        &[
-            "bench",
-            "--nodes",
-            "64",
-            "--jobs",
-            "200",
-            "--runs",
-            "1",
-            "--scales",
-            "32,64",
-            "--gang-nodes",
-            "16",
-            "--many-jobs",
-            "500",
-            "--quality-jobs",
-            "60",
-        ],
-        &here(),
-    )
-    .await;
+    let (code, out, err) = tiny_bench(&["--scales", "32,64"], &here()).await;
     assert_eq!(code, ExitCode::SUCCESS, "{err}");
     assert!(
         out.contains("baseline = topology-unaware first fit"),
@@ -84,7 +64,8 @@ async fn bench_prints_cases_scaling_and_quality_against_the_baselines() {
     }
 }
 
-/// The tiny default run of the test above, with `extra` arguments, from directory `cwd`.
+/// `muster bench` on a tiny configuration (give it `--scales`), with `extra` arguments, from
+/// directory `cwd`.
 async fn tiny_bench(extra: &[&str], cwd: &Path) -> (ExitCode, String, String) {
     let mut argv = vec![
         "bench",
@@ -94,8 +75,6 @@ async fn tiny_bench(extra: &[&str], cwd: &Path) -> (ExitCode, String, String) {
         "200",
         "--runs",
         "1",
-        "--scales",
-        "32",
         "--gang-nodes",
         "16",
         "--many-jobs",
@@ -127,10 +106,14 @@ async fn bench_replays_the_simulated_workload_under_a_scheduler_config() {
         "backfill: false\nshortLimitAgeSecs: 0\nmaxReservations: 0\n",
     )
     .unwrap();
-    let (code, default, err) = tiny_bench(&[], dir.path()).await;
+    let (code, default, err) = tiny_bench(&["--scales", "32"], dir.path()).await;
     assert_eq!(code, ExitCode::SUCCESS, "{err}");
     assert!(!default.contains("scheduler configuration"), "{default}");
-    let (code, tuned, err) = tiny_bench(&["--scheduler-config", "fifo.yaml"], dir.path()).await;
+    let (code, tuned, err) = tiny_bench(
+        &["--scales", "32", "--scheduler-config", "fifo.yaml"],
+        dir.path(),
+    )
+    .await;
     assert_eq!(code, ExitCode::SUCCESS, "{err}");
     // The figures say whose settings they are.
     let named = dir.path().join("fifo.yaml");
@@ -149,7 +132,11 @@ async fn bench_replays_the_simulated_workload_under_a_scheduler_config() {
     assert_ne!(before[0], after[0], "the config was not applied:\n{tuned}");
 
     std::fs::write(dir.path().join("bad.yaml"), "topologyWait: 60\n").unwrap();
-    let (code, out, err) = tiny_bench(&["--scheduler-config", "bad.yaml"], dir.path()).await;
+    let (code, out, err) = tiny_bench(
+        &["--scales", "32", "--scheduler-config", "bad.yaml"],
+        dir.path(),
+    )
+    .await;
     assert_ne!(code, ExitCode::SUCCESS);
     assert!(
         err.contains("bad.yaml") && err.contains("topologyWait"),
