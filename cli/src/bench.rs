@@ -75,10 +75,10 @@ pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
     // Relative to the caller's directory, as every other path argument.
     let config = args.scheduler_config.as_ref().map(|p| io.cwd.join(p));
     // The operator's parser (its --scheduler-config): one rule for every reader.
-    let loaded = match &config {
-        None => None,
-        Some(p) => Some(scheduler_config::load(p).with_context(|| format!("{}", p.display()))?),
-    };
+    let loaded = config
+        .as_deref()
+        .map(|p| scheduler_config::load(p).with_context(|| format!("{}", p.display())))
+        .transpose()?;
     if let Some(p) = &config {
         // Figures under other settings must not pass for the defaults' figures.
         writeln!(io.out, "Muster's scheduler configuration: {}", p.display())?;
