@@ -6,14 +6,14 @@
 use std::sync::OnceLock;
 
 use anyhow::Context;
-use muster_operator::bench::{BenchOptions, run as run_bench};
+use muster_operator::bench::{BenchOptions, CountingAllocator, run as run_bench};
 use muster_operator::controller::scheduler_config;
 
 use crate::Io;
 
-/// Live heap bytes of this process, when the binary installed a counting allocator
-/// (`muster` does; the memory figure is left out otherwise).
-pub static MEMORY_PROBE: OnceLock<fn() -> usize> = OnceLock::new();
+/// The process's global allocator, when the binary installed a counting one (`muster`
+/// does; the memory figure is left out otherwise).
+pub static ALLOCATOR: OnceLock<&'static CountingAllocator> = OnceLock::new();
 
 /// Options of `muster bench`.
 #[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
@@ -117,7 +117,7 @@ pub fn run(args: &BenchArgs, io: &mut Io<'_>) -> anyhow::Result<()> {
         gang_nodes: args.gang_nodes,
         many_jobs: args.many_jobs,
         quality_jobs: args.quality_jobs,
-        memory_probe: MEMORY_PROBE.get().copied(),
+        memory: ALLOCATOR.get().copied(),
         ..BenchOptions::default()
     };
     if let Some(c) = loaded {

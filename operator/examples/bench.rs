@@ -6,14 +6,10 @@ use muster_operator::bench::{BenchOptions, CountingAllocator, run};
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator::new();
 
-fn live() -> usize {
-    ALLOC.live()
-}
-
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let mut opts = BenchOptions {
-        memory_probe: Some(live),
+        memory: Some(&ALLOC),
         ..BenchOptions::default()
     };
     if quick {
