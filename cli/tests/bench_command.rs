@@ -266,3 +266,44 @@ async fn bench_quality_replays_the_seeds_and_loads_it_is_given() {
         "the error must name the option and what is allowed: {err}"
     );
 }
+
+/// The memory figure comes from the `muster` binary's counting allocator (an in-process run
+/// has none and leaves it out), so this runs the binary: the snapshot and queue of 512 nodes
+/// and 1,250 jobs hold about 2 MiB (16 MiB at 4,096 / 10,000), counted while they are built
+/// and not before or after.
+#[test]
+fn the_binary_prints_the_snapshot_memory_figure() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args([
+            "bench",
+            "--nodes",
+            "512",
+            "--jobs",
+            "1250",
+            "--runs",
+            "1",
+            "--gang-nodes",
+            "16",
+            "--many-jobs",
+            "500",
+            "--quality-jobs",
+            "60",
+            "--scales",
+            "32",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("snapshot + queue at 512 nodes / 1250 jobs: "))
+        .unwrap_or_else(|| panic!("no memory figure: {stdout}"));
+    let mib: f64 = line
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable: {line}"));
+    assert!((1.5..=3.0).contains(&mib), "{line}");
+}
