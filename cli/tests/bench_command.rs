@@ -67,24 +67,23 @@ async fn bench_prints_cases_scaling_and_quality_against_the_baselines() {
 /// `muster bench` on a tiny configuration (give it `--scales`), with `extra` arguments, from
 /// directory `cwd`.
 async fn tiny_bench(extra: &[&str], cwd: &Path) -> (ExitCode, String, String) {
-    let mut argv = vec![
-        "bench",
-        "--nodes",
-        "64",
-        "--jobs",
-        "200",
-        "--runs",
-        "1",
-        "--gang-nodes",
-        "16",
-        "--many-jobs",
-        "500",
-        "--quality-jobs",
-        "60",
-    ];
+    let mut argv = vec!["bench", "--nodes", "64", "--jobs", "200"];
+    argv.extend_from_slice(TINY);
     argv.extend_from_slice(extra);
     muster(&argv, cwd).await
 }
+
+/// A tiny run's cases: one timing each, a small gang, few small jobs, a short workload.
+const TINY: &[&str] = &[
+    "--runs",
+    "1",
+    "--gang-nodes",
+    "16",
+    "--many-jobs",
+    "500",
+    "--quality-jobs",
+    "60",
+];
 
 /// One row of the simulated workload's table: its Muster, Slurm-like and first-fit cells.
 fn workload_row(out: &str, row: &str) -> Vec<String> {
@@ -275,22 +274,9 @@ async fn bench_quality_replays_the_seeds_and_loads_it_is_given() {
 fn the_binary_prints_the_snapshot_memory_figure() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_muster"))
         .args([
-            "bench",
-            "--nodes",
-            "512",
-            "--jobs",
-            "1250",
-            "--runs",
-            "1",
-            "--gang-nodes",
-            "16",
-            "--many-jobs",
-            "500",
-            "--quality-jobs",
-            "60",
-            "--scales",
-            "32",
+            "bench", "--nodes", "512", "--jobs", "1250", "--scales", "32",
         ])
+        .args(TINY)
         .output()
         .unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
