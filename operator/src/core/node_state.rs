@@ -34,13 +34,11 @@ pub struct NodeState {
     pub releases: SmallVec<[(i64, Res, u32); 2]>,
     /// Holds of reservations.
     pub claims: Vec<Claim>,
-    /// For nodes with holds: `(time, least free from now until just after time)` at now and
-    /// at every hold start after now, so the free room over `[now, end)` is one binary
-    /// search. Rebuilt whenever the node's holds or releases change.
-    pub profile: Vec<(i64, Res)>,
-    /// Free at each time of `profile` (not the least since now): [`NodeState::window`]
-    /// reads them instead of recounting every release and hold at every hold start.
-    pub points: Vec<Res>,
+    /// For nodes with holds: `(time, least free from now until just after time, free at
+    /// time)` at now and at every hold start after now, so the free room over `[now, end)`
+    /// is one binary search and over any window one count. Rebuilt whenever the node's
+    /// holds or releases change.
+    pub profile: Vec<(i64, Res, Res)>,
 }
 
 impl NodeState {
@@ -74,8 +72,8 @@ impl NodeState {
     /// carries dozens of holds, and the reservation sweeps ask this of every node they pass).
     pub fn window(&self, s: i64, e: i64, now: i64) -> Res {
         let mut m = self.point(s, now);
-        let first = self.profile.partition_point(|&(t, _)| t <= s);
-        for (&(t, _), &p) in self.profile[first..].iter().zip(&self.points[first..]) {
+        let first = self.profile.partition_point(|&(t, _, _)| t <= s);
+        for &(t, _, p) in &self.profile[first..] {
             if t >= e {
                 break;
             }
@@ -90,7 +88,7 @@ impl NodeState {
         if self.profile.is_empty() {
             return self.free;
         }
-        let i = self.profile.partition_point(|&(t, _)| t < e);
+        let i = self.profile.partition_point(|&(t, _, _)| t < e);
         self.profile[i.max(1) - 1].1
     }
 
@@ -115,7 +113,6 @@ impl NodeState {
 
     pub(crate) fn rebuild_profile(&mut self, now: i64) {
         self.profile.clear();
-        self.points.clear();
         if self.claims.is_empty() {
             return;
         }
@@ -128,13 +125,11 @@ impl NodeState {
         times.sort_unstable();
         times.dedup();
         let mut m = self.point(now, now);
-        self.profile.push((now, m));
-        self.points.push(m);
+        self.profile.push((now, m, m));
         for t in times {
             let p = self.point(t, now);
             m = m.min(p);
-            self.profile.push((t, m));
-            self.points.push(p);
+            self.profile.push((t, m, p));
         }
     }
 
@@ -326,7 +321,6 @@ pub fn base_nodes(nodes: &[Node], prep: &Prepared) -> Vec<NodeState> {
             releases: SmallVec::new(),
             claims: Vec::new(),
             profile: Vec::new(),
-            points: Vec::new(),
         });
     }
     out
