@@ -339,6 +339,12 @@ fn compare_shows_backfill_and_topology_awareness() {
         ["3m20s", "3m20s", "10m38s", "3m20s"],
         "{out}"
     );
+    // c, the only gang of 8+ nodes (16), waits 998 s under every policy.
+    assert_eq!(
+        row(&out, "Wait: longest, gang of 8+ nodes"),
+        ["16m38s"; 4],
+        "{out}"
+    );
     // b on one leaf (lower bound 1), c on all four (lower bound 4) -- except b under
     // first fit, which spans two leaves.
     assert_eq!(
@@ -406,6 +412,8 @@ fn the_html_report_has_every_plot_and_the_table() {
     assert_eq!(json["policies"][0]["policy"], "muster");
     assert_eq!(json["policies"][0]["jobs"], 5);
     assert_eq!(json["policies"][0]["multiNodeJobs"], 2);
+    // c (16 nodes) waited from 2 to a's end at 1000.
+    assert_eq!(json["policies"][0]["bigGangWaitMaxSecs"], 998.0);
     let jobs = std::fs::read_to_string(out_dir.join("jobs-muster.csv")).unwrap();
     let lines: Vec<&str> = jobs.lines().collect();
     assert_eq!(lines.len(), 6, "{jobs}");

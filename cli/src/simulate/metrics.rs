@@ -24,6 +24,7 @@
 //! - **estimated starts**: over started jobs that got a reservation, the mean of |start −
 //!   first estimate| and the share that started no later than first estimated.
 
+use muster_operator::bench::BIG_GANG_NODES;
 use serde::Serialize;
 
 use super::engine::{Cluster, Outcome, SimRun, Workload};
@@ -59,6 +60,9 @@ pub struct Summary {
     pub wait_median_secs: f64,
     /// 95th percentile wait.
     pub wait_p95_secs: f64,
+    /// Longest wait of a started gang of [`BIG_GANG_NODES`] or more nodes, seconds (`None`:
+    /// none started).
+    pub big_gang_wait_max_secs: Option<f64>,
     /// Mean job completion time.
     pub jct_mean_secs: f64,
     /// Mean bounded slowdown.
@@ -205,6 +209,13 @@ pub fn summarize(run: &SimRun, w: &Workload, cl: &Cluster) -> Summary {
         wait_mean_secs: mean(&wait),
         wait_median_secs: nearest_rank(&wait, 0.5),
         wait_p95_secs: nearest_rank(&wait, 0.95),
+        big_gang_wait_max_secs: run
+            .jobs
+            .iter()
+            .zip(&w.jobs)
+            .filter(|(o, _)| o.nodes as usize >= BIG_GANG_NODES)
+            .filter_map(|(o, j)| o.start.map(|s| (s - j.submit) as f64))
+            .reduce(f64::max),
         jct_mean_secs: mean(&jct),
         bounded_slowdown: mean(&bsld),
         // Stopped early (--until), GPUs were held up to the stop, not the last end.

@@ -65,7 +65,8 @@ Cycles: the scheduler runs after a change (arrival, job end) but at most once pe
 at most --max-queue waiting jobs in priority order (like Slurm's bf_max_job_test).
 
 Metrics:
-  wait              start - submit (mean, median, p95 by nearest rank) of started jobs
+  wait              start - submit (mean, median, p95 by nearest rank) of started jobs;
+                    longest: the longest of a started gang of 8 or more nodes
   JCT               end - submit of ended jobs
   bounded slowdown  mean of max(1, (end - submit) / max(run, 10 s))
   GPU utilisation   GPU-seconds held / (GPUs x makespan); makespan = last end - first submit

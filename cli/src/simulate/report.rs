@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::engine::{Cluster, Outcome, SimRun, Workload};
 use super::metrics::Summary;
+use muster_operator::bench::BIG_GANG_NODES;
 
 /// A duration the way the report prints it: `42s`, `12m05s`, `3h04m`, `2d03h`.
 pub fn dur(secs: f64) -> String {
@@ -70,6 +71,10 @@ pub fn rows(sums: &[Summary]) -> Vec<(String, Vec<String>)> {
         row("Wait: mean", &|s| dur(s.wait_mean_secs)),
         row("Wait: median", &|s| dur(s.wait_median_secs)),
         row("Wait: p95", &|s| dur(s.wait_p95_secs)),
+        row(
+            &format!("Wait: longest, gang of {BIG_GANG_NODES}+ nodes"),
+            &|s| s.big_gang_wait_max_secs.map_or("-".into(), dur),
+        ),
         row("Job completion time: mean", &|s| dur(s.jct_mean_secs)),
         row("Bounded slowdown (10 s): mean", &|s| {
             format!("{:.2}", s.bounded_slowdown)
