@@ -467,3 +467,46 @@ async fn the_job_that_would_end_last_is_not_passed_for_its_long_limit() {
     assert!(ok, "{err}");
     sim.stop().await;
 }
+
+/// A job pinned to a busy node (`sbatch -w`) waits; jobs of the same shape submitted after
+/// it, with no time limit or with one, start at once on the idle nodes. (The scheduler once
+/// remembered the pinned job's failed try for every job of its shape, so later jobs without
+/// a node list stayed PENDING with reason Priority beside idle nodes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_pinned_to_a_busy_node_does_not_hold_back_the_queue() {
+    let sim = Sim::start().await;
+    let busy = sbatch(
+        &sim,
+        vec![
+            "--exclusive",
+            "-N",
+            "2",
+            "-w",
+            "gpu[003-004]",
+            "--time=1-00:00:00",
+            "--wrap",
+            "sleep 1000",
+        ],
+    )
+    .await;
+    sim.until_state(busy, "RUNNING").await;
+    let pinned = sbatch(&sim, vec!["-w", "gpu003", "--wrap", "hostname"]).await;
+    let unlimited = sbatch(&sim, vec!["--wrap", "hostname"]).await;
+    let limited = sbatch(&sim, vec!["--time=10:00", "--wrap", "hostname"]).await;
+    sim.until_state(unlimited, "RUNNING").await;
+    sim.until_state(limited, "RUNNING").await;
+    let (ok, out, err) = sim
+        .run(&["squeue", "-h", "-j", &pinned.to_string(), "-o", "%T %r"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "PENDING Resources");
+    let (ok, out, err) = sim.run(&["squeue", "-h", "-t", "R", "-o", "%i %N"]).await;
+    assert!(ok, "{err}");
+    for line in out.lines() {
+        let (id, nodes) = line.trim().split_once(' ').unwrap();
+        if id != busy.to_string() {
+            assert!(!nodes.contains("003") && !nodes.contains("004"), "{out}");
+        }
+    }
+    sim.stop().await;
+}

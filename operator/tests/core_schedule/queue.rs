@@ -322,3 +322,43 @@ fn reservations_chain_for_every_waiting_job_up_to_the_limit() {
     assert_eq!(pending(&d, 6).start_estimate, Some(NOW + 3600 + 600));
     assert_eq!(pending(&d, 7).start_estimate, None);
 }
+
+#[test]
+fn a_job_pinned_to_a_busy_node_does_not_hold_back_jobs_that_fit_elsewhere() {
+    // gpu003-004 run an exclusive job for a day; gpu001-002 half their GPUs. Job 1 needs
+    // gpu003 (`--nodelist`) and waits; jobs 2 and 3 have the same shape and limit but no
+    // node list: they fit on any other node and start now. (A failed try of job 1 was once
+    // remembered for every job of its shape, node list or not.)
+    let mut s = sandbox();
+    busy(&mut s, 100, &["gpu003", "gpu004"], 0, Some(NOW + 86_400));
+    s.running[0].exclusive = true;
+    busy(&mut s, 101, &["gpu001", "gpu002"], 4, None);
+    for limit in [None, Some(3600)] {
+        let mut s = s.clone();
+        let req = |nodelist: &[&str]| {
+            let mut r = JobRequest::nodes(1, 0);
+            if let Some(l) = limit {
+                r = r.time(l);
+            }
+            r.nodelist = nodelist.iter().map(|n| n.to_string()).collect();
+            r
+        };
+        s.pending
+            .push(PendingJob::new(1, NOW - 10, req(&["gpu003"])));
+        s.pending.push(PendingJob::new(2, NOW - 5, req(&[])));
+        s.pending.push(PendingJob::new(3, NOW - 4, req(&[])));
+        let d = schedule(&s, NOW, &Config::default());
+        assert_eq!(pending(&d, 1).reason, Reason::Resources, "limit {limit:?}");
+        assert_eq!(pending(&d, 1).start_estimate, Some(NOW + 86_400));
+        for job in [2, 3] {
+            let st = started(&d, job);
+            assert!(
+                !names(&s, &st.nodes)
+                    .iter()
+                    .any(|n| n == "gpu003" || n == "gpu004"),
+                "limit {limit:?}: job {job} on {:?}",
+                names(&s, &st.nodes)
+            );
+        }
+    }
+}

@@ -143,6 +143,12 @@ impl Cycle<'_> {
             Err(k) if room.len() < 32 => room.insert(k, (end, units, nodes)),
             Err(_) => {}
         }
+        // A failure is remembered for the class only without node counts (`--nodelist`, a
+        // constraint's `[a*2&b*2]`): the class does not include them, and a job of the class
+        // without them may fit where this one could not.
+        if !counts.is_empty() {
+            return None;
+        }
         let f = &mut self.e.classes[cid as usize].failures;
         if f.len() < 8 {
             f.push(key);
