@@ -122,6 +122,71 @@ async fn what_can_never_run_is_refused_at_apply() {
     op.shutdown().await.unwrap();
 }
 
+/// A started job's request cannot change: its pods were built from it, so the change would
+/// be accepted and never take effect. The refusal names the fields; what may still change
+/// (nice, here) is accepted; a pending job takes any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_jobs_request_cannot_change() {
+    let (env, op) = env_with_admission().await;
+    env.submit(batchjob("started", json!({"gpus": 1}), 600))
+        .await;
+    env.until_state("started", JobState::Running, 20).await;
+    let err = env
+        .jobs()
+        .patch(
+            "started",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpus": 2, "time": "10"}})),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(s) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(s.code, 403);
+    assert!(
+        s.message.ends_with(
+            "denied the request: spec.gpus, spec.time cannot change once a job has left \
+             PENDING: the job is RUNNING and its pods were built from what it asked for; only \
+             cancel, hold, nice, priority and dependency may change. Submit a new job for a \
+             different request"
+        ),
+        "{}",
+        s.message
+    );
+    assert_eq!(
+        env.job("started").await.spec.gpus,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    let r = env
+        .jobs()
+        .patch(
+            "started",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nice": 10}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.spec.nice, Some(10));
+    // Pending (held), a change to the request is taken.
+    env.submit(batchjob("held", json!({"gpus": 1, "hold": true}), 1))
+        .await;
+    let r = env
+        .jobs()
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"gpus": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.spec.gpus,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+    );
+    op.shutdown().await.unwrap();
+}
+
 /// What admission costs a submission: BatchJobs created one after another through kube-rs,
 /// with the operator's two webhooks (TLS, the validating check over its caches) and without.
 /// Prints figures; run with `cargo test -p muster-e2e --test operator_admission -- --ignored

@@ -8,8 +8,10 @@
 //! - **Validating, BatchJob CREATE and UPDATE** ([`validate_batchjob`]): refuses what can never
 //!   run ([`validate::submission`], the check `sbatch` makes too), with Slurm's reason and the
 //!   resource named, so `kubectl apply` and GitOps syncs fail at once. An update is judged
-//!   again only when it changes what the job asks for, and never once the job has ended;
-//!   elements the operator creates are not judged again.
+//!   again only when it changes what the job asks for; once the job has left `PENDING` such
+//!   an update is refused, naming the fields (its pods were built from the request; an
+//!   array stays editable for the elements it has yet to create); elements the operator
+//!   creates are not judged again.
 //! - **Validating, Partition CREATE and UPDATE** ([`validate_partition`]): refuses a second
 //!   `default: true`.
 //!
@@ -29,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use muster_crds::labels;
-use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, Partition};
+use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, JobState, Partition};
 
 use super::validate::{self, World};
 
@@ -142,6 +144,43 @@ fn request_part(s: &BatchJobSpec) -> BatchJobSpec {
     s
 }
 
+/// Why a change to what a started job asks for is refused: the fields changed (as
+/// `spec.<name>`) and what may still change.
+fn started_change(old: &BatchJob, new: &BatchJob) -> String {
+    let (a, b) = (
+        serde_json::to_value(request_part(&old.spec)).unwrap_or_default(),
+        serde_json::to_value(request_part(&new.spec)).unwrap_or_default(),
+    );
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let mut fields: Vec<&str> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    fields.dedup();
+    let fields: Vec<String> = fields.iter().map(|f| format!("spec.{f}")).collect();
+    let state = old.state();
+    let why = if state.is_terminal() {
+        format!("the job has ended ({})", state.as_str())
+    } else {
+        format!(
+            "the job is {} and its pods were built from what it asked for",
+            state.as_str()
+        )
+    };
+    format!(
+        "{} cannot change once a job has left PENDING: {why}; only cancel, hold, nice, \
+         priority and dependency may change. Submit a new job for a different request",
+        fields.join(", ")
+    )
+}
+
 /// The validating BatchJob webhook: see the [module docs](self).
 pub fn validate_batchjob(
     req: &AdmissionRequest<DynamicObject>,
@@ -177,7 +216,16 @@ pub fn validate_batchjob(
                     ),
                 );
             }
-            if old.state().is_terminal() || request_part(&old.spec) == request_part(&job.spec) {
+            if request_part(&old.spec) == request_part(&job.spec) {
+                return ok;
+            }
+            // Once a job has started, its pods are built from what it asked for: a change
+            // would be accepted and never take effect. An array's spec is read again for
+            // each element it creates, so an array stays editable (as Slurm's pending tasks).
+            if old.state() != JobState::Pending && old.spec.array.is_none() && !trusted {
+                return deny(req, started_change(&old, &job));
+            }
+            if old.state().is_terminal() {
                 return ok;
             }
         }
@@ -476,8 +524,88 @@ mod tests {
             w,
         );
         assert!(r.allowed);
-        let r = validate_batchjob(&request("UPDATE", "alice", job, fine), None, w);
+        let r = validate_batchjob(&request("UPDATE", "alice", job, fine.clone()), None, w);
         assert!(!r.allowed);
+        // Once started, a change to the request is refused, naming the fields; cancel is not
+        // a request change; an array's spec stays editable for the elements it creates.
+        let started = |mut v: Value, state: &str| {
+            v["status"] = json!({"state": state});
+            v
+        };
+        let wider = bj(
+            json!({}),
+            json!({"script": "x", "gpusPerNode": 4, "nodes": 2}),
+        );
+        let r = validate_batchjob(
+            &request(
+                "UPDATE",
+                "alice",
+                started(wider.clone(), "RUNNING"),
+                started(fine.clone(), "RUNNING"),
+            ),
+            None,
+            w,
+        );
+        assert!(!r.allowed);
+        assert!(
+            r.result.message.starts_with(
+                "spec.gpusPerNode, spec.nodes cannot change once a job has left PENDING: the job \
+                 is RUNNING"
+            ),
+            "{}",
+            r.result.message
+        );
+        let r = validate_batchjob(
+            &request(
+                "UPDATE",
+                "alice",
+                started(wider.clone(), "COMPLETED"),
+                started(fine.clone(), "COMPLETED"),
+            ),
+            None,
+            w,
+        );
+        assert!(
+            r.result.message.contains("the job has ended (COMPLETED)"),
+            "{}",
+            r.result.message
+        );
+        let mut cancelled = started(fine.clone(), "RUNNING");
+        cancelled["spec"]["cancel"] = json!(true);
+        let r = validate_batchjob(
+            &request(
+                "UPDATE",
+                "alice",
+                cancelled,
+                started(fine.clone(), "RUNNING"),
+            ),
+            None,
+            w,
+        );
+        assert!(r.allowed);
+        let array = |v: &Value| {
+            let mut v = v.clone();
+            v["spec"]["array"] = json!("0-3");
+            started(v, "RUNNING")
+        };
+        let r = validate_batchjob(
+            &request("UPDATE", "alice", array(&wider), array(&fine)),
+            None,
+            w,
+        );
+        assert!(r.allowed, "{}", r.result.message);
+        // The operator's own updates are not judged.
+        let r = validate_batchjob(
+            &request(
+                "UPDATE",
+                "system:serviceaccount:muster-system:muster-operator",
+                started(wider, "RUNNING"),
+                started(fine.clone(), "RUNNING"),
+            ),
+            Some("system:serviceaccount:muster-system:muster-operator"),
+            w,
+        );
+        assert!(r.allowed);
         // A missing partition is a warning.
         let elsewhere = bj(json!({}), json!({"script": "x", "partition": "later"}));
         let r = validate_batchjob(&request("CREATE", "alice", elsewhere, Value::Null), None, w);
