@@ -1,5 +1,5 @@
 //! `scontrol`: `show job|partition|node` in Slurm's key=value layout, `show hostnames|hostlist`
-//! (no cluster needed), and `hold`/`release`.
+//! (no cluster needed), `hold`/`release`, and `update` ([`crate::scontrol_update`]).
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::tz::TimeZone;
@@ -18,7 +18,7 @@ use muster_crds::slurm::{TimeLimit, hostlist};
 #[command(
     infer_long_args = true,
     infer_subcommands = true,
-    about = "Show jobs, partitions and nodes; expand hostlists; hold and release jobs (Slurm's scontrol)"
+    about = "Show jobs, partitions and nodes; expand hostlists; hold, release and update jobs (Slurm's scontrol)"
 )]
 pub struct ScontrolArgs {
     /// One record per line.
@@ -62,6 +62,17 @@ pub enum ScontrolCommand {
         /// Job ids, comma or space separated.
         #[arg(required = true, value_delimiter = ',')]
         job_ids: Vec<String>,
+    },
+    /// Change what pending jobs ask for: `update JobId=12 TimeLimit=2:00:00 Partition=big`.
+    /// Keys: TimeLimit, Partition, JobName, NumNodes, NumTasks, Nice, Priority, Dependency,
+    /// ExcNodeList, ReqNodeList, Features, Gres, Account, MinMemoryNode, StartTime, Requeue,
+    /// ArrayTaskThrottle (an empty value clears an optional one). Once a job has started only
+    /// Nice, Priority and Dependency change; a whole array's update changes its pending
+    /// elements and the ones it has yet to create.
+    Update {
+        /// JobId=ID[,ID...] and KEY=VALUE pairs.
+        #[arg(required = true, num_args = 1.., value_name = "KEY=VALUE")]
+        specs: Vec<String>,
     },
 }
 
@@ -547,6 +558,20 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
                 sel.iter().map(|n| show_node(n, args.oneliner)).collect()
             };
             write!(io.out, "{}", join_records(&text, args.oneliner))?;
+            Ok(())
+        }
+        ScontrolCommand::Update { specs } => {
+            let update = match crate::scontrol_update::parse(specs) {
+                Ok(u) => u,
+                Err(e) => {
+                    writeln!(io.err, "scontrol: error: {e}")?;
+                    return Err(crate::Failed.into());
+                }
+            };
+            let cluster = target.cluster(io.env).await?;
+            if !crate::scontrol_update::run(&cluster, args.all_namespaces, &update, io).await? {
+                return Err(crate::Failed.into());
+            }
             Ok(())
         }
         ScontrolCommand::Hold { job_ids } | ScontrolCommand::Release { job_ids } => {

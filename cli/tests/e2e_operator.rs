@@ -510,3 +510,118 @@ async fn a_job_pinned_to_a_busy_node_does_not_hold_back_the_queue() {
     }
     sim.stop().await;
 }
+
+/// `scontrol update` as a Slurm user runs it: a held job's limit, node count and name
+/// change and it runs with them once released; a running job's node count is refused with
+/// the fields named (its pods were built from it) while its nice value changes; an array's
+/// throttle lets one more element run; an unknown key is named with the keys that work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scontrol_update_changes_a_pending_job_and_refuses_what_a_started_one_cannot_take() {
+    let sim = Sim::start().await;
+    let held = sbatch(
+        &sim,
+        vec![
+            "-H",
+            "-N",
+            "1",
+            "--gpus-per-node=8",
+            "--time=10",
+            "--wrap",
+            "sleep 1000",
+        ],
+    )
+    .await;
+    let id = held.to_string();
+    let jobid = format!("JobId={id}");
+    let (ok, _, err) = sim
+        .run(&[
+            "scontrol",
+            "update",
+            &jobid,
+            "TimeLimit=30",
+            "NumNodes=2",
+            "JobName=renamed",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    // The operator reads the new generation and shows its limit.
+    let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
+    loop {
+        let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id]).await;
+        assert!(ok, "{err}");
+        let wants = ["JobName=renamed", "TimeLimit=00:30:00", "JobState=PENDING"];
+        if wants.iter().all(|w| out.contains(w)) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{wants:?} in {out}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (ok, _, err) = sim.run(&["scontrol", "release", &id]).await;
+    assert!(ok, "{err}");
+    sim.until_state(held, "RUNNING").await;
+    let (ok, out, err) = sim
+        .run(&["squeue", "-h", "-j", &id, "-o", "%j %D %l"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "renamed 2 30:00");
+
+    // Started: the request is fixed, nice is not.
+    let (ok, _, err) = sim.run(&["scontrol", "update", &jobid, "NumNodes=1"]).await;
+    assert!(!ok);
+    assert!(
+        err.starts_with(&format!(
+            "scontrol: error: job {id}: spec.nodes cannot change once a job has left PENDING: \
+             the job is RUNNING"
+        )),
+        "{err}"
+    );
+    let (ok, _, err) = sim.run(&["scontrol", "update", &jobid, "Nice=5"]).await;
+    assert!(ok, "{err}");
+    let (ok, out, _) = sim.run(&["scontrol", "show", "job", &id]).await;
+    assert!(ok && out.contains("Nice=5"), "{out}");
+
+    // An array of long elements, one at a time, then two.
+    let array = sbatch(
+        &sim,
+        vec!["--array=0-3%1", "--gpus-per-node=1", "--wrap", "sleep 1000"],
+    )
+    .await;
+    let running = |out: &str| out.lines().filter(|l| l.trim().ends_with(" R")).count();
+    let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
+    let squeue = ["squeue", "-h", "-o", "%i %t"];
+    loop {
+        let (_, out, _) = sim.run(&squeue).await;
+        if out.contains(&format!("{array}_0 R")) {
+            assert_eq!(running(&out), 2, "{out}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{out}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let (ok, _, err) = sim
+        .run(&[
+            "scontrol",
+            "update",
+            &format!("JobId={array}"),
+            "ArrayTaskThrottle=2",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    loop {
+        let (_, out, _) = sim.run(&squeue).await;
+        if running(&out) == 3 {
+            assert!(out.contains(&format!("{array}_1 R")), "{out}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{out}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    let (ok, _, err) = sim.run(&["scontrol", "update", &jobid, "Comment=x"]).await;
+    assert!(!ok);
+    assert!(
+        err.starts_with("scontrol: error: Update of this parameter is not supported: Comment (Muster updates TimeLimit,"),
+        "{err}"
+    );
+    sim.stop().await;
+}

@@ -93,7 +93,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 /// A hostlist option as the BatchJob's field: the names compressed into one hostlist
 /// (options may separate names with spaces, which the field does not take).
-fn hostlist_field(v: &str) -> String {
+pub(crate) fn hostlist_field(v: &str) -> String {
     match muster_crds::slurm::hostlist::expand(v) {
         Ok(names) => muster_crds::slurm::hostlist::compress(names),
         Err(_) => v.to_string(),
@@ -101,7 +101,7 @@ fn hostlist_field(v: &str) -> String {
 }
 
 /// An int-or-string field: a plain number stays a number, anything else is Slurm syntax.
-fn int_or_string(s: &str) -> IntOrString {
+pub(crate) fn int_or_string(s: &str) -> IntOrString {
     match s.parse::<i32>() {
         Ok(n) if !s.starts_with('+') && !s.starts_with('-') => IntOrString::Int(n),
         _ => IntOrString::String(s.to_string()),

@@ -1,0 +1,370 @@
+//! `scontrol update JobId=ID KEY=VALUE...`: changes what a job asks for, as Slurm's does for
+//! a pending job, by a merge patch of the BatchJob's spec. Each value is checked by the
+//! function `sbatch` checks the same option with ([`crate::sbatch::values`]) and written as
+//! `sbatch` writes it; the operator's admission then judges the job as a submission. Once a
+//! job has started only `Nice`, `Priority` and `Dependency` change: admission refuses the
+//! rest, naming the fields, since the job's pods were built from them.
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::core::ResourceExt;
+use muster_crds::labels;
+use muster_crds::slurm::ArraySpec;
+use muster_crds::v1alpha1::{BatchJob, JobState};
+use serde_json::{Value, json};
+
+use crate::Io;
+use crate::sbatch::manifest::{hostlist_field, int_or_string, partition_object_name};
+use crate::sbatch::values;
+
+/// A checked value as the spec field's JSON (`Value::Null` clears the field).
+type Convert = fn(&str) -> Result<Value, String>;
+
+/// The keys `scontrol update` takes (case-insensitive; the first name is Slurm's), the spec
+/// field each sets, and its check. An empty value clears an optional field.
+pub const KEYS: &[(&[&str], &str, Convert)] = &[
+    (&["TimeLimit"], "time", |v| {
+        let t = values::time(v)?;
+        let t = if t == "-1" { "UNLIMITED" } else { t.as_str() };
+        Ok(json!(int_or_string(t)))
+    }),
+    (&["Partition"], "partition", |v| {
+        Ok(json!(partition_object_name(&values::partition(v)?)))
+    }),
+    (&["JobName", "Name"], "jobName", |v| {
+        Ok(json!(values::job_name(v)?))
+    }),
+    (&["NumNodes", "ReqNodes"], "nodes", |v| {
+        Ok(json!(int_or_string(&values::nodes(v)?)))
+    }),
+    (&["NumTasks", "ReqProcs"], "ntasks", |v| {
+        Ok(json!(values::count(v)?))
+    }),
+    (&["Nice"], "nice", |v| Ok(json!(values::nice(v)?))),
+    (&["Priority"], "priority", |v| {
+        Ok(json!(values::priority(v)?))
+    }),
+    (&["Dependency"], "dependency", |v| {
+        optional(v, |v| Ok(json!(values::dependency(v)?)))
+    }),
+    (&["ExcNodeList"], "exclude", |v| {
+        optional(v, |v| Ok(json!(hostlist_field(v))))
+    }),
+    (&["ReqNodeList", "NodeList"], "nodelist", |v| {
+        optional(v, |v| Ok(json!(hostlist_field(v))))
+    }),
+    (&["Features"], "constraint", |v| {
+        optional(v, |v| Ok(json!(values::constraint(v)?)))
+    }),
+    (&["Gres", "TresPerNode"], "gres", |v| {
+        optional(v, |v| Ok(json!(values::gres(v)?)))
+    }),
+    (&["Account"], "account", |v| {
+        optional(v, |v| Ok(json!(values::account(v)?)))
+    }),
+    (&["MinMemoryNode"], "mem", |v| {
+        optional(v, |v| Ok(json!(values::mem(v)?)))
+    }),
+    (&["StartTime"], "begin", |v| {
+        optional(v, |v| {
+            values::begin(v)?;
+            let t = muster_crds::slurm::begin::parse(v, &jiff::Zoned::now())
+                .map_err(|e| e.to_string())?;
+            Ok(json!(t))
+        })
+    }),
+    (&["Requeue"], "requeue", |v| match v {
+        "0" => Ok(json!(false)),
+        "1" => Ok(json!(true)),
+        _ => Err("expected 0 or 1".into()),
+    }),
+];
+
+/// `ArrayTaskThrottle=N`: at most N elements of an array at once (0: no limit), the `%N`
+/// of its `--array`.
+const THROTTLE: &str = "ArrayTaskThrottle";
+
+fn optional(v: &str, f: impl Fn(&str) -> Result<Value, String>) -> Result<Value, String> {
+    if v.is_empty() { Ok(Value::Null) } else { f(v) }
+}
+
+/// A parsed `scontrol update` of jobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Update {
+    /// The job ids (`JobId=1,2_3`).
+    pub ids: Vec<String>,
+    /// Spec fields and their new values, in the order given.
+    pub fields: Vec<(&'static str, Value)>,
+    /// A new `ArrayTaskThrottle`.
+    pub throttle: Option<u32>,
+}
+
+/// Parses `JobId=ID KEY=VALUE...` (keys in any case, in any order); the error is the line
+/// scontrol prints.
+pub fn parse(args: &[String]) -> Result<Update, String> {
+    let mut u = Update {
+        ids: Vec::new(),
+        fields: Vec::new(),
+        throttle: None,
+    };
+    for a in args {
+        let Some((k, v)) = a.split_once('=') else {
+            return Err(format!(
+                "Invalid input: {a}: expected KEY=VALUE (for example JobId=12 TimeLimit=1:00:00)"
+            ));
+        };
+        if k.eq_ignore_ascii_case("JobId") || k.eq_ignore_ascii_case("Job") {
+            u.ids
+                .extend(v.split(',').filter(|s| !s.is_empty()).map(String::from));
+            continue;
+        }
+        if k.eq_ignore_ascii_case(THROTTLE) {
+            u.throttle = Some(v.parse().map_err(|_| {
+                format!("Invalid {THROTTLE} value: {v}: expected a whole number (0: no limit)")
+            })?);
+            continue;
+        }
+        let Some((names, field, convert)) = KEYS
+            .iter()
+            .find(|(names, _, _)| names.iter().any(|n| n.eq_ignore_ascii_case(k)))
+        else {
+            return Err(format!(
+                "Update of this parameter is not supported: {k} (Muster updates {}, {THROTTLE})",
+                KEYS.iter().map(|k| k.0[0]).collect::<Vec<_>>().join(", ")
+            ));
+        };
+        let value = convert(v).map_err(|e| format!("Invalid {} value: {v}: {e}", names[0]))?;
+        u.fields.retain(|f| f.0 != *field);
+        u.fields.push((field, value));
+    }
+    if u.ids.is_empty() {
+        return Err("No job identification provided: give JobId=ID".into());
+    }
+    if u.fields.is_empty() && u.throttle.is_none() {
+        return Err("No changes specified: give KEY=VALUE after JobId".into());
+    }
+    Ok(u)
+}
+
+/// `--array` with its `%` limit replaced by `throttle` (0: none).
+fn throttled(array: &str, throttle: u32) -> Result<String, String> {
+    ArraySpec::parse(array).map_err(|e| e.to_string())?;
+    let base = array.split('%').next().unwrap_or(array);
+    Ok(if throttle == 0 {
+        base.to_string()
+    } else {
+        format!("{base}%{throttle}")
+    })
+}
+
+/// Which BatchJobs an id names: a job or an array (its parent and every element created),
+/// or one created element (`ID_TASK`). `Err`: the message scontrol prints.
+fn targets<'a>(jobs: &'a [BatchJob], id: &str) -> Result<Vec<&'a BatchJob>, String> {
+    let job_id = |j: &BatchJob| j.status.as_ref().and_then(|s| s.job_id);
+    let array_id = |j: &BatchJob| j.status.as_ref().and_then(|s| s.array_job_id);
+    let invalid = || format!("Invalid job id specified for job {id}");
+    let found: Vec<&BatchJob> = if let Some((a, t)) = id.split_once('_') {
+        let (a, t) = (
+            a.parse::<u64>().map_err(|_| invalid())?,
+            t.parse::<u32>().map_err(|_| invalid())?,
+        );
+        let parent = jobs
+            .iter()
+            .find(|j| job_id(j) == Some(a) && j.spec.array.is_some());
+        let elem: Vec<&BatchJob> = jobs
+            .iter()
+            .filter(|j| {
+                array_id(j) == Some(a)
+                    && j.labels().get(labels::ARRAY_TASK_ID).map(String::as_str)
+                        == Some(t.to_string().as_str())
+            })
+            .collect();
+        if elem.is_empty() && parent.is_some() {
+            return Err(format!(
+                "array index {id} has not started: update the whole array (JobId={a})"
+            ));
+        }
+        elem
+    } else {
+        let n = id.parse::<u64>().map_err(|_| invalid())?;
+        jobs.iter()
+            .filter(|j| job_id(j) == Some(n) || array_id(j) == Some(n))
+            .collect()
+    };
+    if found.is_empty() {
+        return Err(invalid());
+    }
+    Ok(found)
+}
+
+/// Applies `u`. Errors are per job, as Slurm reports them; false if any failed. A whole
+/// array's update changes its parent (the elements it has yet to create) and its pending
+/// elements; elements that have started keep what they asked for.
+pub async fn run(
+    cluster: &crate::cluster::Cluster,
+    all: bool,
+    u: &Update,
+    io: &mut Io<'_>,
+) -> anyhow::Result<bool> {
+    let jobs = crate::fetch::batchjobs(cluster, all).await?;
+    let mut ok = true;
+    for id in &u.ids {
+        let found = match targets(&jobs, id) {
+            Ok(f) => f,
+            Err(e) => {
+                writeln!(io.err, "scontrol: error: {e}")?;
+                ok = false;
+                continue;
+            }
+        };
+        let whole_array = found.len() > 1;
+        for j in found {
+            let mut spec = serde_json::Map::new();
+            for (f, v) in &u.fields {
+                spec.insert((*f).to_string(), v.clone());
+            }
+            if let Some(t) = u.throttle {
+                match &j.spec.array {
+                    Some(a) => {
+                        let a = match a {
+                            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => {
+                                n.to_string()
+                            }
+                            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+                                s,
+                            ) => s.clone(),
+                        };
+                        spec.insert(
+                            "array".into(),
+                            json!(throttled(&a, t).map_err(anyhow::Error::msg)?),
+                        );
+                    }
+                    // The elements of a throttled array are not arrays themselves.
+                    None if whole_array => {}
+                    None => {
+                        writeln!(
+                            io.err,
+                            "scontrol: error: {THROTTLE}: job {id} is not an array"
+                        )?;
+                        ok = false;
+                        continue;
+                    }
+                }
+            }
+            if spec.is_empty()
+                || (whole_array && j.spec.array.is_none() && j.state() != JobState::Pending)
+            {
+                continue;
+            }
+            let ns = j.namespace().unwrap_or_default();
+            let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), &ns);
+            let patch = json!({ "spec": spec });
+            if let Err(e) = api
+                .patch(
+                    &j.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                let msg = match &e {
+                    kube::Error::Api(s) => s
+                        .message
+                        .split_once("denied the request: ")
+                        .map_or(s.message.clone(), |(_, m)| m.to_string()),
+                    other => other.to_string(),
+                };
+                writeln!(io.err, "scontrol: error: job {id}: {msg}")?;
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Update, String> {
+        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn keys_map_to_spec_fields_with_sbatchs_checks() {
+        let u = p(&[
+            "jobid=12,13_2",
+            "TimeLimit=1:00:00",
+            "partition=Big_GPU",
+            "NumNodes=2-4",
+            "Nice=10",
+            "ExcNodeList=gpu001,gpu002",
+            "Dependency=",
+            "ArrayTaskThrottle=2",
+        ])
+        .unwrap();
+        assert_eq!(u.ids, ["12", "13_2"]);
+        assert_eq!(u.throttle, Some(2));
+        assert_eq!(
+            u.fields,
+            [
+                ("time", json!("1:00:00")),
+                ("partition", json!("big-gpu")),
+                ("nodes", json!("2-4")),
+                ("nice", json!(10)),
+                ("exclude", json!("gpu[001-002]")),
+                ("dependency", Value::Null),
+            ]
+        );
+        assert_eq!(
+            p(&["JobId=1", "TimeLimit=30"]).unwrap().fields,
+            [("time", json!(30))]
+        );
+        assert_eq!(
+            p(&["JobId=1", "TimeLimit=-1"]).unwrap().fields,
+            [("time", json!("UNLIMITED"))]
+        );
+    }
+
+    #[test]
+    fn bad_input_names_the_key_and_what_is_allowed() {
+        let e = p(&["JobId=1", "TimeLimit=soon"]).unwrap_err();
+        assert!(e.starts_with("Invalid TimeLimit value: soon: "), "{e}");
+        let e = p(&["JobId=1", "Comment=x"]).unwrap_err();
+        assert!(
+            e.starts_with("Update of this parameter is not supported: Comment (Muster updates TimeLimit, Partition,"),
+            "{e}"
+        );
+        assert!(e.ends_with(", ArrayTaskThrottle)"), "{e}");
+        assert_eq!(
+            p(&["TimeLimit=10"]).unwrap_err(),
+            "No job identification provided: give JobId=ID"
+        );
+        assert_eq!(
+            p(&["JobId=1"]).unwrap_err(),
+            "No changes specified: give KEY=VALUE after JobId"
+        );
+        assert!(
+            p(&["JobId=1", "NumNodes=0"])
+                .unwrap_err()
+                .starts_with("Invalid NumNodes value: 0: ")
+        );
+        assert!(
+            p(&["JobId=1", "Requeue=yes"])
+                .unwrap_err()
+                .contains("expected 0 or 1")
+        );
+        assert!(
+            p(&["JobId", "1"])
+                .unwrap_err()
+                .starts_with("Invalid input: JobId: expected KEY=VALUE")
+        );
+    }
+
+    #[test]
+    fn the_throttle_replaces_the_arrays_limit() {
+        assert_eq!(throttled("0-15:4%2", 3).unwrap(), "0-15:4%3");
+        assert_eq!(throttled("0-9", 2).unwrap(), "0-9%2");
+        assert_eq!(throttled("0-9%4", 0).unwrap(), "0-9");
+    }
+}
