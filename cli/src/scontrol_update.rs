@@ -70,7 +70,9 @@ pub const KEYS: &[(&[&str], &str, Convert)] = &[
             values::begin(v)?;
             let t = muster_crds::slurm::begin::parse(v, &jiff::Zoned::now())
                 .map_err(|e| e.to_string())?;
-            Ok(json!(t))
+            Ok(json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                t
+            )))
         })
     }),
     (&["Requeue"], "requeue", |v| match v {
