@@ -545,17 +545,11 @@ async fn scontrol_update_changes_a_pending_job_and_refuses_what_a_started_one_ca
         .await;
     assert!(ok, "{err}");
     // The operator reads the new generation and shows its limit.
-    let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
-    loop {
-        let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id]).await;
-        assert!(ok, "{err}");
-        let wants = ["JobName=renamed", "TimeLimit=00:30:00", "JobState=PENDING"];
-        if wants.iter().all(|w| out.contains(w)) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{wants:?} in {out}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let wants = ["JobName=renamed", "TimeLimit=00:30:00", "JobState=PENDING"];
+    sim.until_output(&["scontrol", "show", "job", &id], |out| {
+        wants.iter().all(|w| out.contains(w))
+    })
+    .await;
     let (ok, _, err) = sim.run(&["scontrol", "release", &id]).await;
     assert!(ok, "{err}");
     sim.until_state(held, "RUNNING").await;
@@ -587,17 +581,11 @@ async fn scontrol_update_changes_a_pending_job_and_refuses_what_a_started_one_ca
     )
     .await;
     let running = |out: &str| out.lines().filter(|l| l.trim().ends_with(" R")).count();
-    let deadline = tokio::time::Instant::now() + e2e_support::WAIT;
     let squeue = ["squeue", "-h", "-o", "%i %t"];
-    loop {
-        let (_, out, _) = sim.run(&squeue).await;
-        if out.contains(&format!("{array}_0 R")) {
-            assert_eq!(running(&out), 2, "{out}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{out}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let out = sim
+        .until_output(&squeue, |out| out.contains(&format!("{array}_0 R")))
+        .await;
+    assert_eq!(running(&out), 2, "{out}");
     let (ok, _, err) = sim
         .run(&[
             "scontrol",
@@ -607,15 +595,8 @@ async fn scontrol_update_changes_a_pending_job_and_refuses_what_a_started_one_ca
         ])
         .await;
     assert!(ok, "{err}");
-    loop {
-        let (_, out, _) = sim.run(&squeue).await;
-        if running(&out) == 3 {
-            assert!(out.contains(&format!("{array}_1 R")), "{out}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{out}");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let out = sim.until_output(&squeue, |out| running(out) == 3).await;
+    assert!(out.contains(&format!("{array}_1 R")), "{out}");
 
     let (ok, _, err) = sim.run(&["scontrol", "update", &jobid, "Comment=x"]).await;
     assert!(!ok);

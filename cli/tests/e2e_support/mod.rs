@@ -237,21 +237,28 @@ impl Sim {
         )
     }
 
-    /// Poll `squeue -h -j ID -o FORMAT` until its line satisfies `done`; returns that line.
-    pub async fn until_squeue(&self, id: u64, format: &str, done: impl Fn(&str) -> bool) -> String {
-        let id = id.to_string();
+    /// Run `args` (which must succeed) until its output, trimmed at the end, satisfies
+    /// `done`; returns that output.
+    pub async fn until_output(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
         let deadline = tokio::time::Instant::now() + WAIT;
         let mut last = String::new();
         while tokio::time::Instant::now() < deadline {
-            let (ok, out, err) = self.run(&["squeue", "-h", "-j", &id, "-o", format]).await;
-            assert!(ok, "{err}");
+            let (ok, out, err) = self.run(args).await;
+            assert!(ok, "{args:?}: {err}");
             last = out.trim_end().to_string();
             if done(&last) {
                 return last;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("job {id}: squeue -o '{format}' still says {last:?} after {WAIT:?}");
+        panic!("{args:?} still says {last:?} after {WAIT:?}");
+    }
+
+    /// Poll `squeue -h -j ID -o FORMAT` until its line satisfies `done`; returns that line.
+    pub async fn until_squeue(&self, id: u64, format: &str, done: impl Fn(&str) -> bool) -> String {
+        let id = id.to_string();
+        self.until_output(&["squeue", "-h", "-j", &id, "-o", format], done)
+            .await
     }
 
     /// Wait until the job's state is `state` (squeue's `%T`).
