@@ -67,8 +67,8 @@ pub enum ScontrolCommand {
     /// Keys: TimeLimit, Partition, JobName, NumNodes, NumTasks, Nice, Priority, Dependency,
     /// ExcNodeList, ReqNodeList, Features, Gres, Account, MinMemoryNode, StartTime, Requeue,
     /// ArrayTaskThrottle (an empty value clears an optional one). Once a job has started only
-    /// Nice, Priority and Dependency change; a whole array's update changes its pending
-    /// elements and the ones it has yet to create.
+    /// Nice, Priority and Dependency change, and a running job's TimeLimit may be lowered; a
+    /// whole array's update changes its pending elements and the ones it has yet to create.
     Update {
         /// JobId=ID[,ID...] and KEY=VALUE pairs.
         #[arg(required = true, num_args = 1.., value_name = "KEY=VALUE")]

@@ -2,8 +2,9 @@
 //! a pending job, by a merge patch of the BatchJob's spec. Each value is checked by the
 //! function `sbatch` checks the same option with ([`crate::sbatch::values`]) and written as
 //! `sbatch` writes it; the operator's admission then judges the job as a submission. Once a
-//! job has started only `Nice`, `Priority` and `Dependency` change: admission refuses the
-//! rest, naming the fields, since the job's pods were built from them.
+//! job has started only `Nice`, `Priority` and `Dependency` change, and a running job's
+//! `TimeLimit` may be lowered: admission refuses the rest, naming the fields, since the
+//! job's pods were built from them.
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};

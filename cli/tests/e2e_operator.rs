@@ -571,6 +571,17 @@ async fn scontrol_update_changes_a_pending_job_and_refuses_what_a_started_one_ca
     );
     let (ok, _, err) = sim.run(&["scontrol", "update", &jobid, "Nice=5"]).await;
     assert!(ok, "{err}");
+    // Its limit may be lowered (the operator applies it), not raised.
+    let (ok, _, err) = sim
+        .run(&["scontrol", "update", &jobid, "TimeLimit=20"])
+        .await;
+    assert!(ok, "{err}");
+    sim.until_squeue(held, "%l", |l| l == "20:00").await;
+    let (ok, _, err) = sim
+        .run(&["scontrol", "update", &jobid, "TimeLimit=1:00:00"])
+        .await;
+    assert!(!ok);
+    assert!(err.contains("spec.time cannot change once"), "{err}");
     let (ok, out, _) = sim.run(&["scontrol", "show", "job", &id]).await;
     assert!(ok && out.contains("Nice=5"), "{out}");
 

@@ -148,8 +148,8 @@ async fn a_started_jobs_request_cannot_change() {
         s.message.ends_with(
             "denied the request: spec.gpus, spec.time cannot change once a job has left \
              PENDING: the job is RUNNING and its pods were built from what it asked for; only \
-             cancel, hold, nice, priority and dependency may change. Submit a new job for a \
-             different request"
+             cancel, hold, nice, priority and dependency may change, and a running job's \
+             time may be lowered. Submit a new job for a different request"
         ),
         "{}",
         s.message

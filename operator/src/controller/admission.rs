@@ -28,9 +28,11 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use muster_crds::labels;
+use muster_crds::slurm::TimeLimit;
 use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, JobState, Partition};
 
 use super::validate::{self, World};
@@ -144,6 +146,34 @@ fn request_part(s: &BatchJobSpec) -> BatchJobSpec {
     s
 }
 
+/// Whether `new` changes only `spec.time` of running `old`, to a limit no later than the one
+/// it runs under (`status.timeLimit`): as Slurm lets a user lower a running job's limit, and
+/// the operator applies it.
+fn lowers_only_the_limit(old: &BatchJob, new: &BatchJob) -> bool {
+    let without_time = |s: &BatchJobSpec| BatchJobSpec {
+        time: None,
+        ..request_part(s)
+    };
+    if without_time(&old.spec) != without_time(&new.spec) {
+        return false;
+    }
+    let wanted = match &new.spec.time {
+        Some(IntOrString::Int(m)) => TimeLimit::from_int(i64::from(*m)).ok(),
+        Some(IntOrString::String(s)) => TimeLimit::parse(s).ok(),
+        None => None,
+    };
+    let Some(wanted) = wanted.and_then(|t| t.seconds()) else {
+        return false;
+    };
+    let current = old.status.as_ref().map(super::translate::status_limit_secs);
+    match current {
+        Some(Some(now)) => wanted <= now,
+        // Running without a limit.
+        Some(None) => true,
+        None => false,
+    }
+}
+
 /// Why a change to what a started job asks for is refused: the fields changed (as
 /// `spec.<name>`) and what may still change.
 fn started_change(old: &BatchJob, new: &BatchJob) -> String {
@@ -176,7 +206,8 @@ fn started_change(old: &BatchJob, new: &BatchJob) -> String {
     };
     format!(
         "{} cannot change once a job has left PENDING: {why}; only cancel, hold, nice, \
-         priority and dependency may change. Submit a new job for a different request",
+         priority and dependency may change, and a running job's time may be lowered. Submit \
+         a new job for a different request",
         fields.join(", ")
     )
 }
@@ -223,6 +254,9 @@ pub fn validate_batchjob(
             // would be accepted and never take effect. An array's spec is read again for
             // each element it creates, so an array stays editable (as Slurm's pending tasks).
             if old.state() != JobState::Pending && old.spec.array.is_none() && !trusted {
+                if old.state() == JobState::Running && lowers_only_the_limit(&old, &job) {
+                    return ok;
+                }
                 return deny(req, started_change(&old, &job));
             }
             if old.state().is_terminal() {
@@ -570,6 +604,40 @@ mod tests {
             "{}",
             r.result.message
         );
+        // A running job's limit may be lowered, not raised, and nothing else with it.
+        let limited = |time: Value, status_limit: &str| {
+            let mut v = fine.clone();
+            v["spec"]["time"] = time;
+            v["status"] = json!({"state": "RUNNING", "timeLimit": status_limit});
+            v
+        };
+        let judge = |new: Value, old: Value| {
+            validate_batchjob(&request("UPDATE", "alice", new, old), None, w).allowed
+        };
+        assert!(judge(
+            limited(json!(20), "30:00"),
+            limited(json!(30), "30:00")
+        ));
+        assert!(judge(
+            limited(json!("0:20:00"), "UNLIMITED"),
+            limited(Value::Null, "UNLIMITED")
+        ));
+        assert!(!judge(
+            limited(json!(40), "30:00"),
+            limited(json!(30), "30:00")
+        ));
+        assert!(!judge(
+            limited(json!("UNLIMITED"), "30:00"),
+            limited(json!(30), "30:00")
+        ));
+        let mut both = limited(json!(20), "30:00");
+        both["spec"]["nodes"] = json!(2);
+        assert!(!judge(both, limited(json!(30), "30:00")));
+        let mut done = limited(json!(20), "30:00");
+        done["status"]["state"] = json!("COMPLETED");
+        let mut was = limited(json!(30), "30:00");
+        was["status"]["state"] = json!("COMPLETED");
+        assert!(!judge(done, was));
         let mut cancelled = started(fine.clone(), "RUNNING");
         cancelled["spec"]["cancel"] = json!(true);
         let r = validate_batchjob(

@@ -424,6 +424,15 @@ pub fn plan(
                     w.st.time_limit = Some(format_limit(translate::effective_time_limit(p, part)));
                     requested(&mut w.st, p, part);
                 }
+            } else if w.st.state == Some(JobState::Running)
+                && let Ok(p) = parsed.as_ref()
+                && let Some(lower) = p.request.time_limit.and_then(|t| t.seconds())
+                && translate::status_limit_secs(&w.st).is_none_or(|now| lower < now)
+            {
+                // `scontrol update TimeLimit` lowered a running job's own limit (admission
+                // refuses a raise); the timeout and the step's --signal read it here. A
+                // partition's limits changing does not move running jobs, as in Slurm.
+                w.st.time_limit = Some(format_limit(Some(lower)));
             }
             w.parsed = Some(parsed);
         }
