@@ -617,3 +617,50 @@ async fn scontrol_update_changes_a_pending_job_and_refuses_what_a_started_one_ca
     );
     sim.stop().await;
 }
+
+/// A job cancelled while pending starts and ends when it is cancelled, as Slurm records it:
+/// its start time had been the scheduler's estimate (after the cancel), and squeue showed
+/// its time as INVALID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_cancelled_while_pending_shows_no_time() {
+    let sim = Sim::start().await;
+    let filler = sbatch(
+        &sim,
+        vec![
+            "-N",
+            "8",
+            "--gpus-per-node=8",
+            "--time=1:00:00",
+            "--wrap",
+            "sleep 1000",
+        ],
+    )
+    .await;
+    sim.until_state(filler, "RUNNING").await;
+    let waiting = sbatch(&sim, vec!["--gpus=1", "--time=10", "--wrap", "hostname"]).await;
+    let id = waiting.to_string();
+    // It has an estimate: the filler's end.
+    sim.until_output(&["squeue", "-h", "-j", &id, "-o", "%T %S"], |l| {
+        l.starts_with("PENDING 20")
+    })
+    .await;
+    let (ok, _, err) = sim.run(&["scancel", &id]).await;
+    assert!(ok, "{err}");
+    let line = sim
+        .until_output(
+            &["squeue", "-h", "-t", "all", "-j", &id, "-o", "%T %M"],
+            |l| l.starts_with("CANCELLED"),
+        )
+        .await;
+    assert_eq!(line, "CANCELLED 0:00");
+    let (ok, out, err) = sim.run(&["scontrol", "show", "job", &id]).await;
+    assert!(ok, "{err}");
+    let field = |k: &str| {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_else(|| panic!("{k} in {out}"))
+            .to_string()
+    };
+    assert_eq!(field("StartTime="), field("EndTime="), "{out}");
+    sim.stop().await;
+}

@@ -244,7 +244,9 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
             } else {
                 now
             };
-            until.as_second() - s.as_second()
+            // A status from before the operator moved a pending job's start to its end
+            // (its start was the estimate) could end before it starts.
+            (until.as_second() - s.as_second()).max(0)
         }
     };
 

@@ -293,7 +293,9 @@ pub fn requeued(
 }
 
 /// A status moved to a terminal state at `now`; the allocation record (tasks, node list) is
-/// kept for `sacct`-style history.
+/// kept for `sacct`-style history. A job that ends while pending starts and ends at `now`,
+/// as Slurm records it: its start time was the scheduler's estimate, which would otherwise
+/// stay, after its end.
 pub fn ended(
     prev: &BatchJobStatus,
     state: JobState,
@@ -306,6 +308,9 @@ pub fn ended(
     st.reason = Some(reason.to_string());
     st.message = Some(message.to_string());
     st.end_time = Some(time(now));
+    if prev.state.is_none_or(|s| s == JobState::Pending) {
+        st.start_time = Some(time(now));
+    }
     st
 }
 
@@ -465,6 +470,20 @@ mod tests {
         );
         assert_eq!(e.tasks.len(), 1, "record kept");
         assert_eq!(e.end_time, Some(time(99)));
+        assert_eq!(
+            e.start_time,
+            Some(time(10)),
+            "a job that ran keeps its start"
+        );
+        // Cancelled while pending: its start was an estimate (after now); it starts and ends
+        // now, as Slurm records it.
+        let pending = BatchJobStatus {
+            state: Some(JobState::Pending),
+            start_time: Some(time(500)),
+            ..Default::default()
+        };
+        let c = ended(&pending, JobState::Cancelled, "None", "", 99);
+        assert_eq!((c.start_time, c.end_time), (Some(time(99)), Some(time(99))));
     }
 
     #[test]
