@@ -9,7 +9,6 @@
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::core::ResourceExt;
-use muster_crds::labels;
 use muster_crds::slurm::ArraySpec;
 use muster_crds::v1alpha1::{BatchJob, JobState};
 use serde_json::{Value, json};
@@ -165,6 +164,7 @@ fn throttled(array: &str, throttle: u32) -> Result<String, String> {
 fn targets<'a>(jobs: &'a [BatchJob], id: &str) -> Result<Vec<&'a BatchJob>, String> {
     let job_id = |j: &BatchJob| j.status.as_ref().and_then(|s| s.job_id);
     let array_id = |j: &BatchJob| j.status.as_ref().and_then(|s| s.array_job_id);
+    let task_id = |j: &BatchJob| j.status.as_ref().and_then(|s| s.array_task_id);
     let invalid = || format!("Invalid job id specified for job {id}");
     let found: Vec<&BatchJob> = if let Some((a, t)) = id.split_once('_') {
         let (a, t) = (
@@ -176,11 +176,7 @@ fn targets<'a>(jobs: &'a [BatchJob], id: &str) -> Result<Vec<&'a BatchJob>, Stri
             .find(|j| job_id(j) == Some(a) && j.spec.array.is_some());
         let elem: Vec<&BatchJob> = jobs
             .iter()
-            .filter(|j| {
-                array_id(j) == Some(a)
-                    && j.labels().get(labels::ARRAY_TASK_ID).map(String::as_str)
-                        == Some(t.to_string().as_str())
-            })
+            .filter(|j| array_id(j) == Some(a) && task_id(j) == Some(t))
             .collect();
         if elem.is_empty() && parent.is_some() {
             return Err(format!(
@@ -227,16 +223,8 @@ pub async fn run(
                 spec.insert((*f).to_string(), v.clone());
             }
             if let Some(t) = u.throttle {
-                match &j.spec.array {
+                match crate::rows::int_or_str(&j.spec.array) {
                     Some(a) => {
-                        let a = match a {
-                            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => {
-                                n.to_string()
-                            }
-                            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
-                                s,
-                            ) => s.clone(),
-                        };
                         spec.insert(
                             "array".into(),
                             json!(throttled(&a, t).map_err(anyhow::Error::msg)?),

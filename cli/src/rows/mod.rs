@@ -182,7 +182,8 @@ fn gres_gpus(s: &str) -> Option<(Option<String>, u32)> {
         .map(|g| (g.gpu_type, g.count))
 }
 
-fn int_or_str(
+/// An int-or-string field as its text.
+pub(crate) fn int_or_str(
     v: &Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
 ) -> Option<String> {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -28,11 +28,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use muster_crds::labels;
-use muster_crds::slurm::TimeLimit;
 use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, JobState, Partition};
 
 use super::validate::{self, World};
@@ -157,12 +155,12 @@ fn lowers_only_the_limit(old: &BatchJob, new: &BatchJob) -> bool {
     if without_time(&old.spec) != without_time(&new.spec) {
         return false;
     }
-    let wanted = match &new.spec.time {
-        Some(IntOrString::Int(m)) => TimeLimit::from_int(i64::from(*m)).ok(),
-        Some(IntOrString::String(s)) => TimeLimit::parse(s).ok(),
-        None => None,
-    };
-    let Some(wanted) = wanted.and_then(|t| t.seconds()) else {
+    // Read as the plan reads it when it applies the lower limit.
+    let Some(wanted) = super::translate::job_request(&new.spec)
+        .ok()
+        .and_then(|p| p.request.time_limit)
+        .and_then(|t| t.seconds())
+    else {
         return false;
     };
     let current = old.status.as_ref().map(super::translate::status_limit_secs);
