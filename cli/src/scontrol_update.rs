@@ -4,7 +4,8 @@
 //! `sbatch` writes it; the operator's admission then judges the job as a submission. Once a
 //! job has started only `Nice`, `Priority` and `Dependency` change, and a running job's
 //! `TimeLimit` may be lowered: admission refuses the rest, naming the fields, since the
-//! job's pods were built from them.
+//! job's pods were built from them. Admission also refuses a higher `Priority` or a
+//! negative `Nice` from anyone but an administrator, as slurmctld does.
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};

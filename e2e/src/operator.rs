@@ -105,6 +105,7 @@ pub async fn start(
         secret: "muster-webhook-tls".into(),
         configuration: WEBHOOK_CONFIGURATION.into(),
         refresh: Duration::from_secs(300),
+        admins: Default::default(),
     };
     let hook = Webhook::bind(
         client.clone(),

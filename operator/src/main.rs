@@ -100,6 +100,13 @@ struct Args {
     /// `<job>.<namespace>.svc.<domain>`.
     #[arg(long, env = "MUSTER_CLUSTER_DOMAIN", default_value = "cluster.local")]
     cluster_domain: String,
+    /// A group whose members are administrators: they may set a job's --priority or a
+    /// negative --nice (repeat the flag for several groups).
+    #[arg(long = "admin-group", value_name = "GROUP", default_values_t = [muster_operator::controller::admission::MASTERS.to_string()])]
+    admin_groups: Vec<String>,
+    /// A user who is an administrator (repeat the flag for several users).
+    #[arg(long = "admin-user", value_name = "USER")]
+    admin_users: Vec<String>,
 }
 
 /// `5s`, `500ms`, `2m`, `1h` (a bare number is seconds).
@@ -206,6 +213,10 @@ async fn main() -> anyhow::Result<()> {
             secret: args.webhook_secret.clone(),
             configuration: args.webhook_configuration.clone(),
             refresh: Duration::from_secs(300),
+            admins: controller::admission::Admins {
+                groups: args.admin_groups.clone(),
+                users: args.admin_users.clone(),
+            },
         };
         let hook = controller::webhook::Webhook::bind(
             client,
@@ -285,8 +296,19 @@ mod tests {
             "muster",
             "--scheduler-config",
             "/etc/muster/scheduler.yaml",
+            "--admin-group",
+            "hpc-admins",
+            "--admin-group",
+            "system:masters",
+            "--admin-user",
+            "root",
         ])
         .unwrap();
+        assert_eq!(a.admin_groups, ["hpc-admins", "system:masters"]);
+        assert_eq!(a.admin_users, ["root"]);
+        let d = Args::try_parse_from(["muster-operator"]).unwrap();
+        assert_eq!(d.admin_groups, ["system:masters"]);
+        assert!(d.admin_users.is_empty());
         assert_eq!(a.namespace, "muster");
         assert!(a.no_leader_election);
         assert_eq!(a.gang_start_timeout, Duration::from_secs(600));

@@ -206,11 +206,24 @@ impl Sim {
         stdin: &[u8],
         extra: &[(&str, &str)],
     ) -> (std::process::ExitCode, String, String) {
-        let mut argv: Vec<OsString> = vec![
-            "muster".into(),
-            "--kubeconfig".into(),
-            self.kubeconfig.clone().into(),
-        ];
+        self.run_as(&self.kubeconfig, args, stdin, extra).await
+    }
+
+    /// [`Sim::run`] as the cluster's administrator (`kubernetes-admin`, in `system:masters`).
+    pub async fn run_admin(&self, args: &[&str]) -> (bool, String, String) {
+        let (code, out, err) = self.run_as(self.cluster.kubeconfig(), args, b"", &[]).await;
+        (code == std::process::ExitCode::SUCCESS, out, err)
+    }
+
+    async fn run_as(
+        &self,
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+        stdin: &[u8],
+        extra: &[(&str, &str)],
+    ) -> (std::process::ExitCode, String, String) {
+        let mut argv: Vec<OsString> =
+            vec!["muster".into(), "--kubeconfig".into(), kubeconfig.into()];
         argv.extend(args.iter().map(OsString::from));
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut input = stdin;

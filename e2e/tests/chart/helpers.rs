@@ -19,6 +19,7 @@ pub(crate) fn scenarios() -> Vec<(&'static str, Value)> {
                     "replicas": 3, "cycleInterval": "2s", "gangStartTimeout": "10m",
                     "logFormat": "json", "logLevel": "info,muster_operator=debug",
                     "metricsPort": 9090, "extraArgs": ["--some-future-flag"],
+                    "admins": {"groups": ["hpc-admins"], "users": ["root"]},
                     "extraEnv": [{"name": "TZ", "value": "UTC"}],
                     "priorityClassName": "system-cluster-critical",
                     "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},

@@ -39,6 +39,7 @@ fn operator_deployment_is_hardened_and_wired_to_its_flags() {
         "--log-format=text",
         "--lease-name=muster-operator",
         "--scheduler-config=/etc/muster/scheduler/scheduler.yaml",
+        "--admin-group=system:masters",
     ] {
         assert!(a.contains(&want.to_string()), "missing {want} in {a:?}");
     }
@@ -202,9 +203,15 @@ fn operator_values_reach_its_command_line() {
         "--gang-start-timeout=10m",
         "--log-format=json",
         "--some-future-flag",
+        "--admin-group=hpc-admins",
+        "--admin-user=root",
     ] {
         assert!(a.contains(&want.to_string()), "missing {want} in {a:?}");
     }
+    assert!(
+        !a.iter().any(|x| x == "--admin-group=system:masters"),
+        "the groups given replace the default: {a:?}"
+    );
     assert_eq!(
         a.last().unwrap(),
         "--some-future-flag",

@@ -64,6 +64,8 @@ pub struct WebhookSettings {
     pub configuration: String,
     /// How often the Secret is read again and the `caBundle`s checked.
     pub refresh: Duration,
+    /// Who may raise a job's priority (`--priority`, a negative `--nice`).
+    pub admins: admission::Admins,
 }
 
 /// Why the webhook server could not run.
@@ -450,6 +452,7 @@ struct WebhookState {
     stores: Stores,
     ready: Arc<AtomicBool>,
     operator: Option<String>,
+    admins: admission::Admins,
 }
 
 fn review_response(r: AdmissionResponse) -> Response {
@@ -507,6 +510,7 @@ async fn validate_batchjobs(
     review_response(admission::validate_batchjob(
         &req,
         st.operator.as_deref(),
+        &st.admins,
         world,
     ))
 }
@@ -567,6 +571,7 @@ impl Webhook {
             stores,
             ready,
             operator,
+            admins: settings.admins.clone(),
         });
         let app = Router::new()
             .route(admission::MUTATE_BATCHJOBS, post(mutate_batchjobs))

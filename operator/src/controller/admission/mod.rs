@@ -12,6 +12,8 @@
 //!   an update is refused, naming the fields (its pods were built from the request; an
 //!   array stays editable for the elements it has yet to create); elements the operator
 //!   creates are not judged again.
+//!   A fixed priority or a negative nice is refused unless the user is one of the
+//!   [`Admins`] (Slurm's operators and administrators; [`privilege`]).
 //! - **Validating, Partition CREATE and UPDATE** ([`validate_partition`]): refuses a second
 //!   `default: true`.
 //!
@@ -34,6 +36,9 @@ use muster_crds::labels;
 use muster_crds::v1alpha1::{BatchJob, BatchJobSpec, JobState, Partition};
 
 use super::validate::{self, World};
+
+mod privilege;
+pub use privilege::{Admins, MASTERS};
 
 /// Path of the mutating BatchJob webhook.
 pub const MUTATE_BATCHJOBS: &str = "/mutate/batchjobs";
@@ -210,10 +215,12 @@ fn started_change(old: &BatchJob, new: &BatchJob) -> String {
     )
 }
 
-/// The validating BatchJob webhook: see the [module docs](self).
+/// The validating BatchJob webhook: see the [module docs](self). `admins` may raise a
+/// job's priority ([`privilege`]).
 pub fn validate_batchjob(
     req: &AdmissionRequest<DynamicObject>,
     operator: Option<&str>,
+    admins: &Admins,
     world: World<'_>,
 ) -> AdmissionResponse {
     let ok = AdmissionResponse::from(req);
@@ -222,10 +229,15 @@ pub fn validate_batchjob(
     };
     let user = req.user_info.username.as_deref().unwrap_or("");
     let trusted = operator.is_some_and(|o| o == user);
+    let admin = trusted || admins.contains(user, req.user_info.groups.as_deref().unwrap_or(&[]));
     let ns = req.namespace.clone().unwrap_or_default();
     match req.operation {
         Operation::Create if trusted => return ok,
-        Operation::Create => {}
+        Operation::Create => {
+            if let Some(e) = privilege::raise(None, &job.spec, admins).filter(|_| !admin) {
+                return deny(req, e);
+            }
+        }
         Operation::Update => {
             let Some(old) = object::<BatchJob>(&req.old_object) else {
                 return ok;
@@ -244,6 +256,10 @@ pub fn validate_batchjob(
                         labels::USER
                     ),
                 );
+            }
+            if let Some(e) = privilege::raise(Some(&old.spec), &job.spec, admins).filter(|_| !admin)
+            {
+                return deny(req, e);
             }
             if request_part(&old.spec) == request_part(&job.spec) {
                 return ok;
@@ -536,6 +552,7 @@ mod tests {
         let r = validate_batchjob(
             &request("CREATE", "alice", job.clone(), Value::Null),
             None,
+            &Admins::default(),
             w,
         );
         assert!(!r.allowed);
@@ -553,10 +570,16 @@ mod tests {
         let r = validate_batchjob(
             &request("UPDATE", "alice", cancelled, fine.clone()),
             None,
+            &Admins::default(),
             w,
         );
         assert!(r.allowed);
-        let r = validate_batchjob(&request("UPDATE", "alice", job, fine.clone()), None, w);
+        let r = validate_batchjob(
+            &request("UPDATE", "alice", job, fine.clone()),
+            None,
+            &Admins::default(),
+            w,
+        );
         assert!(!r.allowed);
         // Once started, a change to the request is refused, naming the fields; cancel is not
         // a request change; an array's spec stays editable for the elements it creates.
@@ -576,6 +599,7 @@ mod tests {
                 started(fine.clone(), "RUNNING"),
             ),
             None,
+            &Admins::default(),
             w,
         );
         assert!(!r.allowed);
@@ -595,6 +619,7 @@ mod tests {
                 started(fine.clone(), "COMPLETED"),
             ),
             None,
+            &Admins::default(),
             w,
         );
         assert!(
@@ -610,7 +635,13 @@ mod tests {
             v
         };
         let judge = |new: Value, old: Value| {
-            validate_batchjob(&request("UPDATE", "alice", new, old), None, w).allowed
+            validate_batchjob(
+                &request("UPDATE", "alice", new, old),
+                None,
+                &Admins::default(),
+                w,
+            )
+            .allowed
         };
         assert!(judge(
             limited(json!(20), "30:00"),
@@ -646,6 +677,7 @@ mod tests {
                 started(fine.clone(), "RUNNING"),
             ),
             None,
+            &Admins::default(),
             w,
         );
         assert!(r.allowed);
@@ -657,6 +689,7 @@ mod tests {
         let r = validate_batchjob(
             &request("UPDATE", "alice", array(&wider), array(&fine)),
             None,
+            &Admins::default(),
             w,
         );
         assert!(r.allowed, "{}", r.result.message);
@@ -669,14 +702,77 @@ mod tests {
                 started(fine.clone(), "RUNNING"),
             ),
             Some("system:serviceaccount:muster-system:muster-operator"),
+            &Admins::default(),
             w,
         );
         assert!(r.allowed);
         // A missing partition is a warning.
         let elsewhere = bj(json!({}), json!({"script": "x", "partition": "later"}));
-        let r = validate_batchjob(&request("CREATE", "alice", elsewhere, Value::Null), None, w);
+        let r = validate_batchjob(
+            &request("CREATE", "alice", elsewhere, Value::Null),
+            None,
+            &Admins::default(),
+            w,
+        );
         assert!(r.allowed);
         assert!(r.warnings.unwrap()[0].contains("partition later does not exist"));
+    }
+
+    #[test]
+    fn only_administrators_raise_a_priority() {
+        let (parts, nodes) = world_parts();
+        let table = translate::partitions(parts.iter());
+        let objs: Vec<&Partition> = parts.iter().collect();
+        let w = World {
+            partitions: &table,
+            partition_objects: &objs,
+            nodes: &nodes,
+            volume_claims: &[],
+        };
+        let admins = Admins {
+            groups: vec!["hpc-admins".into()],
+            users: vec!["root".into()],
+        };
+        let op = "system:serviceaccount:muster-system:muster-operator";
+        let judge = |user: &str, groups: &[&str], op_: &str, new: Value, old: Value| {
+            let mut req = request(op_, user, new, old);
+            req.user_info.groups = Some(groups.iter().map(|g| g.to_string()).collect());
+            validate_batchjob(&req, Some(op), &admins, w)
+        };
+        let top = bj(json!({}), json!({"script": "x", "priority": 900}));
+        let r = judge("alice", &["ml-team"], "CREATE", top.clone(), Value::Null);
+        assert!(!r.allowed);
+        assert!(
+            r.result.message.starts_with(
+                "Access/permission denied: spec.priority (--priority) 900 would replace the \
+                 computed priority; only administrators (group hpc-admins, user root)"
+            ),
+            "{}",
+            r.result.message
+        );
+        for (user, groups) in [("bob", &["hpc-admins"][..]), ("root", &[]), (op, &[])] {
+            assert!(
+                judge(user, groups, "CREATE", top.clone(), Value::Null).allowed,
+                "{user}"
+            );
+        }
+        // Updates: nice and priority are judged although they are not the request.
+        let plain = bj(json!({}), json!({"script": "x"}));
+        let mut negative = plain.clone();
+        negative["spec"]["nice"] = json!(-1);
+        let r = judge("alice", &[], "UPDATE", negative.clone(), plain.clone());
+        assert!(
+            r.result
+                .message
+                .starts_with("Access/permission denied: spec.nice (--nice) -1"),
+            "{}",
+            r.result.message
+        );
+        assert!(judge("bob", &["hpc-admins"], "UPDATE", negative, plain.clone()).allowed);
+        let mut lower = top.clone();
+        lower["spec"]["priority"] = json!(100);
+        assert!(judge("alice", &[], "UPDATE", lower.clone(), top.clone()).allowed);
+        assert!(!judge("alice", &[], "UPDATE", top, lower).allowed);
     }
 
     #[test]
