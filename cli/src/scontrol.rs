@@ -224,8 +224,15 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
         r.features.as_deref().unwrap_or("(null)"),
         crate::squeue::oversubscribe(r)
     ));
+    // Slurm's keys for --mem, --mem-per-cpu and --mem-per-gpu.
     if let Some(m) = &r.mem {
-        lines.push(format!("MinMemory={m}"));
+        lines.push(if let Some(c) = m.strip_suffix("/cpu") {
+            format!("MinMemoryCPU={c}")
+        } else if let Some(g) = m.strip_suffix("/gpu") {
+            format!("MemPerTres=gres:gpu:{g}")
+        } else {
+            format!("MinMemoryNode={m}")
+        });
     }
     // --chdir, when given (else the container's working directory, which Muster does not
     // know): relative output files are shown under it.

@@ -664,3 +664,195 @@ async fn a_job_cancelled_while_pending_shows_no_time() {
     assert_eq!(field("StartTime="), field("EndTime="), "{out}");
     sim.stop().await;
 }
+
+/// Priorities as Slurm guards them: a user's `--priority` or negative `--nice` is refused
+/// naming the field and who may; an administrator's `scontrol update Priority=` puts a later
+/// job first, and the user may lower that priority but not raise it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_administrator_raises_a_priority_and_it_orders_the_queue() {
+    let sim = Sim::start().await;
+    let whole = ["-N", "8", "--gpus-per-node=8", "--wrap", "sleep 1000"];
+    let filler = sbatch(&sim, whole.to_vec()).await;
+    sim.until_state(filler, "RUNNING").await;
+
+    let (ok, _, err) = sim
+        .run(&["sbatch", "--priority=100", "--wrap", "hostname"])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.starts_with(
+            "sbatch: error: Batch job submission failed: Access/permission denied \
+             (spec.priority (--priority) 100 would replace the computed priority; only \
+             administrators (group system:masters) may set, raise or clear it"
+        ),
+        "{err}"
+    );
+    let (ok, _, err) = sim
+        .run(&["sbatch", "--nice=-5", "--wrap", "hostname"])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "Access/permission denied (spec.nice (--nice) -5 raises the job's priority; only \
+             administrators"
+        ),
+        "{err}"
+    );
+
+    // Two whole-cluster jobs wait behind the filler: the first submitted would start first.
+    let first = sbatch(&sim, whole.to_vec()).await;
+    let second = sbatch(&sim, whole.to_vec()).await;
+    let (id1, id2) = (format!("JobId={first}"), format!("JobId={second}"));
+    let (ok, _, err) = sim.run(&["scontrol", "update", &id1, "Nice=-1"]).await;
+    assert!(!ok && err.contains("only administrators"), "{err}");
+    let top = ["scontrol", "update", &id2, "Priority=4000000000"];
+    let (ok, _, err) = sim.run(&top).await;
+    assert!(!ok && err.contains("only administrators"), "{err}");
+    let (ok, _, err) = sim.run_admin(&top).await;
+    assert!(ok, "{err}");
+    // The user lowers what the administrator set, and cannot raise it back.
+    let (ok, _, err) = sim
+        .run(&["scontrol", "update", &id2, "Priority=3000000000"])
+        .await;
+    assert!(ok, "{err}");
+    let (ok, _, err) = sim
+        .run(&["scontrol", "update", &id2, "Priority=3000000001"])
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains("3000000001 would raise the job's priority from 3000000000"),
+        "{err}"
+    );
+
+    let (ok, _, err) = sim.run(&["scancel", &filler.to_string()]).await;
+    assert!(ok, "{err}");
+    sim.until_state(second, "RUNNING").await;
+    let (ok, out, err) = sim
+        .run(&["squeue", "-h", "-j", &first.to_string(), "-o", "%T"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "PENDING");
+    sim.stop().await;
+}
+
+/// The other `scontrol update` keys reach what the user sees once a held job is released:
+/// its partition, excluded and required nodes, GPUs per node, tasks, account, memory and
+/// requeue flag; its features (a leaf's label); a dependency cleared; a begin time set and
+/// brought forward.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scontrol_update_keys_reach_the_job_they_change() {
+    let sim = Sim::start().await;
+    let p: muster_crds::v1alpha1::Partition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "Partition",
+        "metadata": {"name": "hopper"},
+        "spec": {"defaultImage": "busybox:1.36",
+                 "topology": ["muster.dev/leaf", "kubernetes.io/hostname"]}}))
+    .unwrap();
+    kube::Api::<muster_crds::v1alpha1::Partition>::all(sim.cluster.client())
+        .create(&Default::default(), &p)
+        .await
+        .unwrap();
+    let update = |id: u64, kvs: &[&str]| {
+        let mut a = vec![
+            "scontrol".to_string(),
+            "update".into(),
+            format!("JobId={id}"),
+        ];
+        a.extend(kvs.iter().map(|s| s.to_string()));
+        a
+    };
+    let s = &sim;
+    let run = |a: Vec<String>| async move {
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (ok, _, err) = s.run(&refs).await;
+        assert!(ok, "{a:?}: {err}");
+    };
+    let held = |extra: &[&'static str]| {
+        let mut a = vec!["-H"];
+        a.extend_from_slice(extra);
+        a.extend(["--wrap", "sleep 1000"]);
+        a
+    };
+
+    let one = sbatch(&sim, held(&["--gres=gpu:1"])).await;
+    run(update(
+        one,
+        &[
+            "Partition=hopper",
+            "ExcNodeList=gpu[001-007]",
+            "Gres=gpu:2",
+            "NumTasks=2",
+            "Account=research",
+            "MinMemoryNode=10G",
+            "Requeue=0",
+        ],
+    ))
+    .await;
+    let two = sbatch(&sim, held(&[])).await;
+    run(update(two, &["ReqNodeList=gpu005"])).await;
+    for id in [one, two] {
+        run(vec!["scontrol".into(), "release".into(), id.to_string()]).await;
+        sim.until_state(id, "RUNNING").await;
+    }
+    let (ok, out, err) = sim
+        .run(&[
+            "squeue",
+            "-h",
+            "-j",
+            &format!("{one},{two}"),
+            "-o",
+            "%i %P %N %a",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            format!("{one} hopper gpu008 research"),
+            format!("{two} blackwell gpu005 default")
+        ]
+    );
+    let (ok, out, err) = sim
+        .run(&["scontrol", "show", "job", &one.to_string()])
+        .await;
+    assert!(ok, "{err}");
+    for want in [
+        "Requeue=0",
+        "NumTasks=2",
+        "gres/gpu=2",
+        "MinMemoryNode=10G",
+        "TresPerNode=gres:gpu:2",
+    ] {
+        assert!(out.contains(want), "{want} in {out}");
+    }
+
+    // Features: with leaf 2 partly used, a whole node asked of leaf 1 is on leaf 1.
+    let three = sbatch(&sim, held(&["--gpus-per-node=8"])).await;
+    run(update(three, &["Features=leaf1"])).await;
+    run(vec!["scontrol".into(), "release".into(), three.to_string()]).await;
+    let line = sim
+        .until_squeue(three, "%T %N", |l| l.starts_with("RUNNING "))
+        .await;
+    let node: u32 = line.trim_start_matches("RUNNING gpu").parse().unwrap();
+    assert!((1..=4).contains(&node), "{line}");
+
+    // A dependency on a job that runs on, then none.
+    let after = format!("--dependency=afterok:{one}");
+    let dep = sbatch(&sim, vec![&after, "--wrap", "hostname"]).await;
+    sim.until_squeue(dep, "%T %r", |l| l == "PENDING Dependency")
+        .await;
+    run(update(dep, &["Dependency="])).await;
+    sim.until_state(dep, "RUNNING").await;
+
+    // A begin time an hour away, then now.
+    let later = sbatch(&sim, held(&[])).await;
+    run(update(later, &["StartTime=now+1hours"])).await;
+    run(vec!["scontrol".into(), "release".into(), later.to_string()]).await;
+    sim.until_squeue(later, "%T %r", |l| l == "PENDING BeginTime")
+        .await;
+    run(update(later, &["StartTime=now"])).await;
+    sim.until_state(later, "RUNNING").await;
+    sim.stop().await;
+}
