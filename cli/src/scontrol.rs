@@ -1,5 +1,6 @@
 //! `scontrol`: `show job|partition|node` in Slurm's key=value layout, `show hostnames|hostlist`
-//! (no cluster needed), `hold`/`release`, and `update` ([`crate::scontrol_update`]).
+//! (no cluster needed), `hold`/`release`, `requeue`/`requeuehold`
+//! ([`crate::scontrol_requeue`]) and `update` ([`crate::scontrol_update`]).
 
 use clap::{Args, Subcommand, ValueEnum};
 use jiff::tz::TimeZone;
@@ -18,7 +19,7 @@ use muster_crds::slurm::{TimeLimit, hostlist};
 #[command(
     infer_long_args = true,
     infer_subcommands = true,
-    about = "Show jobs, partitions and nodes; expand hostlists; hold, release and update jobs (Slurm's scontrol)"
+    about = "Show jobs, partitions and nodes; expand hostlists; hold, release, requeue and update jobs (Slurm's scontrol)"
 )]
 pub struct ScontrolArgs {
     /// One record per line.
@@ -59,6 +60,18 @@ pub enum ScontrolCommand {
     },
     /// Let held jobs start.
     Release {
+        /// Job ids, comma or space separated.
+        #[arg(required = true, value_delimiter = ',')]
+        job_ids: Vec<String>,
+    },
+    /// Run running or ended jobs again, under the same id (`--no-requeue` jobs refuse).
+    Requeue {
+        /// Job ids, comma or space separated (an array id: its started elements).
+        #[arg(required = true, value_delimiter = ',')]
+        job_ids: Vec<String>,
+    },
+    /// Requeue jobs and hold them (`scontrol release` lets them start).
+    Requeuehold {
         /// Job ids, comma or space separated.
         #[arg(required = true, value_delimiter = ',')]
         job_ids: Vec<String>,
@@ -160,7 +173,13 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
     };
     let mut lines = vec![
         first,
-        format!("UserId={} Account={} Nice={}", r.user, r.account, r.nice),
+        format!("UserId={}", r.user),
+        format!(
+            "Priority={} Nice={} Account={} QOS=(null)",
+            r.priority.map(|p| p.to_string()).unwrap_or("N/A".into()),
+            r.nice,
+            r.account
+        ),
         format!(
             "JobState={} Reason={} Dependency={}",
             r.state.as_str(),
@@ -577,6 +596,16 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
             };
             let cluster = target.cluster(io.env).await?;
             if !crate::scontrol_update::run(&cluster, args.all_namespaces, &update, io).await? {
+                return Err(crate::Failed.into());
+            }
+            Ok(())
+        }
+        ScontrolCommand::Requeue { job_ids } | ScontrolCommand::Requeuehold { job_ids } => {
+            let hold = matches!(args.command, ScontrolCommand::Requeuehold { .. });
+            let cluster = target.cluster(io.env).await?;
+            if !crate::scontrol_requeue::run(&cluster, args.all_namespaces, job_ids, hold, io)
+                .await?
+            {
                 return Err(crate::Failed.into());
             }
             Ok(())

@@ -201,13 +201,14 @@ fn state_rank(s: JobState) -> u8 {
     }
 }
 
-/// squeue's default order: partition, then state, then job id (Slurm's last key is priority,
-/// which a pending queue's ids follow).
+/// squeue's default order (Slurm's `P,t,-p`): partition, then state, then priority, highest
+/// first (the order the scheduler takes a partition's waiting jobs in), then job id.
 pub fn sort_default(rows: &mut [JobRow]) {
     rows.sort_by(|a, b| {
         a.partition
             .cmp(&b.partition)
             .then(state_rank(a.state).cmp(&state_rank(b.state)))
+            .then(b.priority.cmp(&a.priority))
             .then(
                 a.array_job_id
                     .or(a.job_id)
@@ -238,7 +239,7 @@ pub struct SortKey {
 
 /// Format letters `-S` sorts by (the letters squeue prints, plus `p`, priority, which a
 /// queue's job ids follow).
-const SORT_CODES: &str = "aAbCDeEfFhijKlLMNPprRStTuVyY";
+const SORT_CODES: &str = "aAbCDeEfFhijKlLMNPpQrRStTuVyY";
 
 /// Parse a `-S` list (`P,t,-p`, `+i`, `-M,j`): an unknown letter is an error naming it.
 pub fn parse_sort(list: &str) -> Result<Vec<SortKey>, String> {
@@ -270,8 +271,8 @@ fn cmp_key(a: &JobRow, b: &JobRow, code: char, tz: &TimeZone) -> Ordering {
     let id = |r: &JobRow| (r.array_job_id.or(r.job_id), r.array_task_id);
     match code {
         'i' | 'A' | 'F' | 'K' => id(a).cmp(&id(b)),
-        // Priority: the queue's order is by id among equals; a lower id waits longer.
-        'p' => id(b).cmp(&id(a)),
+        // Priority, then (the queue's order among equals) a lower id first.
+        'p' | 'Q' => a.priority.cmp(&b.priority).then(id(b).cmp(&id(a))),
         'C' => a.num_cpus.cmp(&b.num_cpus),
         'D' => a.num_nodes.cmp(&b.num_nodes),
         'M' => a.elapsed_secs.cmp(&b.elapsed_secs),
@@ -304,7 +305,7 @@ pub fn sort_by_keys(rows: &mut [JobRow], keys: &[SortKey], tz: &TimeZone) {
 
 /// The format letters this squeue prints.
 pub fn valid_code(c: char) -> bool {
-    "aAbCDeEfFhijKlLMnNPrRStTuVxyY".contains(c)
+    "aAbCDeEfFhijKlLMnNPQrRStTuVxyY".contains(c)
 }
 
 fn limit_text(l: Option<TimeLimit>) -> String {
@@ -349,6 +350,7 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
             'n' => "REQ_NODES",
             'N' => "NODELIST",
             'P' => "PARTITION",
+            'Q' => "PRIORITY",
             'r' => "REASON",
             'R' => "NODELIST(REASON)",
             'S' => "START_TIME",
@@ -424,6 +426,10 @@ fn field(code: char, row: Option<&JobRow>, tz: &TimeZone) -> (String, bool) {
         'V' => (format::timestamp(r.submit_time, tz), true),
         'x' => (r.exc_nodes.clone().unwrap_or_default(), false),
         'y' => (r.nice.to_string(), true),
+        'Q' => (
+            r.priority.map(|p| p.to_string()).unwrap_or("N/A".into()),
+            true,
+        ),
         // Nodes a pending job is expected to get: not reported by the operator.
         'Y' => ("(null)".into(), false),
         _ => (String::new(), true),

@@ -279,7 +279,9 @@ async fn submit_queue_cancel_account() {
     .await;
     assert!(ok);
     assert!(
-        out.starts_with("JobId=1002 JobName=from-stdin UserId=unknown Account=team-a "),
+        out.starts_with(
+            "JobId=1002 JobName=from-stdin UserId=unknown Priority=N/A Nice=0 Account=team-a "
+        ),
         "{out}"
     );
     let (ok, _, err) = run(&client, &["muster", "scontrol", "show", "job", "4242"]).await;

@@ -710,6 +710,20 @@ async fn only_an_administrator_raises_a_priority_and_it_orders_the_queue() {
     assert!(!ok && err.contains("only administrators"), "{err}");
     let (ok, _, err) = sim.run_admin(&top).await;
     assert!(ok, "{err}");
+    // squeue shows the priority (%Q) and lists waiting jobs highest first, as Slurm's P,t,-p.
+    let pending = ["squeue", "-h", "-t", "PD", "-o", "%i %Q"];
+    let out = sim
+        .until_output(&pending, |o| {
+            o.starts_with(&format!("{second} 4000000000\n"))
+        })
+        .await;
+    let computed: u32 = out
+        .lines()
+        .nth(1)
+        .and_then(|l| l.strip_prefix(&format!("{first} ")))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(computed < 4_000_000_000, "{out}");
     // The user lowers what the administrator set, and cannot raise it back.
     let (ok, _, err) = sim
         .run(&["scontrol", "update", &id2, "Priority=3000000000"])
@@ -723,6 +737,10 @@ async fn only_an_administrator_raises_a_priority_and_it_orders_the_queue() {
         err.contains("3000000001 would raise the job's priority from 3000000000"),
         "{err}"
     );
+    sim.until_output(&["scontrol", "show", "job", &second.to_string()], |o| {
+        o.contains("Priority=3000000000 Nice=0")
+    })
+    .await;
 
     let (ok, _, err) = sim.run(&["scancel", &filler.to_string()]).await;
     assert!(ok, "{err}");
@@ -854,5 +872,85 @@ async fn scontrol_update_keys_reach_the_job_they_change() {
         .await;
     run(update(later, &["StartTime=now"])).await;
     sim.until_state(later, "RUNNING").await;
+    sim.stop().await;
+}
+
+/// `scontrol requeue` as Slurm's: a running job stops and runs again under its id as a new
+/// attempt (new pods, `Restarts=1`); a failed one runs again, held by `requeuehold` until
+/// released; a cancelled one runs again; a pending job and a `--no-requeue` one refuse with
+/// Slurm's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scontrol_requeue_runs_a_job_again_under_its_id() {
+    let sim = Sim::start().await;
+    let job = sbatch(&sim, vec!["--gpus-per-node=8", "--wrap", "sleep 1000"]).await;
+    let id = job.to_string();
+    let first: Vec<String> = sim
+        .until_pods_running(job)
+        .await
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    let (ok, _, err) = sim.run(&["scontrol", "requeue", &id]).await;
+    assert!(ok, "{err}");
+    sim.until_output(&["scontrol", "show", "job", &id], |o| {
+        o.contains("JobState=RUNNING") && o.contains("Restarts=1")
+    })
+    .await;
+    sim.until_stopped(&first).await;
+    let second: Vec<String> = sim
+        .until_pods_running(job)
+        .await
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert!(
+        second.iter().all(|p| !first.contains(p)),
+        "{first:?} {second:?}"
+    );
+
+    // Failed, then requeued and held, then released.
+    sim.finish(&second[0], 3).await;
+    sim.until_state(job, "FAILED").await;
+    let (ok, _, err) = sim.run(&["scontrol", "requeuehold", &id]).await;
+    assert!(ok, "{err}");
+    sim.until_squeue(job, "%T %r", |l| l == "PENDING JobHeldUser")
+        .await;
+    let (ok, _, err) = sim.run(&["scontrol", "release", &id]).await;
+    assert!(ok, "{err}");
+    sim.until_state(job, "RUNNING").await;
+
+    // Cancelled, then requeued.
+    let (ok, _, err) = sim.run(&["scancel", &id]).await;
+    assert!(ok, "{err}");
+    sim.until_sacct(&id, "State", |o| o.contains("CANCELLED"))
+        .await;
+    let (ok, _, err) = sim.run(&["scontrol", "requeue", &id]).await;
+    assert!(ok, "{err}");
+    sim.until_output(&["scontrol", "show", "job", &id], |o| {
+        o.contains("JobState=RUNNING") && o.contains("Restarts=3")
+    })
+    .await;
+
+    // A pending job and a --no-requeue one cannot be requeued.
+    let held = sbatch(&sim, vec!["-H", "--wrap", "hostname"]).await;
+    let (ok, _, err) = sim.run(&["scontrol", "requeue", &held.to_string()]).await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!(
+            "scontrol: error: job {held}: Job is pending execution: only a running or ended job \
+             can be requeued\n"
+        )
+    );
+    let never = sbatch(&sim, vec!["--no-requeue", "--wrap", "sleep 1000"]).await;
+    sim.until_state(never, "RUNNING").await;
+    let (ok, _, err) = sim.run(&["scontrol", "requeue", &never.to_string()]).await;
+    assert!(!ok);
+    assert!(
+        err.starts_with(&format!(
+            "scontrol: error: job {never}: Requested operation is presently disabled"
+        )),
+        "{err}"
+    );
     sim.stop().await;
 }

@@ -148,13 +148,13 @@ fn squeue_one_line_per_array_element() {
 
 #[test]
 fn squeue_reports_bad_format_letters_like_slurm() {
-    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-o", "%i %Q %j"]) else {
+    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-o", "%i %W %j"]) else {
         panic!()
     };
     let rows = job_rows(&fixtures::jobs(), fixtures::now(), false);
     let (text, warnings) =
         muster_cli::squeue::report(&args, rows, "alice", &TimeZone::UTC).unwrap();
-    assert_eq!(warnings, ["Invalid job format specification: Q"]);
+    assert_eq!(warnings, ["Invalid job format specification: W"]);
     assert!(
         text.starts_with("JOBID NAME\n102 gpus_per_task_test\n"),
         "{text}"
@@ -255,7 +255,8 @@ fn scontrol_show_job() {
     assert_eq!(
         muster_cli::scontrol::show_job(r, &TimeZone::UTC, false),
         "JobId=101 JobName=train
-   UserId=alice Account=team-a Nice=0
+   UserId=alice
+   Priority=N/A Nice=0 Account=team-a QOS=(null)
    JobState=RUNNING Reason=None Dependency=(null)
    Requeue=1 Restarts=0 ExitCode=0:0
    RunTime=00:05:03 TimeLimit=01:00:00
@@ -280,7 +281,8 @@ fn scontrol_show_job() {
         .unwrap();
     assert_eq!(
         muster_cli::scontrol::show_job(r, &TimeZone::UTC, true),
-        "JobId=113 ArrayJobId=110 ArrayTaskId=2 JobName=sweep UserId=alice Account=team-a Nice=0 \
+        "JobId=113 ArrayJobId=110 ArrayTaskId=2 JobName=sweep UserId=alice Priority=N/A Nice=0 \
+         Account=team-a QOS=(null) \
          JobState=PENDING Reason=JobArrayTaskLimit Dependency=(null) Requeue=1 Restarts=0 \
          ExitCode=0:0 RunTime=00:00:00 TimeLimit=NOT_SET SubmitTime=2024-05-01T10:03:50 \
          EligibleTime=Unknown StartTime=Unknown EndTime=Unknown Partition=gpu ReqNodeList=(null) \

@@ -435,6 +435,24 @@ fn cancel_cannot_be_undone() {
         "{errs:?}"
     );
     assert!(errors(BJ, &bj(json!({"cancel": true})), Some(&bj(json!({})))).is_empty());
+    // A requeue request clears it (scontrol requeue of a cancelled job), and only grows.
+    let requeued = bj(json!({"requeueRequests": 1}));
+    let errs = errors(BJ, &requeued, Some(&old));
+    assert!(errs.is_empty(), "{errs:?}");
+    let again = bj(json!({"cancel": true, "requeueRequests": 1}));
+    let errs = errors(BJ, &bj(json!({"requeueRequests": 1})), Some(&again));
+    assert!(
+        errs.iter().any(|e| e.contains("cancel cannot be undone")),
+        "{errs:?}"
+    );
+    for back in [json!({}), json!({"requeueRequests": 0})] {
+        let errs = errors(BJ, &bj(back), Some(&requeued));
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("requeueRequests only grows")),
+            "{errs:?}"
+        );
+    }
 }
 
 fn part(spec: Value) -> Value {

@@ -86,6 +86,8 @@ pub struct JobRow {
     pub exc_nodes: Option<String>,
     /// Nice value.
     pub nice: i32,
+    /// The priority the scheduler orders the job by (`status.priority`), once computed.
+    pub priority: Option<u32>,
     /// Exit code of the first failing task.
     pub exit_code: i32,
     /// Signal that ended the first failing task.
@@ -302,6 +304,7 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         req_nodes: spec.nodelist.clone(),
         exc_nodes: spec.exclude.clone(),
         nice: spec.nice.unwrap_or(0),
+        priority: st.priority,
         exit_code: st.exit_code.unwrap_or(0),
         exit_signal: st.exit_signal.unwrap_or(0),
         restarts: st.restarts.unwrap_or(0),

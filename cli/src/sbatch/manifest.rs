@@ -386,6 +386,8 @@ pub fn build(merged: &Merged, source: &JobSource, who: &Submitter) -> BatchJob {
         } else {
             None
         },
+        // Only `scontrol requeue` raises it.
+        requeue_requests: None,
         hold: o.hold.then_some(true),
         account: o.account.clone(),
         // Checked when parsed; resolved here against the submitter's clock, as sbatch does.

@@ -60,8 +60,12 @@ use super::rules;
         "gpuType is set and a GPU request names a type too: give the type once"
     ),
     validation = rules::rule(
-        "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",
-        "cancel cannot be undone once set"
+        "!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel) || (has(self.requeueRequests) && self.requeueRequests > (has(oldSelf.requeueRequests) ? oldSelf.requeueRequests : 0))",
+        "cancel cannot be undone once set, but by a requeue request (scontrol requeue)"
+    ),
+    validation = rules::rule(
+        "!has(oldSelf.requeueRequests) || (has(self.requeueRequests) && self.requeueRequests >= oldSelf.requeueRequests)",
+        "requeueRequests only grows: each increase requeues the job once"
     ),
     validation = rules::rule(
         "!has(self.memPerGpu) || has(self.gpus) || has(self.gpusPerNode) || has(self.gpusPerTask) || has(self.gres)",
@@ -232,6 +236,16 @@ pub struct BatchJobSpec {
     /// `--requeue` / `--no-requeue`: requeue after a node failure or preemption. Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
+
+    /// `scontrol requeue`: how many times the job has been asked to run again. Each request
+    /// the operator has not yet honoured (`status.requeueRequests`) requeues a running or
+    /// ended job once: its pods are stopped and it waits again, under the same job id, as a
+    /// new attempt (`Restarts` counts it). A new job's count is where it starts (a GitOps
+    /// manifest raises it to requeue). Only grows; a raise is refused for a pending job, a
+    /// `requeue: false` one, an array (requeue its elements) and with `cancel: true` (clear
+    /// it to requeue a cancelled job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_requests: Option<u32>,
 
     /// `--hold` / `scontrol hold|release`: keep the job pending (reason JobHeldUser).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -649,6 +663,14 @@ pub struct BatchJobStatus {
     /// How many times the job was requeued (Slurm's `Restarts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarts: Option<u32>,
+    /// The `spec.requeueRequests` the operator has honoured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue_requests: Option<u32>,
+    /// The priority the scheduler orders the job by while it waits (`squeue %Q`, Slurm's
+    /// `Priority`): `spec.priority` when set, else the computed one. Refreshed as it grows
+    /// (a change under 1% waits for another write); kept once the job starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
     /// When the job was submitted (first seen by the operator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_time: Option<Time>,

@@ -155,6 +155,19 @@ pub(super) fn rows() -> Vec<Row> {
                 Expect::Preempted { requeued: true },
             )
         },
+        // A new job's count is where it starts: only a raise after it has run requeues it
+        // (`scontrol requeue`, tested end to end in e2e_operator), so one applied with a
+        // count runs once, as any job.
+        row(
+            "requeueRequests on a new job: it runs once",
+            &["requeueRequests"],
+            spec_only(json!({"requeueRequests": 2, "ntasks": 1, "gres": "gpu:1"})),
+            Expect::Runs {
+                nodes: "gpu001",
+                ranks: None,
+                env: vec![],
+            },
+        ),
         row(
             "cancel: never runs",
             &["cancel"],

@@ -12,6 +12,8 @@
 //!   an update is refused, naming the fields (its pods were built from the request; an
 //!   array stays editable for the elements it has yet to create); elements the operator
 //!   creates are not judged again.
+//!   A requeue request (`spec.requeueRequests`, `scontrol requeue`) is refused for a job
+//!   that has not run, a `requeue: false` one, an array or with `cancel` set.
 //!   A fixed priority or a negative nice is refused unless the user is one of the
 //!   [`Admins`] (Slurm's operators and administrators; [`privilege`]).
 //! - **Validating, Partition CREATE and UPDATE** ([`validate_partition`]): refuses a second
@@ -137,8 +139,8 @@ pub fn mutate_batchjob(
     }
 }
 
-/// The spec without what may change freely (cancel, hold, nice, priority, dependency): what
-/// decides whether the job can run.
+/// The spec without what may change freely (cancel, hold, nice, priority, dependency, requeue
+/// requests): what decides whether the job can run.
 fn request_part(s: &BatchJobSpec) -> BatchJobSpec {
     let mut s = s.clone();
     s.cancel = None;
@@ -146,7 +148,37 @@ fn request_part(s: &BatchJobSpec) -> BatchJobSpec {
     s.nice = None;
     s.priority = None;
     s.dependency = None;
+    s.requeue_requests = None;
     s
+}
+
+/// Why `scontrol requeue` (a higher `spec.requeueRequests`) may not requeue `old`, if it may
+/// not, in Slurm's words where it has them.
+fn requeue_refusal(old: &BatchJob, new: &BatchJob) -> Option<String> {
+    let (was, now) = (
+        old.spec.requeue_requests.unwrap_or(0),
+        new.spec.requeue_requests.unwrap_or(0),
+    );
+    if now == was {
+        return None;
+    }
+    Some(if now < was {
+        format!(
+            "spec.requeueRequests only grows (it is {was}): each increase requeues the job once"
+        )
+    } else if old.spec.array.is_some() {
+        "an array is requeued element by element (scontrol requeue ID_TASK)".to_string()
+    } else if old.state() == JobState::Pending {
+        "Job is pending execution: only a running or ended job can be requeued".to_string()
+    } else if new.spec.requeue == Some(false) {
+        "Requested operation is presently disabled: the job was submitted with --no-requeue \
+         (spec.requeue: false)"
+            .to_string()
+    } else if new.spec.cancel == Some(true) {
+        "spec.cancel is true: clear it to requeue the job".to_string()
+    } else {
+        return None;
+    })
 }
 
 /// Whether `new` changes only `spec.time` of running `old`, to a limit no later than the one
@@ -259,6 +291,9 @@ pub fn validate_batchjob(
             }
             if let Some(e) = privilege::raise(Some(&old.spec), &job.spec, admins).filter(|_| !admin)
             {
+                return deny(req, e);
+            }
+            if let Some(e) = requeue_refusal(&old, &job) {
                 return deny(req, e);
             }
             if request_part(&old.spec) == request_part(&job.spec) {
@@ -773,6 +808,76 @@ mod tests {
         lower["spec"]["priority"] = json!(100);
         assert!(judge("alice", &[], "UPDATE", lower.clone(), top.clone()).allowed);
         assert!(!judge("alice", &[], "UPDATE", top, lower).allowed);
+    }
+
+    #[test]
+    fn a_requeue_request_needs_a_job_that_ran_and_may_be_requeued() {
+        let (parts, nodes) = world_parts();
+        let table = translate::partitions(parts.iter());
+        let objs: Vec<&Partition> = parts.iter().collect();
+        let w = World {
+            partitions: &table,
+            partition_objects: &objs,
+            nodes: &nodes,
+            volume_claims: &[],
+        };
+        let judge = |old: Value, new: Value| {
+            let r = validate_batchjob(
+                &request("UPDATE", "alice", new, old),
+                None,
+                &Admins::default(),
+                w,
+            );
+            (!r.allowed).then_some(r.result.message)
+        };
+        let job = |spec: Value, state: &str| {
+            let mut v = bj(json!({}), spec);
+            v["status"] = json!({"state": state});
+            v
+        };
+        let plain = json!({"script": "x"});
+        let asked = json!({"script": "x", "requeueRequests": 1});
+        for state in ["RUNNING", "COMPLETED", "FAILED", "TIMEOUT"] {
+            assert_eq!(
+                judge(job(plain.clone(), state), job(asked.clone(), state)),
+                None,
+                "{state}"
+            );
+        }
+        assert_eq!(
+            judge(job(plain.clone(), "PENDING"), job(asked.clone(), "PENDING")).unwrap(),
+            "Job is pending execution: only a running or ended job can be requeued"
+        );
+        let e = judge(job(asked.clone(), "RUNNING"), job(plain.clone(), "RUNNING")).unwrap();
+        assert!(
+            e.starts_with("spec.requeueRequests only grows (it is 1)"),
+            "{e}"
+        );
+        let no = json!({"script": "x", "requeue": false});
+        let no_asked = json!({"script": "x", "requeue": false, "requeueRequests": 1});
+        let e = judge(job(no, "RUNNING"), job(no_asked, "RUNNING")).unwrap();
+        assert!(
+            e.starts_with(
+                "Requested operation is presently disabled: the job was submitted with --no-requeue"
+            ),
+            "{e}"
+        );
+        // A cancelled job is requeued with its cancel cleared, not with it set.
+        let cancelled = json!({"script": "x", "cancel": true});
+        let still = json!({"script": "x", "cancel": true, "requeueRequests": 1});
+        let e = judge(job(cancelled.clone(), "CANCELLED"), job(still, "CANCELLED")).unwrap();
+        assert_eq!(e, "spec.cancel is true: clear it to requeue the job");
+        assert_eq!(
+            judge(job(cancelled, "CANCELLED"), job(asked.clone(), "CANCELLED")),
+            None
+        );
+        let array = json!({"script": "x", "array": "0-3"});
+        let array_asked = json!({"script": "x", "array": "0-3", "requeueRequests": 1});
+        assert!(
+            judge(job(array, "RUNNING"), job(array_asked, "RUNNING"))
+                .unwrap()
+                .contains("element by element")
+        );
     }
 
     #[test]

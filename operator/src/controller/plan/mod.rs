@@ -260,11 +260,12 @@ fn requested(st: &mut BatchJobStatus, parsed: &ParsedJob, part: Option<&core::Pa
     }
 }
 
-/// Status fields that only inform (message, estimated start, array counts) are "soft": a
-/// change to them alone is written at most every `status_refresh_secs`.
+/// Status fields that only inform (message, estimated start, priority, array counts) are
+/// "soft": a change to them alone is written at most every `status_refresh_secs`.
 fn hard_view(st: &BatchJobStatus) -> BatchJobStatus {
     let mut s = st.clone();
     s.message = None;
+    s.priority = None;
     s.start_time = if s.state == Some(JobState::Pending) {
         None
     } else {
@@ -276,6 +277,16 @@ fn hard_view(st: &BatchJobStatus) -> BatchJobStatus {
         c.last_transition_time = time(0);
     }
     s
+}
+
+/// Whether a waiting job's priority moved enough to be written on its own: by 1% or more
+/// (the age factor grows every cycle; a write per job per cycle would load the API server
+/// for a figure Slurm itself refreshes only every few minutes), or appeared or went.
+fn reprioritized(old: Option<u32>, new: Option<u32>) -> bool {
+    match (old, new) {
+        (Some(a), Some(b)) => u64::from(a.abs_diff(b)) * 100 >= u64::from(a.min(b)).max(1),
+        (a, b) => a != b,
+    }
 }
 
 /// Runs one cycle: see the [module docs](self).
@@ -641,6 +652,7 @@ pub fn plan(
         w.st.reason = Some(info.reason.as_str().to_string());
         w.st.message = Some(info.message.clone()).filter(|m| !m.is_empty());
         w.st.start_time = info.start_estimate.map(time);
+        w.st.priority = Some(info.priority);
         if info.eligible && w.st.eligible_time.is_none() {
             w.st.eligible_time = Some(time(now));
         }
@@ -743,7 +755,9 @@ pub fn plan(
                             }
                             (a, b) => a.is_some() != b.is_some(),
                         };
-                        let other = p.message != w.st.message || p.array_tasks != w.st.array_tasks;
+                        let other = p.message != w.st.message
+                            || p.array_tasks != w.st.array_tasks
+                            || reprioritized(p.priority, w.st.priority);
                         let last = mem
                             .last_status_write
                             .get(&w.uid)
@@ -837,4 +851,22 @@ fn parent_of<'a>(job: &BatchJob, by_uid: &HashMap<String, &'a BatchJob>) -> Opti
         .iter()
         .find(|o| o.controller == Some(true))?;
     by_uid.get(&o.uid).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reprioritized;
+
+    #[test]
+    fn a_priority_is_written_alone_once_it_moves_by_one_percent() {
+        assert!(!reprioritized(Some(1000), Some(1009)));
+        assert!(reprioritized(Some(1000), Some(1010)));
+        assert!(reprioritized(Some(1010), Some(1000)));
+        assert!(!reprioritized(Some(1010), Some(1001)));
+        assert!(!reprioritized(Some(u32::MAX - 1), Some(u32::MAX)));
+        assert!(!reprioritized(Some(0), Some(0)));
+        assert!(reprioritized(Some(0), Some(1)));
+        assert!(reprioritized(None, Some(0)));
+        assert!(!reprioritized(None, None));
+    }
 }

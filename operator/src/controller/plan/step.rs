@@ -70,6 +70,12 @@ pub(super) fn step_job(
         }
     };
 
+    if requeue_requested(w, now) {
+        delete_cur(w);
+        queue_pending(w, crd_parts, bind, dep_index, now);
+        return;
+    }
+
     match state {
         JobState::Running if w.has_tasks() => {
             let nodes = w.node_ranks();

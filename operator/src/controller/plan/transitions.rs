@@ -324,6 +324,32 @@ pub(super) fn admit(
     });
 }
 
+/// `scontrol requeue`: whether a request not yet honoured requeued the job (running or
+/// ended) as a new attempt, eligible at once; the caller stops its pods and queues it. A
+/// request for a pending job, a `requeue: false` one or a cancelled one is only recorded
+/// (admission refuses them, so only a write that bypassed it gets here).
+pub(super) fn requeue_requested(w: &mut Work<'_>, now: i64) -> bool {
+    let asked = w.job.spec.requeue_requests.unwrap_or(0);
+    if asked <= w.st.requeue_requests.unwrap_or(0) {
+        return false;
+    }
+    w.st.requeue_requests = Some(asked);
+    let state = w.st.state.unwrap_or(JobState::Pending);
+    if state == JobState::Pending
+        || w.job.spec.requeue == Some(false)
+        || w.job.spec.cancel == Some(true)
+    {
+        return false;
+    }
+    let msg = format!("requeued on request (was {})", state.as_str());
+    w.st = status::requeued(&w.st, "Requeued", &msg, now);
+    w.set_tasks(&[]);
+    w.holds = false;
+    w.plan.events.push(event(false, "Requeued", &msg));
+    w.plan.effects.push(Effect::Transition(JobState::Pending));
+    true
+}
+
 pub(super) fn preempt(w: &mut Work<'_>, for_job: JobId, requeue: bool, pods: &[&PodObs], now: i64) {
     if w.st.state != Some(JobState::Running) {
         return;

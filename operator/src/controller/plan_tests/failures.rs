@@ -219,3 +219,69 @@ fn gang_that_cannot_start_is_rolled_back_with_backoff() {
     run_for(&mut h, 60);
     assert_eq!(h.cluster.state("stuck"), JobState::Completed);
 }
+
+#[test]
+fn a_requeue_request_runs_a_running_or_ended_job_again_once() {
+    // One node: the requeued job can start again only once its old pod has gone.
+    let mut h = harness(1, 8);
+    h.cluster.submit(job("rq", gpus(8), 100, None));
+    h.cycle();
+    h.step(10);
+    assert_eq!(h.cluster.state("rq"), JobState::Running);
+    h.cluster.edit("rq", |j| j.spec.requeue_requests = Some(1));
+    h.step(1);
+    let st = h.cluster.job("rq").status.unwrap();
+    assert_eq!(st.restarts, Some(1));
+    assert_eq!(st.requeue_requests, Some(1));
+    assert_eq!(st.attempt, Some(2));
+    let names = |h: &Harness| -> Vec<String> {
+        h.cluster
+            .pods_of("rq")
+            .iter()
+            .map(|p| p.name_any())
+            .collect()
+    };
+    // Its old pod is stopping on the one node: it waits for it.
+    assert_eq!(st.state, Some(JobState::Pending));
+    assert!(
+        !names(&h).contains(&"rq-0-a2".to_string()),
+        "{:?}",
+        names(&h)
+    );
+    run_for(&mut h, 60);
+    assert_eq!(h.cluster.state("rq"), JobState::Running);
+    assert!(
+        names(&h).contains(&"rq-0-a2".to_string()),
+        "{:?}",
+        names(&h)
+    );
+    assert!(
+        !names(&h).contains(&"rq-0-a1".to_string()),
+        "{:?}",
+        names(&h)
+    );
+    h.cluster.check_no_double_gpu().unwrap();
+    // The request is honoured once: later cycles leave it running.
+    run_for(&mut h, 150);
+    let st = h.cluster.job("rq").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Completed));
+    assert_eq!((st.restarts, st.attempt), (Some(1), Some(2)));
+    // An ended job runs again, and completes again.
+    h.cluster.edit("rq", |j| j.spec.requeue_requests = Some(2));
+    h.step(1);
+    let st = h.cluster.job("rq").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Running));
+    assert_eq!((st.restarts, st.attempt), (Some(2), Some(3)));
+    assert_eq!(st.end_time, None);
+    run_for(&mut h, 150);
+    assert_eq!(h.cluster.state("rq"), JobState::Completed);
+    // A request the webhook would refuse (a --no-requeue job) is only recorded.
+    h.cluster.edit("rq", |j| {
+        j.spec.requeue = Some(false);
+        j.spec.requeue_requests = Some(3);
+    });
+    h.step(1);
+    let st = h.cluster.job("rq").status.unwrap();
+    assert_eq!(st.state, Some(JobState::Completed));
+    assert_eq!((st.restarts, st.requeue_requests), (Some(2), Some(3)));
+}

@@ -348,3 +348,27 @@ fn a_gang_no_one_waits_behind_starts_spread_at_once() {
     assert_eq!(st.state, Some(JobState::Pending), "{st:?}");
     assert!(st.node_list.is_none(), "{st:?}");
 }
+
+#[test]
+fn a_waiting_jobs_priority_is_in_its_status_and_an_edit_shows_at_once() {
+    let mut h = harness(1, 8);
+    h.cluster.submit(job("filler", gpus(8), 3600, None));
+    h.cycle();
+    h.cluster.submit(job("small", gpus(1), 60, None));
+    let mut niced = gpus(1);
+    niced.nice = Some(100);
+    h.cluster.submit(job("niced", niced, 60, None));
+    h.step(1);
+    let prio = |h: &Harness, n: &str| h.cluster.job(n).status.unwrap().priority;
+    let (small, niced) = (prio(&h, "small").unwrap(), prio(&h, "niced").unwrap());
+    assert_eq!(small - niced, 100, "{small} {niced}");
+    h.cluster
+        .edit("small", |j| j.spec.priority = Some(4_000_000));
+    h.step(1);
+    assert_eq!(prio(&h, "small"), Some(4_000_000));
+    // Kept once it runs.
+    h.cluster.edit("filler", |j| j.spec.cancel = Some(true));
+    run_for(&mut h, 40);
+    assert_eq!(h.cluster.state("small"), JobState::Running);
+    assert_eq!(prio(&h, "small"), Some(4_000_000));
+}
