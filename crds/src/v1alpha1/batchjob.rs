@@ -666,9 +666,9 @@ pub struct BatchJobStatus {
     /// The `spec.requeueRequests` the operator has honoured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue_requests: Option<u32>,
-    /// The priority the scheduler orders the job by while it waits (`squeue %Q`, Slurm's
-    /// `Priority`): `spec.priority` when set, else the computed one. Refreshed as it grows
-    /// (a change under 1% waits for another write); kept once the job starts.
+    /// The priority the scheduler orders the job by (`squeue %Q`, Slurm's `Priority`):
+    /// `spec.priority` when set, else the computed one. Refreshed while the job waits (a
+    /// change under 1% waits for another write); once it starts, the one it started with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
     /// When the job was submitted (first seen by the operator).

@@ -40,6 +40,8 @@ pub struct Start {
     pub exclusive: bool,
     /// Leaf switches the job spans.
     pub leaves: u32,
+    /// The priority it was ordered by.
+    pub priority: u32,
 }
 
 /// Where one task runs.

@@ -311,7 +311,8 @@ impl<'a> Cycle<'a> {
                 }
                 Ok(jc) => {
                     info.eligible = true;
-                    if let Some(start) = self.consider(job, &jc, &mut info) {
+                    if let Some(mut start) = self.consider(job, &jc, &mut info) {
+                        start.priority = prio;
                         if let Some(a) = &job.array {
                             *self.array_running.entry(a.array_job_id).or_insert(0) += 1;
                         }

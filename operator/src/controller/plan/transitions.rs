@@ -231,6 +231,7 @@ pub(super) fn admit(
     st.reason = None;
     st.message = None;
     st.attempt = Some(attempt);
+    st.priority = Some(s.priority);
     st.start_time = Some(time(now));
     st.end_time = None;
     st.exit_code = None;

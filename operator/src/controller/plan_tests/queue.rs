@@ -362,6 +362,8 @@ fn a_waiting_jobs_priority_is_in_its_status_and_an_edit_shows_at_once() {
     let prio = |h: &Harness, n: &str| h.cluster.job(n).status.unwrap().priority;
     let (small, niced) = (prio(&h, "small").unwrap(), prio(&h, "niced").unwrap());
     assert_eq!(small - niced, 100, "{small} {niced}");
+    // A job that started at once has the priority it started with.
+    assert!(prio(&h, "filler").is_some());
     h.cluster
         .edit("small", |j| j.spec.priority = Some(4_000_000));
     h.step(1);

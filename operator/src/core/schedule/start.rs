@@ -256,6 +256,8 @@ impl Cycle<'_> {
             time_limit: jc.limit,
             exclusive: d.exclusive,
             leaves: leaves.len() as u32,
+            // The caller, which ordered the queue, sets it.
+            priority: 0,
         })
     }
 }
