@@ -19,7 +19,7 @@ use crate::squeue::{Filter, parse_states};
     about = "Cancel jobs (Slurm's scancel)"
 )]
 pub struct ScancelArgs {
-    /// Jobs to cancel: `123` (an array id cancels every element), `123_4`.
+    /// Jobs to cancel: `123` (an array id cancels every element), `123_4`, `123_[1-3,5]`.
     #[arg(value_name = "JOB_ID", value_delimiter = ',')]
     pub job_ids: Vec<String>,
 
@@ -118,7 +118,16 @@ pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, Strin
         }
         return Ok(plan);
     }
-    for id in &args.job_ids {
+    let ids = match crate::rows::ids::expand(&args.job_ids) {
+        Ok(ids) => ids,
+        Err(bad) => {
+            plan.errors.push(format!(
+                "Kill job error on job id {bad}: Invalid job id specified"
+            ));
+            return Ok(plan);
+        }
+    };
+    for id in &ids {
         let matched: Vec<&JobRow> = rows.iter().filter(|r| r.matches_id(id)).collect();
         if matched.is_empty() {
             plan.errors.push(format!(

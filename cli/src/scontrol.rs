@@ -434,7 +434,18 @@ async fn set_hold(
     let jobs = crate::fetch::batchjobs(cluster, all).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let mut ok = true;
-    for id in ids.iter().flat_map(|s| s.split_whitespace()) {
+    let ids = match crate::rows::ids::expand(ids) {
+        Ok(ids) => ids,
+        Err(bad) => {
+            writeln!(
+                io.err,
+                "scontrol: error: Invalid job id specified for job {bad}"
+            )?;
+            return Ok(false);
+        }
+    };
+    for id in &ids {
+        let id = id.as_str();
         let targets: Vec<&JobRow> = rows.iter().filter(|r| r.matches_id(id)).collect();
         if targets.is_empty() {
             writeln!(

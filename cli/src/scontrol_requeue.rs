@@ -91,7 +91,17 @@ pub async fn run(
     let jobs = crate::fetch::batchjobs(cluster, all).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let mut ok = true;
-    for id in ids.iter().flat_map(|s| s.split_whitespace()) {
+    let ids = match crate::rows::ids::expand(ids) {
+        Ok(ids) => ids,
+        Err(bad) => {
+            writeln!(
+                io.err,
+                "scontrol: error: Invalid job id specified for job {bad}"
+            )?;
+            return Ok(false);
+        }
+    };
+    for id in &ids {
         let found = match targets(&rows, id) {
             Ok(f) => f,
             Err(e) => {

@@ -156,15 +156,6 @@ pub fn parse_states(list: &[String]) -> Result<Option<Vec<JobState>>, String> {
         .map(Some)
 }
 
-/// Whether `s` is a job id as squeue takes it: `123` or `123_4`.
-pub fn valid_job_id(s: &str) -> bool {
-    let digits = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
-    match s.split_once('_') {
-        Some((a, t)) => digits(a) && digits(t),
-        None => digits(s),
-    }
-}
-
 /// Compare partition names as users type them (`gpu_partition` matches `gpu-partition`).
 fn same_partition(a: &str, b: &str) -> bool {
     crate::sbatch::manifest::partition_object_name(a)
@@ -466,9 +457,8 @@ pub fn report(
     me: &str,
     tz: &TimeZone,
 ) -> Result<(String, Vec<String>), String> {
-    if let Some(bad) = args.jobs.iter().find(|j| !valid_job_id(j)) {
-        return Err(format!("Invalid job id: {bad}"));
-    }
+    let jobs =
+        crate::rows::ids::expand(&args.jobs).map_err(|bad| format!("Invalid job id: {bad}"))?;
     let mut states = parse_states(&args.states)?;
     if args.states.is_empty() {
         states = Some(if args.start {
@@ -486,7 +476,7 @@ pub fn report(
         states = None;
     }
     let filter = Filter {
-        jobs: args.jobs.clone(),
+        jobs,
         names: args.names.clone(),
         partitions: args.partitions.clone(),
         states,

@@ -954,3 +954,57 @@ async fn scontrol_requeue_runs_a_job_again_under_its_id() {
     );
     sim.stop().await;
 }
+
+/// Array task ranges as Slurm's commands take them: `scancel ID_[0-1]` cancels those two
+/// elements, so the next two start, and `squeue -j ID_[2,3]` lists just them; a malformed
+/// range is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn array_task_ranges_select_elements() {
+    let sim = Sim::start().await;
+    let a = sbatch(
+        &sim,
+        vec!["--array=0-3%2", "--gpus-per-node=1", "--wrap", "sleep 1000"],
+    )
+    .await;
+    sim.until_output(&["squeue", "-h", "-t", "R", "-o", "%i"], |o| {
+        o.lines().count() == 2
+    })
+    .await;
+    let (ok, _, err) = sim.run(&["scancel", &format!("{a}_[0-1]")]).await;
+    assert!(ok, "{err}");
+    let two = format!("{a}_[2,3]");
+    let out = sim
+        .until_output(&["squeue", "-h", "-j", &two, "-t", "R", "-o", "%i"], |o| {
+            o.lines().count() == 2
+        })
+        .await;
+    let mut got: Vec<&str> = out.lines().map(str::trim).collect();
+    got.sort_unstable();
+    assert_eq!(got, [format!("{a}_2"), format!("{a}_3")]);
+    let (ok, out, _) = sim
+        .run(&[
+            "squeue",
+            "-h",
+            "-t",
+            "all",
+            "-j",
+            &format!("{a}_[0-1]"),
+            "-o",
+            "%i %T",
+        ])
+        .await;
+    assert!(ok);
+    let mut got: Vec<&str> = out.lines().map(str::trim).collect();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        [format!("{a}_0 CANCELLED"), format!("{a}_1 CANCELLED")]
+    );
+    let (ok, _, err) = sim.run(&["scancel", &format!("{a}_[2-3")]).await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!("scancel: error: Kill job error on job id {a}_[2-3: Invalid job id specified\n")
+    );
+    sim.stop().await;
+}

@@ -2,6 +2,7 @@
 //! (`nodes.rs`), built from the Kubernetes objects by pure functions (time is an argument), so
 //! every table is testable without a cluster.
 
+pub mod ids;
 mod nodes;
 
 pub use nodes::*;
