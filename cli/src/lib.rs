@@ -23,6 +23,7 @@ pub mod sandbox;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
+pub mod scontrol_node;
 pub mod scontrol_requeue;
 pub mod scontrol_update;
 pub mod simulate;

@@ -76,7 +76,9 @@ pub enum ScontrolCommand {
         #[arg(required = true, value_delimiter = ',')]
         job_ids: Vec<String>,
     },
-    /// Change what pending jobs ask for: `update JobId=12 TimeLimit=2:00:00 Partition=big`.
+    /// Change what pending jobs ask for: `update JobId=12 TimeLimit=2:00:00 Partition=big`;
+    /// or drain and resume nodes: `update NodeName=gpu[001-002] State=DRAIN Reason="bad fan"`,
+    /// `State=RESUME` (administrators: it cordons and uncordons the Nodes).
     /// Keys: TimeLimit, Partition, JobName, NumNodes, NumTasks, Nice, Priority, Dependency,
     /// ExcNodeList, ReqNodeList, Features, Gres, Account, MinMemoryNode, StartTime, Requeue,
     /// ArrayTaskThrottle (an empty value clears an optional one). Once a job has started only
@@ -369,7 +371,7 @@ fn scontrol_state(n: &NodeRow) -> String {
 }
 
 /// One node in `scontrol show node`'s layout.
-pub fn show_node(n: &NodeRow, oneliner: bool) -> String {
+pub fn show_node(n: &NodeRow, tz: &TimeZone, oneliner: bool) -> String {
     let feats = if n.features.is_empty() {
         "(null)".to_string()
     } else {
@@ -417,7 +419,14 @@ pub fn show_node(n: &NodeRow, oneliner: bool) -> String {
     lines.push(format!("CfgTRES={cfg}"));
     lines.push(format!("AllocTRES={alloc}"));
     if let Some(r) = &n.reason {
-        lines.push(format!("Reason={r}"));
+        // Slurm's `Reason=bad fan [root@2026-12-01T19:58:46]`, when who and when are known.
+        let by = match (&n.reason_user, n.reason_time) {
+            (Some(u), Some(t)) => format!(" [{u}@{}]", format::timestamp(Some(t), tz)),
+            (Some(u), None) => format!(" [{u}]"),
+            (None, Some(t)) => format!(" [@{}]", format::timestamp(Some(t), tz)),
+            (None, None) => String::new(),
+        };
+        lines.push(format!("Reason={r}{by}"));
     }
     record(lines, oneliner)
 }
@@ -592,9 +601,25 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
                         }
                     }
                 }
-                sel.iter().map(|n| show_node(n, args.oneliner)).collect()
+                sel.iter()
+                    .map(|n| show_node(n, &tz, args.oneliner))
+                    .collect()
             };
             write!(io.out, "{}", join_records(&text, args.oneliner))?;
+            Ok(())
+        }
+        ScontrolCommand::Update { specs } if crate::scontrol_node::is_node_update(specs) => {
+            let update = match crate::scontrol_node::parse(specs) {
+                Ok(u) => u,
+                Err(e) => {
+                    writeln!(io.err, "scontrol: error: {e}")?;
+                    return Err(crate::Failed.into());
+                }
+            };
+            let cluster = target.cluster(io.env).await?;
+            if !crate::scontrol_node::run(&cluster, &update, io).await? {
+                return Err(crate::Failed.into());
+            }
             Ok(())
         }
         ScontrolCommand::Update { specs } => {

@@ -18,6 +18,8 @@ pub const LONG_FORMAT: &str = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %
 pub const NODE_LONG_FORMAT: &str = "%#N %.6D %.#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
 /// `sinfo -s`.
 pub const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F  %N";
+/// `sinfo -R`.
+pub const REASONS_FORMAT: &str = "%20E %9u %19H %N";
 
 /// `muster sinfo`
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -78,6 +80,10 @@ pub struct SinfoArgs {
     #[arg(short = 'r', long = "responding")]
     pub responding: bool,
 
+    /// Why nodes are down, drained or draining: one line per reason, who gave it and when.
+    #[arg(short = 'R', long = "list-reasons")]
+    pub list_reasons: bool,
+
     /// A summary per partition (NODES(A/I/O/T)).
     #[arg(short = 's', long = "summarize")]
     pub summarize: bool,
@@ -103,7 +109,7 @@ pub struct Record<'a> {
 
 /// The letters sinfo prints here.
 pub fn valid_code(c: char) -> bool {
-    "aACcdDEfFGghlLmMNpPRstTwz".contains(c)
+    "aACcdDEfFGghHlLmMNpPRstTuwz".contains(c)
 }
 
 fn limit(l: Option<TimeLimit>, unset: &str) -> String {
@@ -134,7 +140,7 @@ fn counts(nodes: &[&NodeRow]) -> (usize, usize, usize) {
 }
 
 /// `(value, cut)` of one field for a record, or the header when `rec` is `None`.
-fn field(code: char, rec: Option<&Record<'_>>) -> String {
+fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> String {
     let Some(r) = rec else {
         return match code {
             'a' => "AVAIL",
@@ -148,6 +154,8 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
             'F' => "NODES(A/I/O/T)",
             'G' => "GRES",
             'g' => "GROUPS",
+            'H' => "TIMESTAMP",
+            'u' => "USER",
             'h' => "OVERSUBSCRIBE",
             'l' => "TIMELIMIT",
             'L' => "DEFAULTTIME",
@@ -244,6 +252,13 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
                 }
             })
             .unwrap_or_else(na),
+        'u' => first
+            .and_then(|n| n.reason_user.clone())
+            .unwrap_or_else(|| "Unknown".to_string()),
+        'H' => first
+            .and_then(|n| n.reason_time)
+            .map(|t| format::timestamp(Some(t), tz))
+            .unwrap_or_else(|| "Unknown".to_string()),
         't' => first.map(|n| n.compact_state()).unwrap_or_else(na),
         'T' => first.map(|n| n.long_state()).unwrap_or_else(na),
         // Kubernetes has no node weights; every node weighs Slurm's default.
@@ -255,12 +270,17 @@ fn field(code: char, rec: Option<&Record<'_>>) -> String {
 }
 
 /// Format records; `%#` fields get the width of their widest value (at least 9).
-pub fn render(records: &[Record<'_>], format: &Format, header: bool) -> String {
+pub fn render(
+    records: &[Record<'_>],
+    format: &Format,
+    header: bool,
+    tz: &jiff::tz::TimeZone,
+) -> String {
     let mut fmt = format.clone();
     for f in fmt.fields.iter_mut().filter(|f| f.auto) {
         let widest = records
             .iter()
-            .map(|r| field(f.code, Some(r)).chars().count())
+            .map(|r| field(f.code, Some(r), tz).chars().count())
             .max()
             .unwrap_or(0);
         f.width = widest.max(9);
@@ -270,7 +290,7 @@ pub fn render(records: &[Record<'_>], format: &Format, header: bool) -> String {
         for f in &fmt.fields {
             // sinfo cuts every field except a header NODELIST.
             let cut = !(rec.is_none() && f.code == 'N');
-            s.push_str(&pad(&field(f.code, rec), f.width, f.right, cut));
+            s.push_str(&pad(&field(f.code, rec, tz), f.width, f.right, cut));
             s.push_str(&f.suffix);
         }
         s.push('\n');
@@ -296,6 +316,8 @@ fn group_key(n: &NodeRow, format: &Format) -> Vec<String> {
             'G' => key.push(n.gres()),
             'f' => key.push(n.features.join(",")),
             'E' => key.push(n.reason.clone().unwrap_or_default()),
+            'u' => key.push(n.reason_user.clone().unwrap_or_default()),
+            'H' => key.push(n.reason_time.map(|t| t.to_string()).unwrap_or_default()),
             _ => {}
         }
     }
@@ -368,11 +390,35 @@ pub fn records<'a>(
     out
 }
 
+/// `sinfo -R`: the nodes down, drained or draining (of `parts`, when filtered), one record
+/// per reason, who gave it and when (and whatever else the format prints), in node order.
+fn reasons<'a>(parts: &[PartRow], nodes: &'a [NodeRow], format: &Format) -> Vec<Record<'a>> {
+    use crate::rows::NodeState::*;
+    let mut groups: Vec<(Vec<String>, Vec<&NodeRow>)> = Vec::new();
+    for n in nodes.iter().filter(|n| {
+        matches!(n.state, Down | Drained | Draining)
+            && n.reason.is_some()
+            && parts.iter().any(|p| n.partitions.contains(&p.name))
+    }) {
+        let mut key = group_key(n, format);
+        key[0].clear(); // the state splits no reason's line
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(n),
+            None => groups.push((key, vec![n])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, nodes)| Record { part: None, nodes })
+        .collect()
+}
+
 /// Pick the format, filter, group and format.
 pub fn report(
     args: &SinfoArgs,
     parts: &[PartRow],
     nodes: &[NodeRow],
+    tz: &jiff::tz::TimeZone,
 ) -> Result<(String, Vec<String>), String> {
     let wanted_nodes: Option<Vec<String>> = match &args.nodes {
         Some(list) => Some(hostlist::expand(list).map_err(|e| e.to_string())?),
@@ -397,6 +443,12 @@ pub fn report(
         .filter(|n| !args.responding || !n.not_responding)
         .cloned()
         .collect();
+    if args.list_reasons {
+        let fmt = args.format.as_deref().unwrap_or(REASONS_FORMAT);
+        let (format, warnings) = format::parse_format(fmt, valid_code);
+        let recs = reasons(&parts, &nodes, &format);
+        return Ok((render(&recs, &format, !args.noheader, tz), warnings));
+    }
     let fmt = args.format.clone().unwrap_or_else(|| {
         match (args.node, args.long, args.summarize) {
             (_, _, true) => SUMMARIZE_FORMAT,
@@ -420,7 +472,7 @@ pub fn report(
     if filtering {
         recs.retain(|r| !r.nodes.is_empty());
     }
-    Ok((render(&recs, &format, !args.noheader), warnings))
+    Ok((render(&recs, &format, !args.noheader, tz), warnings))
 }
 
 /// Run `muster sinfo`.
@@ -440,7 +492,8 @@ pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyh
     {
         writeln!(io.err, "{h}")?;
     }
-    let (text, warnings) = report(args, &parts, &node_rows).map_err(|e| anyhow::anyhow!(e))?;
+    let tz = jiff::tz::TimeZone::system();
+    let (text, warnings) = report(args, &parts, &node_rows, &tz).map_err(|e| anyhow::anyhow!(e))?;
     for w in warnings {
         writeln!(io.err, "sinfo: error: {w}")?;
     }

@@ -1008,3 +1008,86 @@ async fn array_task_ranges_select_elements() {
     );
     sim.stop().await;
 }
+
+/// An administrator drains nodes as in Slurm: `scontrol update NodeName=... State=DRAIN
+/// Reason=...` cordons them; sinfo shows them draining (a job still runs) and drained, `sinfo
+/// -R` the reason with who and when, `scontrol show node` its `Reason=`; new jobs go
+/// elsewhere; RESUME makes them idle again. A drain without a reason is refused as Slurm does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_administrator_drains_and_resumes_nodes() {
+    let sim = Sim::start().await;
+    let busy = sbatch(&sim, vec!["-w", "gpu001", "--wrap", "sleep 1000"]).await;
+    sim.until_state(busy, "RUNNING").await;
+    let (ok, _, err) = sim
+        .run_admin(&["scontrol", "update", "NodeName=gpu[001-002]", "State=DRAIN"])
+        .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "scontrol: error: You must specify a reason when DOWNING or DRAINING a node. Request \
+         denied\n"
+    );
+    let (ok, _, err) = sim
+        .run_admin(&[
+            "scontrol",
+            "update",
+            "NodeName=gpu[001-002]",
+            "State=DRAIN",
+            "Reason=bad fan",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = sim
+        .run(&["sinfo", "-N", "-h", "-n", "gpu[001-003]", "-o", "%N %t"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "gpu001 drng\ngpu002 drain\ngpu003 idle\n");
+    let (ok, out, err) = sim.run(&["sinfo", "-R"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "REASON               USER      TIMESTAMP           NODELIST"
+    );
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[1].starts_with("bad fan              kubernete 20")
+            && lines[1].ends_with(" gpu[001-002]"),
+        "{out}"
+    );
+    let (ok, out, err) = sim.run(&["scontrol", "show", "node", "gpu002"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("Reason=bad fan [kubernetes-admin@20"), "{out}");
+    // New work goes elsewhere.
+    let wide = sbatch(&sim, vec!["--exclusive", "-N", "6", "--wrap", "sleep 1000"]).await;
+    let line = sim
+        .until_squeue(wide, "%T %N", |l| l.starts_with("RUNNING "))
+        .await;
+    assert_eq!(line, "RUNNING gpu[003-008]");
+    let (ok, _, err) = sim
+        .run_admin(&[
+            "scontrol",
+            "update",
+            "NodeName=gpu[001-002]",
+            "State=RESUME",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    let (ok, out, _) = sim
+        .run(&["sinfo", "-N", "-h", "-n", "gpu[001-002]", "-o", "%N %t"])
+        .await;
+    assert!(ok);
+    assert_eq!(out, "gpu001 mix\ngpu002 idle\n");
+    let (ok, out, _) = sim.run(&["sinfo", "-R", "-h"]).await;
+    assert!(ok);
+    assert_eq!(out, "");
+    let (ok, _, err) = sim
+        .run_admin(&["scontrol", "update", "NodeName=gpu099", "State=RESUME"])
+        .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "scontrol: error: node gpu099: Invalid node name specified\n"
+    );
+    sim.stop().await;
+}

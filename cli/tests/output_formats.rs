@@ -39,7 +39,8 @@ fn sinfo(argv: &[&str]) -> String {
         &[],
         &fixtures::jobs(),
     );
-    let (text, warnings) = muster_cli::sinfo::report(&args, &parts, &nodes).unwrap();
+    let (text, warnings) =
+        muster_cli::sinfo::report(&args, &parts, &nodes, &TimeZone::UTC).unwrap();
     assert!(warnings.is_empty(), "{warnings:?}");
     text
 }
@@ -316,7 +317,7 @@ fn scontrol_show_partition_and_node() {
     );
     let n = nodes.iter().find(|n| n.name == "gpu003").unwrap();
     assert_eq!(
-        muster_cli::scontrol::show_node(n, false),
+        muster_cli::scontrol::show_node(n, &TimeZone::UTC, false),
         "NodeName=gpu003 Arch=amd64
    CPUAlloc=1 CPUTot=96
    AvailableFeatures=ib,nvlink
@@ -332,7 +333,7 @@ fn scontrol_show_partition_and_node() {
     );
     let n = nodes.iter().find(|n| n.name == "gpu007").unwrap();
     assert!(
-        muster_cli::scontrol::show_node(n, true)
+        muster_cli::scontrol::show_node(n, &TimeZone::UTC, true)
             .contains(" State=DOWN+NOT_RESPONDING Partitions=gpu "),
     );
 }

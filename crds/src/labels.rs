@@ -27,6 +27,15 @@ pub const NODE_GPU_MEMORY: &str = "muster.dev/gpu.memory";
 /// `muster.dev/feature.<name>=true` (any value other than `false` counts).
 pub const NODE_FEATURE_PREFIX: &str = "muster.dev/feature.";
 
+/// Node annotation with why an administrator drained the node (Slurm's node `Reason`), set
+/// with the cordon by `scontrol update NodeName=... State=DRAIN Reason=...` and removed by
+/// `State=RESUME`; `sinfo -R` and `scontrol show node` show it.
+pub const NODE_REASON: &str = "muster.dev/reason";
+/// Node annotation with who set [`NODE_REASON`].
+pub const NODE_REASON_USER: &str = "muster.dev/reason-user";
+/// Node annotation with when [`NODE_REASON`] was set (RFC 3339).
+pub const NODE_REASON_TIME: &str = "muster.dev/reason-time";
+
 /// Annotation with the `--output` path of `sbatch`, kept for `muster logs`.
 pub const OUTPUT: &str = "muster.dev/output";
 /// Annotation with the `--error` path of `sbatch`, kept for `muster logs`.

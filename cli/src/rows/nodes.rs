@@ -108,6 +108,10 @@ pub struct NodeRow {
     pub features: Vec<String>,
     /// Why the node is down or drained.
     pub reason: Option<String>,
+    /// Who gave the reason (an administrator's drain), when known.
+    pub reason_user: Option<String>,
+    /// When the reason was given (a drain's time, or when the node stopped responding).
+    pub reason_time: Option<jiff::Timestamp>,
     /// Partitions that hold the node.
     pub partitions: Vec<String>,
     /// Architecture label.
@@ -224,6 +228,16 @@ pub struct PartRow {
     pub allowed_namespaces: Vec<String>,
     /// Nodes in the partition, sorted.
     pub nodes: Vec<String>,
+}
+
+/// When the node's Ready condition last changed (for a node that stopped responding).
+fn ready_since(node: &k8s_openapi::api::core::v1::Node) -> Option<jiff::Timestamp> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
 }
 
 fn node_ready(node: &k8s_openapi::api::core::v1::Node) -> bool {
@@ -394,7 +408,11 @@ pub fn cluster_rows(
             let full = exclusive.contains(&name)
                 || (gpus > 0 && g_alloc >= gpus)
                 || (gpus == 0 && cpus > 0 && c_alloc >= cpus);
+            let ann = |k: &str| n.metadata.annotations.as_ref().and_then(|a| a.get(k));
+            let mut reason_user = None;
+            let mut reason_time = None;
             let (state, reason) = if !ready {
+                reason_time = ready_since(n);
                 (NodeState::Down, Some("Not responding".to_string()))
             } else if all_gpus_bad {
                 let why = gn
@@ -408,7 +426,12 @@ pub fn cluster_rows(
                 } else {
                     NodeState::Drained
                 };
-                (st, Some("Cordoned".to_string()))
+                // An administrator's drain (`scontrol update ... State=DRAIN Reason=...`)
+                // says why; a plain `kubectl cordon` does not.
+                reason_user = ann(labels::NODE_REASON_USER).cloned();
+                reason_time = ann(labels::NODE_REASON_TIME).and_then(|t| t.parse().ok());
+                let why = ann(labels::NODE_REASON).cloned();
+                (st, Some(why.unwrap_or_else(|| "Cordoned".to_string())))
             } else if full {
                 (NodeState::Allocated, None)
             } else if busy {
@@ -439,6 +462,8 @@ pub fn cluster_rows(
                 gpu_type: model.as_deref().and_then(gres_type),
                 features,
                 reason,
+                reason_user,
+                reason_time,
                 partitions,
                 arch: labels_map.get("kubernetes.io/arch").cloned(),
                 os: info.map(|i| format!("{} {}", i.operating_system, i.kernel_version)),
