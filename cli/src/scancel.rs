@@ -4,6 +4,9 @@
 use clap::Args;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use std::collections::BTreeSet;
+
+use muster_crds::slurm::ArraySpec;
 use muster_crds::v1alpha1::BatchJob;
 
 use crate::Io;
@@ -71,6 +74,9 @@ pub struct ScancelArgs {
 pub struct Plan {
     /// `(namespace, BatchJob name, Slurm id)` to cancel.
     pub cancel: Vec<(String, String, String)>,
+    /// `(namespace, array BatchJob name, array id, indices)`: tasks of an array that have
+    /// not started, taken out of its `--array`.
+    pub drop_tasks: Vec<(String, String, String, BTreeSet<u32>)>,
     /// Errors, as scancel prints them.
     pub errors: Vec<String>,
 }
@@ -135,12 +141,29 @@ pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, Strin
             ));
             continue;
         }
-        if id.contains('_') && matched.iter().all(|r| r.array_record) {
-            plan.errors.push(format!(
-                "Kill job error on job id {id}: an array index cannot be cancelled before it \
-                 starts; cancel the whole array ({}) or wait for the index to start",
-                id.split('_').next().unwrap_or(id)
-            ));
+        if let Some((a, t)) = id.split_once('_')
+            && let Some(r) = matched.iter().find(|r| r.array_record)
+            && matched.iter().all(|r| r.array_record)
+        {
+            // A task not started yet: it leaves the array before it is created.
+            if filter.keep(r) {
+                let idx: u32 = t.parse().map_err(|_| format!("Invalid job id {id}"))?;
+                match plan
+                    .drop_tasks
+                    .iter_mut()
+                    .find(|(n, m, _, _)| *n == r.namespace && *m == r.name)
+                {
+                    Some((_, _, _, set)) => {
+                        set.insert(idx);
+                    }
+                    None => plan.drop_tasks.push((
+                        r.namespace.clone(),
+                        r.name.clone(),
+                        a.to_string(),
+                        BTreeSet::from([idx]),
+                    )),
+                }
+            }
             continue;
         }
         let active: Vec<&&JobRow> = matched
@@ -160,6 +183,45 @@ pub fn plan(args: &ScancelArgs, rows: &[JobRow], me: &str) -> Result<Plan, Strin
         }
     }
     Ok(plan)
+}
+
+/// `--array` text without the tasks `drop` (its `%N` kept); `None` when none are left.
+pub fn without_tasks(array: &str, drop: &BTreeSet<u32>) -> Result<Option<String>, String> {
+    let mut spec = ArraySpec::parse(array).map_err(|e| e.to_string())?;
+    spec.indices.retain(|i| !drop.contains(i));
+    Ok((!spec.indices.is_empty()).then(|| spec.to_string()))
+}
+
+/// Takes `drop` out of the array's `--array` (the whole array is cancelled when nothing is
+/// left), with the resourceVersion read as the precondition, retried on a conflict.
+async fn drop_array_tasks(
+    api: &Api<BatchJob>,
+    name: &str,
+    drop: &BTreeSet<u32>,
+) -> Result<(), String> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let job = api.get(name).await.map_err(|e| e.to_string())?;
+        let array = crate::rows::int_or_str(&job.spec.array)
+            .ok_or_else(|| format!("{name} is not an array"))?;
+        let spec = match without_tasks(&array, drop)? {
+            Some(a) => serde_json::json!({ "array": a }),
+            None => serde_json::json!({ "cancel": true }),
+        };
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": job.metadata.resource_version},
+            "spec": spec,
+        });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => last = s.message,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err(format!("the array kept changing: {last}"))
 }
 
 /// Run `muster scancel`.
@@ -190,6 +252,21 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
             Err(e) => {
                 failed = true;
                 writeln!(io.err, "scancel: error: Kill job error on job id {id}: {e}")?;
+            }
+        }
+    }
+    for (ns, name, array_id, drop) in &plan.drop_tasks {
+        let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), ns);
+        if let Err(e) = drop_array_tasks(&api, name, drop).await {
+            failed = true;
+            writeln!(
+                io.err,
+                "scancel: error: Kill job error on job id {array_id}_[{}]: {e}",
+                crate::rows::index_list(drop)
+            )?;
+        } else if args.verbose {
+            for i in drop {
+                writeln!(io.err, "scancel: Terminating job {array_id}_{i}")?;
             }
         }
     }

@@ -55,12 +55,26 @@ fn scancel_by_id_name_user_partition_state() {
             "team-a/sweep-sssss-2"
         ]
     );
-    // An index not started yet cannot be cancelled alone (the array object holds it).
-    let (ids, errs) = cancelled(&["110_9"]);
-    assert!(ids.is_empty());
-    assert!(
-        errs[0].contains("an array index cannot be cancelled before it starts"),
-        "{errs:?}"
+    // Indices not started yet leave the array (the array object holds them).
+    let rows = job_rows(&fixtures::jobs(), fixtures::now(), true);
+    let p = plan(&scancel_args(&["110_9", "110_[11-12]"]), &rows, "alice").unwrap();
+    assert!(p.cancel.is_empty() && p.errors.is_empty(), "{p:?}");
+    assert_eq!(
+        p.drop_tasks,
+        [(
+            "team-a".to_string(),
+            "sweep-sssss".to_string(),
+            "110".to_string(),
+            std::collections::BTreeSet::from([9, 11, 12])
+        )]
+    );
+    assert_eq!(
+        muster_cli::scancel::without_tasks("0-15%4", &[3, 4, 5].into()).unwrap(),
+        Some("0-2,6-15%4".to_string())
+    );
+    assert_eq!(
+        muster_cli::scancel::without_tasks("1,2", &[1, 2].into()).unwrap(),
+        None
     );
     assert_eq!(cancelled(&["110_1"]).0, ["110_1"]);
     assert_eq!(cancelled(&["-n", "eval"]).0, ["103"]);

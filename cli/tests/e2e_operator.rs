@@ -955,19 +955,25 @@ async fn scontrol_requeue_runs_a_job_again_under_its_id() {
     sim.stop().await;
 }
 
-/// Array task ranges as Slurm's commands take them: `scancel ID_[0-1]` cancels those two
-/// elements, so the next two start, and `squeue -j ID_[2,3]` lists just them; a malformed
-/// range is named.
+/// Array task ranges as Slurm's commands take them: `scancel ID_[4-5]` takes two tasks not
+/// started yet out of the array; `scancel ID_[0-1]` cancels two running elements, so the next
+/// two start, and `squeue -j ID_[2,3]` lists just them; a malformed range is named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn array_task_ranges_select_elements() {
     let sim = Sim::start().await;
     let a = sbatch(
         &sim,
-        vec!["--array=0-3%2", "--gpus-per-node=1", "--wrap", "sleep 1000"],
+        vec!["--array=0-5%2", "--gpus-per-node=1", "--wrap", "sleep 1000"],
     )
     .await;
     sim.until_output(&["squeue", "-h", "-t", "R", "-o", "%i"], |o| {
         o.lines().count() == 2
+    })
+    .await;
+    let (ok, _, err) = sim.run(&["scancel", &format!("{a}_[4-5]")]).await;
+    assert!(ok, "{err}");
+    sim.until_output(&["squeue", "-h", "-t", "PD", "-o", "%i"], |o| {
+        o == format!("{a}_[2-3%2]")
     })
     .await;
     let (ok, _, err) = sim.run(&["scancel", &format!("{a}_[0-1]")]).await;
@@ -1000,6 +1006,10 @@ async fn array_task_ranges_select_elements() {
         got,
         [format!("{a}_0 CANCELLED"), format!("{a}_1 CANCELLED")]
     );
+    // Tasks 4 and 5 never run: nothing of the array waits.
+    let (ok, out, _) = sim.run(&["squeue", "-h", "-t", "PD", "-o", "%i"]).await;
+    assert!(ok);
+    assert_eq!(out, "");
     let (ok, _, err) = sim.run(&["scancel", &format!("{a}_[2-3")]).await;
     assert!(!ok);
     assert_eq!(
