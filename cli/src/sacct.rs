@@ -205,7 +205,9 @@ fn tres(cpus: u32, gpus: u32, nodes: u32) -> String {
 
 /// The value of one field for a job.
 pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
-    let started = r.state != JobState::Pending && r.start_time.is_some();
+    // Given an allocation: a job cancelled while pending has a start time (its end, as
+    // Slurm records it) but no nodes, and Slurm counts none of its CPUs.
+    let started = r.state != JobState::Pending && r.start_time.is_some() && !r.node_list.is_empty();
     match col {
         "Account" => r.account.clone(),
         "AllocCPUS" | "NCPUS" => if started { r.num_cpus } else { 0 }.to_string(),

@@ -662,6 +662,13 @@ async fn a_job_cancelled_while_pending_shows_no_time() {
             .to_string()
     };
     assert_eq!(field("StartTime="), field("EndTime="), "{out}");
+    // Never allocated: sacct counts none of its CPUs or nodes.
+    let acct = sim
+        .until_sacct(&id, "State,AllocCPUS,AllocNodes", |o| {
+            o.contains("CANCELLED")
+        })
+        .await;
+    assert_eq!(acct, "State|AllocCPUS|AllocNodes\nCANCELLED|0|0\n");
     sim.stop().await;
 }
 
