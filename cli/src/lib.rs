@@ -15,6 +15,7 @@ pub mod bench;
 pub mod cluster;
 pub mod fetch;
 pub mod format;
+pub mod job_patch;
 pub mod logs;
 pub mod quality;
 pub mod rows;

@@ -193,35 +193,21 @@ pub fn without_tasks(array: &str, drop: &BTreeSet<u32>) -> Result<Option<String>
 }
 
 /// Takes `drop` out of the array's `--array` (the whole array is cancelled when nothing is
-/// left), with the resourceVersion read as the precondition, retried on a conflict.
+/// left), from the version read.
 async fn drop_array_tasks(
     api: &Api<BatchJob>,
     name: &str,
     drop: &BTreeSet<u32>,
 ) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..5 {
-        let job = api.get(name).await.map_err(|e| e.to_string())?;
+    crate::job_patch::update(api, name, |job| {
         let array = crate::rows::int_or_str(&job.spec.array)
             .ok_or_else(|| format!("{name} is not an array"))?;
-        let spec = match without_tasks(&array, drop)? {
-            Some(a) => serde_json::json!({ "array": a }),
-            None => serde_json::json!({ "cancel": true }),
-        };
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": job.metadata.resource_version},
-            "spec": spec,
-        });
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => last = s.message,
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Err(format!("the array kept changing: {last}"))
+        Ok(match without_tasks(&array, drop)? {
+            Some(a) => serde_json::json!({ "spec": { "array": a } }),
+            None => serde_json::json!({ "spec": { "cancel": true } }),
+        })
+    })
+    .await
 }
 
 /// Run `muster scancel`.

@@ -5,8 +5,6 @@
 //! cancelled job's `cancel` is cleared with the request, or it would be cancelled again.
 
 use kube::Api;
-use kube::api::{Patch, PatchParams};
-use kube::core::ResourceExt;
 use muster_crds::v1alpha1::{BatchJob, JobState};
 use serde_json::json;
 
@@ -40,13 +38,10 @@ fn targets<'a>(rows: &'a [JobRow], id: &str) -> Result<Vec<&'a JobRow>, String> 
     Ok(chosen)
 }
 
-/// One request on `name`: read it, raise its count by one (with its resourceVersion as the
-/// precondition, so two requests at once requeue twice or fail, never once), retried on a
-/// conflict. `Err`: the message for the user.
+/// One request on `name`: its count raised by one from the version read, so two requests at
+/// once requeue twice or one fails, never once. `Err`: the message for the user.
 async fn request(api: &Api<BatchJob>, name: &str, hold: bool) -> Result<(), String> {
-    let mut last = String::new();
-    for _ in 0..5 {
-        let job = api.get(name).await.map_err(|e| e.to_string())?;
+    crate::job_patch::update(api, name, |job| {
         let mut spec = serde_json::Map::new();
         spec.insert(
             "requeueRequests".into(),
@@ -58,26 +53,9 @@ async fn request(api: &Api<BatchJob>, name: &str, hold: bool) -> Result<(), Stri
         if hold {
             spec.insert("hold".into(), json!(true));
         }
-        let patch = json!({
-            "metadata": {"resourceVersion": job.resource_version()},
-            "spec": spec,
-        });
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => last = s.message,
-            Err(kube::Error::Api(s)) => {
-                return Err(s
-                    .message
-                    .split_once("denied the request: ")
-                    .map_or(s.message.clone(), |(_, m)| m.to_string()));
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Err(format!("the job kept changing: {last}"))
+        Ok(json!({ "spec": spec }))
+    })
+    .await
 }
 
 /// Requeues (and with `hold`, holds) the jobs `ids` name; false if any failed.

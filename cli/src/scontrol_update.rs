@@ -259,13 +259,7 @@ pub async fn run(
                 )
                 .await
             {
-                let msg = match &e {
-                    kube::Error::Api(s) => s
-                        .message
-                        .split_once("denied the request: ")
-                        .map_or(s.message.clone(), |(_, m)| m.to_string()),
-                    other => other.to_string(),
-                };
+                let msg = crate::job_patch::refusal(&e);
                 writeln!(io.err, "scontrol: error: job {id}: {msg}")?;
                 ok = false;
             }
