@@ -431,6 +431,21 @@ pub fn show_node(n: &NodeRow, tz: &TimeZone, oneliner: bool) -> String {
     record(lines, oneliner)
 }
 
+/// The single ids of scontrol's job id arguments ([`crate::rows::ids::expand`]); `None`
+/// once a malformed one is reported.
+pub(crate) fn job_ids(ids: &[String], io: &mut Io<'_>) -> anyhow::Result<Option<Vec<String>>> {
+    match crate::rows::ids::expand(ids) {
+        Ok(ids) => Ok(Some(ids)),
+        Err(bad) => {
+            writeln!(
+                io.err,
+                "scontrol: error: Invalid job id specified for job {bad}"
+            )?;
+            Ok(None)
+        }
+    }
+}
+
 /// Set `spec.hold` on the named pending jobs (merge patch). Errors are per job, as Slurm
 /// reports them; the result is false if any failed.
 async fn set_hold(
@@ -443,15 +458,8 @@ async fn set_hold(
     let jobs = crate::fetch::batchjobs(cluster, all).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let mut ok = true;
-    let ids = match crate::rows::ids::expand(ids) {
-        Ok(ids) => ids,
-        Err(bad) => {
-            writeln!(
-                io.err,
-                "scontrol: error: Invalid job id specified for job {bad}"
-            )?;
-            return Ok(false);
-        }
+    let Some(ids) = job_ids(ids, io)? else {
+        return Ok(false);
     };
     for id in &ids {
         let id = id.as_str();

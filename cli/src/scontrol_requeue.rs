@@ -69,15 +69,8 @@ pub async fn run(
     let jobs = crate::fetch::batchjobs(cluster, all).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
     let mut ok = true;
-    let ids = match crate::rows::ids::expand(ids) {
-        Ok(ids) => ids,
-        Err(bad) => {
-            writeln!(
-                io.err,
-                "scontrol: error: Invalid job id specified for job {bad}"
-            )?;
-            return Ok(false);
-        }
+    let Some(ids) = crate::scontrol::job_ids(ids, io)? else {
+        return Ok(false);
     };
     for id in &ids {
         let found = match targets(&rows, id) {

@@ -572,17 +572,24 @@ mod tests {
         (vec![p], nodes)
     }
 
+    /// [`world_parts`] as admission sees it (leaked: a test's world lives as long as it).
+    fn test_world() -> World<'static> {
+        let (parts, nodes) = world_parts();
+        let parts: &'static [Partition] = Box::leak(parts.into_boxed_slice());
+        let table = Box::leak(Box::new(translate::partitions(parts.iter())));
+        let objs: &'static [&'static Partition] =
+            Box::leak(parts.iter().collect::<Vec<_>>().into_boxed_slice());
+        World {
+            partitions: table,
+            partition_objects: objs,
+            nodes: Box::leak(Box::new(nodes)),
+            volume_claims: &[],
+        }
+    }
+
     #[test]
     fn what_can_never_run_is_refused_with_the_resource() {
-        let (parts, nodes) = world_parts();
-        let table = translate::partitions(parts.iter());
-        let objs: Vec<&Partition> = parts.iter().collect();
-        let w = World {
-            partitions: &table,
-            partition_objects: &objs,
-            nodes: &nodes,
-            volume_claims: &[],
-        };
+        let w = test_world();
         let job = bj(json!({}), json!({"script": "x", "gpusPerNode": 9}));
         let r = validate_batchjob(
             &request("CREATE", "alice", job.clone(), Value::Null),
@@ -755,15 +762,7 @@ mod tests {
 
     #[test]
     fn only_administrators_raise_a_priority() {
-        let (parts, nodes) = world_parts();
-        let table = translate::partitions(parts.iter());
-        let objs: Vec<&Partition> = parts.iter().collect();
-        let w = World {
-            partitions: &table,
-            partition_objects: &objs,
-            nodes: &nodes,
-            volume_claims: &[],
-        };
+        let w = test_world();
         let admins = Admins {
             groups: vec!["hpc-admins".into()],
             users: vec!["root".into()],
@@ -812,15 +811,7 @@ mod tests {
 
     #[test]
     fn a_requeue_request_needs_a_job_that_ran_and_may_be_requeued() {
-        let (parts, nodes) = world_parts();
-        let table = translate::partitions(parts.iter());
-        let objs: Vec<&Partition> = parts.iter().collect();
-        let w = World {
-            partitions: &table,
-            partition_objects: &objs,
-            nodes: &nodes,
-            volume_claims: &[],
-        };
+        let w = test_world();
         let judge = |old: Value, new: Value| {
             let r = validate_batchjob(
                 &request("UPDATE", "alice", new, old),
