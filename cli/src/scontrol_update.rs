@@ -8,7 +8,6 @@
 //! negative `Nice` from anyone but an administrator, as slurmctld does.
 
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::core::ResourceExt;
 use muster_crds::slurm::ArraySpec;
 use muster_crds::v1alpha1::{BatchJob, JobState};
@@ -117,8 +116,9 @@ pub fn parse(args: &[String]) -> Result<Update, String> {
             ));
         };
         if k.eq_ignore_ascii_case("JobId") || k.eq_ignore_ascii_case("Job") {
-            u.ids
-                .extend(v.split(',').filter(|s| !s.is_empty()).map(String::from));
+            let ids = crate::rows::ids::expand(&[v.to_string()])
+                .map_err(|bad| format!("Invalid job id specified for job {bad}"))?;
+            u.ids.extend(ids);
             continue;
         }
         if k.eq_ignore_ascii_case(THROTTLE) {
@@ -219,48 +219,37 @@ pub async fn run(
         };
         let whole_array = found.len() > 1;
         for j in found {
-            let mut spec = serde_json::Map::new();
-            for (f, v) in &u.fields {
-                spec.insert((*f).to_string(), v.clone());
-            }
-            if let Some(t) = u.throttle {
-                match crate::rows::int_or_str(&j.spec.array) {
-                    Some(a) => {
-                        spec.insert(
-                            "array".into(),
-                            json!(throttled(&a, t).map_err(anyhow::Error::msg)?),
-                        );
-                    }
-                    // The elements of a throttled array are not arrays themselves.
-                    None if whole_array => {}
-                    None => {
-                        writeln!(
-                            io.err,
-                            "scontrol: error: {THROTTLE}: job {id} is not an array"
-                        )?;
-                        ok = false;
-                        continue;
-                    }
-                }
-            }
-            if spec.is_empty()
-                || (whole_array && j.spec.array.is_none() && j.state() != JobState::Pending)
-            {
+            let is_array = j.spec.array.is_some();
+            // A whole array's started elements keep what they asked for; its elements are
+            // not arrays, so a throttle alone leaves them be.
+            if whole_array && !is_array && (j.state() != JobState::Pending || u.fields.is_empty()) {
                 continue;
             }
-            let ns = j.namespace().unwrap_or_default();
+            if u.throttle.is_some() && !is_array && !whole_array {
+                writeln!(
+                    io.err,
+                    "scontrol: error: {THROTTLE}: job {id} is not an array"
+                )?;
+                ok = false;
+                continue;
+            }
+            let (ns, name) = (j.namespace().unwrap_or_default(), j.name_any());
             let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), &ns);
-            let patch = json!({ "spec": spec });
-            if let Err(e) = api
-                .patch(
-                    &j.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
-                let msg = crate::job_patch::refusal(&e);
-                writeln!(io.err, "scontrol: error: job {id}: {msg}")?;
+            // From the version read: a throttle is written into the `--array` text read, so a
+            // concurrent change to it (scancel taking tasks out) is not undone.
+            let r = crate::job_patch::update(&api, &name, |job| {
+                let mut spec = serde_json::Map::new();
+                for (f, v) in &u.fields {
+                    spec.insert((*f).to_string(), v.clone());
+                }
+                if let (Some(t), Some(a)) = (u.throttle, crate::rows::int_or_str(&job.spec.array)) {
+                    spec.insert("array".into(), json!(throttled(&a, t)?));
+                }
+                Ok(json!({ "spec": spec }))
+            })
+            .await;
+            if let Err(e) = r {
+                writeln!(io.err, "scontrol: error: job {id}: {e}")?;
                 ok = false;
             }
         }
@@ -290,6 +279,14 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(u.ids, ["12", "13_2"]);
+        assert_eq!(
+            p(&["JobId=9_[1-2,4]", "Nice=1"]).unwrap().ids,
+            ["9_1", "9_2", "9_4"]
+        );
+        assert_eq!(
+            p(&["JobId=9_[1-2", "Nice=1"]).unwrap_err(),
+            "Invalid job id specified for job 9_[1-2"
+        );
         assert_eq!(u.throttle, Some(2));
         assert_eq!(
             u.fields,

@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Service};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use muster_operator::controller::admission::{self, WebhookConfig};
+use muster_operator::controller::admission::{self, Admins, WebhookConfig};
 use muster_operator::controller::metrics::Metrics;
 use muster_operator::controller::webhook::{self, Webhook, WebhookSettings};
 use muster_operator::controller::{self, Handle, Settings};
@@ -82,6 +82,17 @@ pub async fn start(
     settings: Settings,
     admission: bool,
 ) -> anyhow::Result<InProcessOperator> {
+    start_with_admins(server, settings, admission, Admins::default()).await
+}
+
+/// [`start`] with the administrators the webhook lets raise a priority (the chart's
+/// `operator.admins`, the operator's `--admin-group`/`--admin-user`).
+pub async fn start_with_admins(
+    server: &ApiServer,
+    settings: Settings,
+    admission: bool,
+    admins: Admins,
+) -> anyhow::Result<InProcessOperator> {
     let admin = server.client();
     let ns = settings.namespace.clone();
     let nso: Namespace = serde_json::from_value(
@@ -105,7 +116,7 @@ pub async fn start(
         secret: "muster-webhook-tls".into(),
         configuration: WEBHOOK_CONFIGURATION.into(),
         refresh: Duration::from_secs(300),
-        admins: Default::default(),
+        admins,
     };
     let hook = Webhook::bind(
         client.clone(),

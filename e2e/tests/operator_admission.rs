@@ -227,3 +227,51 @@ async fn admission_cost() {
         op.shutdown().await.unwrap();
     }
 }
+
+/// The administrators the operator is started with (`--admin-group`, `--admin-user`: the
+/// chart's `operator.admins`), as the API server authenticates them, may set a fixed
+/// priority; anyone else is refused, `system:masters` too once the groups are replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_administrators_set_priorities_and_no_one_else() {
+    let env = Env::start().await;
+    env.add_nodes(&[NodeDef::new("gpu001", 8, "leaf1")]).await;
+    env.default_partition().await;
+    let admins = muster_operator::controller::admission::Admins {
+        groups: vec!["hpc-admins".into()],
+        users: vec!["carol".into()],
+    };
+    let _op = muster_e2e::operator::start_with_admins(&env.server, env.settings(), true, admins)
+        .await
+        .expect("operator with admission");
+    let submit = |user: &str, groups: &[&str], name: &str| {
+        let client = env.server.client_as(UserInfo::new(user, groups));
+        let job: BatchJob =
+            serde_json::from_value(batchjob(name, json!({"gpus": 1, "priority": 900}), 1)).unwrap();
+        async move {
+            Api::<BatchJob>::namespaced(client, "default")
+                .create(&PostParams::default(), &job)
+                .await
+        }
+    };
+    submit("bob", &["hpc-admins"], "by-group").await.unwrap();
+    submit("carol", &[], "by-user").await.unwrap();
+    for (user, groups, name) in [
+        ("alice", &["ml"][..], "by-alice"),
+        ("root", &["system:masters"][..], "by-masters"),
+    ] {
+        let e = submit(user, groups, name).await.unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "Access/permission denied: spec.priority (--priority) 900 would replace the \
+                 computed priority; only administrators (group hpc-admins, user carol)"
+            ),
+            "{user}: {e}"
+        );
+    }
+    // The administrators' jobs run with the priority they set.
+    for name in ["by-group", "by-user"] {
+        env.until_state(name, JobState::Running, 60).await;
+        let st = env.job(name).await.status.unwrap();
+        assert_eq!(st.priority, Some(900), "{name}");
+    }
+}
