@@ -1026,6 +1026,42 @@ async fn array_task_ranges_select_elements() {
     sim.stop().await;
 }
 
+/// An array's waiting tasks say what they wait for as Slurm's squeue does (checked against
+/// Slurm 22.05): behind a job holding every node, the array waits for resources, and no task
+/// says `JobArrayTaskLimit` until `%N` of them run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arrays_waiting_tasks_wait_for_the_throttle_only_while_it_is_full() {
+    let sim = Sim::start().await;
+    let all = sbatch(&sim, vec!["-N", "8", "--exclusive", "--wrap", "sleep 1000"]).await;
+    sim.until_state(all, "RUNNING").await;
+    let a = sbatch(
+        &sim,
+        vec!["--array=0-3%2", "--gpus-per-node=1", "--wrap", "sleep 1000"],
+    )
+    .await;
+    let folded = ["squeue", "-h", "-t", "PD", "-o", "%i %r"];
+    sim.until_output(&folded, |o| o == format!("{a}_[0-3%2] Resources"))
+        .await;
+    let (ok, out, _) = sim
+        .run(&["squeue", "-h", "-r", "-t", "PD", "-o", "%i %r"])
+        .await;
+    assert!(ok);
+    // Created elements are jobs of their own: the second waits behind the first (Priority).
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort_unstable();
+    let want: Vec<String> = ["Resources", "Priority", "Resources", "Resources"]
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("{a}_{i} {r}"))
+        .collect();
+    assert_eq!(got, want);
+    let (ok, _, err) = sim.run(&["scancel", &all.to_string()]).await;
+    assert!(ok, "{err}");
+    sim.until_output(&folded, |o| o == format!("{a}_[2-3%2] JobArrayTaskLimit"))
+        .await;
+    sim.stop().await;
+}
+
 /// An administrator drains nodes as in Slurm: `scontrol update NodeName=... State=DRAIN
 /// Reason=...` cordons them; sinfo shows them draining (a job still runs) and drained, `sinfo
 /// -R` the reason with who and when, `scontrol show node` its `Reason=`; new jobs go

@@ -426,10 +426,14 @@ pub fn job_rows(jobs: &[BatchJob], now: Timestamp, one_per_element: bool) -> Vec
         }
         row.array_job_id = row.array_job_id.or(row.job_id);
         row.array_record = true;
-        // Indices not started while `%N` elements are active wait for the throttle, as
-        // Slurm says (the array's own reason is about its running elements).
-        let active = kids.iter().filter(|k| !k.state().is_terminal()).count();
-        if throttle.is_some_and(|t| active >= t as usize) {
+        // Indices not started wait for the throttle only while `%N` elements run, as Slurm
+        // says; before that they wait for what the first of them waits for (the array's own
+        // reason: `Priority`, `Resources`), created or not (checked against Slurm 22.05).
+        let running = kids
+            .iter()
+            .filter(|k| !k.state().is_terminal() && k.state() != JobState::Pending)
+            .count();
+        if throttle.is_some_and(|t| running >= t as usize) {
             row.reason = "JobArrayTaskLimit".to_string();
         }
         if one_per_element {
