@@ -122,6 +122,18 @@ pub fn secs_long(secs: i64) -> String {
     }
 }
 
+/// What squeue and sinfo say, and stop, when given both `-o` and `-l` (Slurm 22.05's words).
+pub const FORMAT_WITH_LONG: &str =
+    "Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.";
+
+/// The date line heading `-l` and `-i` reports (Slurm's `slurm_ctime2`: `Tue Dec 01 22:43:42
+/// 2026`, the day zero-padded, unlike C's `ctime`).
+pub fn date_line(now: jiff::Timestamp, tz: &jiff::tz::TimeZone) -> String {
+    now.to_zoned(tz.clone())
+        .strftime("%a %b %d %H:%M:%S %Y")
+        .to_string()
+}
+
 /// Slurm's standard time stamp (`2024-05-01T13:45:00`, local time), or `N/A`.
 pub fn timestamp(t: Option<jiff::Timestamp>, tz: &jiff::tz::TimeZone) -> String {
     match t {

@@ -15,11 +15,13 @@ pub const NODE_FORMAT: &str = "%#N %.6D %.#P %6t";
 /// `sinfo -l`.
 pub const LONG_FORMAT: &str = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N";
 /// `sinfo -N -l`.
-pub const NODE_LONG_FORMAT: &str = "%#N %.6D %.#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E";
+pub const NODE_LONG_FORMAT: &str = "%#N %.6D %.#P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E";
 /// `sinfo -s`.
-pub const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F  %N";
+pub const SUMMARIZE_FORMAT: &str = "%#P %.5a %.10l %.16F %N";
 /// `sinfo -R`.
 pub const REASONS_FORMAT: &str = "%20E %9u %19H %N";
+/// `sinfo -R -l`.
+pub const REASONS_LONG_FORMAT: &str = "%20E %12U %19H %6t %N";
 
 /// `muster sinfo`
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -58,14 +60,13 @@ pub struct SinfoArgs {
     #[arg(short = 'n', long = "nodes", value_name = "HOSTLIST")]
     pub nodes: Option<String>,
 
-    /// Output format, Slurm's `%[.][size]type[suffix]` fields.
-    #[arg(
-        short = 'o',
-        long = "format",
-        value_name = "FORMAT",
-        env = "SINFO_FORMAT"
-    )]
+    /// Output format, Slurm's `%[.][size]type[suffix]` fields (not with `-l`).
+    #[arg(short = 'o', long = "format", value_name = "FORMAT")]
     pub format: Option<String>,
+
+    /// `SINFO_FORMAT`: the format when neither `-o`, `-N`, `-R` nor `-s` gives one.
+    #[arg(skip)]
+    pub env_format: Option<String>,
 
     /// Only these partitions.
     #[arg(
@@ -109,7 +110,7 @@ pub struct Record<'a> {
 
 /// The letters sinfo prints here.
 pub fn valid_code(c: char) -> bool {
-    "aACcdDEfFGghHlLmMNpPRstTuwz".contains(c)
+    "aACcdDEfFGghHlLmMNpPRstTuUwz".contains(c)
 }
 
 fn limit(l: Option<TimeLimit>, unset: &str) -> String {
@@ -155,7 +156,7 @@ fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> Strin
             'G' => "GRES",
             'g' => "GROUPS",
             'H' => "TIMESTAMP",
-            'u' => "USER",
+            'u' | 'U' => "USER",
             'h' => "OVERSUBSCRIBE",
             'l' => "TIMELIMIT",
             'L' => "DEFAULTTIME",
@@ -252,7 +253,8 @@ fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> Strin
                 }
             })
             .unwrap_or_else(na),
-        'u' => first
+        // `%U` is Slurm's `name(uid)`: a Kubernetes user has no uid, so the name alone.
+        'u' | 'U' => first
             .and_then(|n| n.reason_user.clone())
             .unwrap_or_else(|| "Unknown".to_string()),
         'H' => first
@@ -316,7 +318,7 @@ fn group_key(n: &NodeRow, format: &Format) -> Vec<String> {
             'G' => key.push(n.gres()),
             'f' => key.push(n.features.join(",")),
             'E' => key.push(n.reason.clone().unwrap_or_default()),
-            'u' => key.push(n.reason_user.clone().unwrap_or_default()),
+            'u' | 'U' => key.push(n.reason_user.clone().unwrap_or_default()),
             'H' => key.push(n.reason_time.map(|t| t.to_string()).unwrap_or_default()),
             _ => {}
         }
@@ -401,7 +403,9 @@ fn reasons<'a>(parts: &[PartRow], nodes: &'a [NodeRow], format: &Format) -> Vec<
             && parts.iter().any(|p| n.partitions.contains(&p.name))
     }) {
         let mut key = group_key(n, format);
-        key[0].clear(); // the state splits no reason's line
+        if !format.fields.iter().any(|f| matches!(f.code, 't' | 'T')) {
+            key[0].clear(); // the state splits a reason's line only when printed
+        }
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(n),
             None => groups.push((key, vec![n])),
@@ -411,6 +415,30 @@ fn reasons<'a>(parts: &[PartRow], nodes: &'a [NodeRow], format: &Format) -> Vec<
         .into_iter()
         .map(|(_, nodes)| Record { part: None, nodes })
         .collect()
+}
+
+/// The format a report prints: `-o` (refused with `-l`, as sinfo refuses it), else `-R`'s,
+/// `-s`'s or `-N`'s, else `SINFO_FORMAT`, else the partition view's (checked against Slurm
+/// 22.05: those three set the environment's format aside, `-l` does not).
+pub fn format_of(args: &SinfoArgs) -> Result<String, String> {
+    if args.long && args.format.is_some() {
+        return Err(format::FORMAT_WITH_LONG.to_string());
+    }
+    let fixed = match (args.list_reasons, args.summarize, args.node, args.long) {
+        (true, _, _, false) => Some(REASONS_FORMAT),
+        (true, _, _, true) => Some(REASONS_LONG_FORMAT),
+        (false, true, _, _) => Some(SUMMARIZE_FORMAT),
+        (false, false, true, true) => Some(NODE_LONG_FORMAT),
+        (false, false, true, false) => Some(NODE_FORMAT),
+        (false, false, false, _) => None,
+    };
+    Ok(match (&args.format, fixed, &args.env_format) {
+        (Some(f), _, _) => f.clone(),
+        (None, Some(f), _) => f.to_string(),
+        (None, None, Some(f)) => f.clone(),
+        (None, None, None) if args.long => LONG_FORMAT.to_string(),
+        (None, None, None) => DEFAULT_FORMAT.to_string(),
+    })
 }
 
 /// Pick the format, filter, group and format.
@@ -443,23 +471,12 @@ pub fn report(
         .filter(|n| !args.responding || !n.not_responding)
         .cloned()
         .collect();
+    let fmt = format_of(args)?;
+    let (format, warnings) = format::parse_format(&fmt, valid_code);
     if args.list_reasons {
-        let fmt = args.format.as_deref().unwrap_or(REASONS_FORMAT);
-        let (format, warnings) = format::parse_format(fmt, valid_code);
         let recs = reasons(&parts, &nodes, &format);
         return Ok((render(&recs, &format, !args.noheader, tz), warnings));
     }
-    let fmt = args.format.clone().unwrap_or_else(|| {
-        match (args.node, args.long, args.summarize) {
-            (_, _, true) => SUMMARIZE_FORMAT,
-            (true, true, _) => NODE_LONG_FORMAT,
-            (true, false, _) => NODE_FORMAT,
-            (false, true, _) => LONG_FORMAT,
-            (false, false, _) => DEFAULT_FORMAT,
-        }
-        .to_string()
-    });
-    let (format, warnings) = format::parse_format(&fmt, valid_code);
     let filtering =
         wanted_nodes.is_some() || !args.states.is_empty() || args.dead || args.responding;
     let mut recs = records(
@@ -477,6 +494,13 @@ pub fn report(
 
 /// Run `muster sinfo`.
 pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let mut args = args.clone();
+    args.env_format = (io.env)("SINFO_FORMAT");
+    let args = &args;
+    if let Err(e) = format_of(args) {
+        writeln!(io.err, "sinfo: fatal: {e}")?;
+        return Err(crate::Failed.into());
+    }
     let cluster = target.cluster(io.env).await?;
     let partitions = crate::fetch::partitions(&cluster).await?;
     let nodes = crate::fetch::nodes(&cluster).await?;
@@ -496,6 +520,10 @@ pub async fn run(args: &SinfoArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyh
     let (text, warnings) = report(args, &parts, &node_rows, &tz).map_err(|e| anyhow::anyhow!(e))?;
     for w in warnings {
         writeln!(io.err, "sinfo: error: {w}")?;
+    }
+    // As sinfo.c: the date heads a long report (unless -h).
+    if args.long && !args.noheader {
+        writeln!(io.out, "{}", format::date_line(jiff::Timestamp::now(), &tz))?;
     }
     write!(io.out, "{text}")?;
     Ok(())

@@ -36,14 +36,13 @@ pub struct SqueueArgs {
     #[arg(short = 'r', long = "array")]
     pub array: bool,
 
-    /// Output format, Slurm's `%[.][size]type[suffix]` fields.
-    #[arg(
-        short = 'o',
-        long = "format",
-        value_name = "FORMAT",
-        env = "SQUEUE_FORMAT"
-    )]
+    /// Output format, Slurm's `%[.][size]type[suffix]` fields (not with `-l`).
+    #[arg(short = 'o', long = "format", value_name = "FORMAT")]
     pub format: Option<String>,
+
+    /// `SQUEUE_FORMAT`: the format when neither `-o`, `-l` nor `--start` gives one.
+    #[arg(skip)]
+    pub env_format: Option<String>,
 
     /// No header line.
     #[arg(short = 'h', long = "noheader")]
@@ -450,6 +449,26 @@ pub fn render(rows: &[JobRow], format: &Format, header: bool, tz: &TimeZone) -> 
     out
 }
 
+/// The format a report prints: `-o` (refused with `-l`, as squeue refuses it), else
+/// `--start`'s or `-l`'s, else `SQUEUE_FORMAT`, else the default (checked against Slurm 22.05:
+/// `-l` and `--start` set the environment's format aside, `-o` with `-l` is fatal).
+pub fn format_of(args: &SqueueArgs) -> Result<String, String> {
+    if args.long && args.format.is_some() {
+        return Err(format::FORMAT_WITH_LONG.to_string());
+    }
+    Ok(if let Some(f) = &args.format {
+        f.clone()
+    } else if args.start {
+        START_FORMAT.to_string()
+    } else if args.long {
+        LONG_FORMAT.to_string()
+    } else {
+        args.env_format
+            .clone()
+            .unwrap_or_else(|| DEFAULT_FORMAT.to_string())
+    })
+}
+
 /// Choose rows and format for the arguments: returns the text, and format warnings.
 pub fn report(
     args: &SqueueArgs,
@@ -490,30 +509,20 @@ pub fn report(
     } else {
         sort_default(&mut rows);
     }
-    let fmt = args.format.clone().unwrap_or_else(|| {
-        if args.start {
-            START_FORMAT
-        } else if args.long {
-            LONG_FORMAT
-        } else {
-            DEFAULT_FORMAT
-        }
-        .to_string()
-    });
+    let fmt = format_of(args)?;
     let (format, warnings) = format::parse_format(&fmt, valid_code);
     Ok((render(&rows, &format, !args.noheader, tz), warnings))
 }
 
-/// The date line `squeue -i` prints before each report (C's `ctime`: `Mon Jan  5 10:00:00
-/// 2026`).
-pub fn date_line(now: jiff::Timestamp, tz: &TimeZone) -> String {
-    now.to_zoned(tz.clone())
-        .strftime("%a %b %e %H:%M:%S %Y")
-        .to_string()
-}
-
 /// Run `muster squeue`.
 pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let mut args = args.clone();
+    args.env_format = (io.env)("SQUEUE_FORMAT");
+    let args = &args;
+    if let Err(e) = format_of(args) {
+        writeln!(io.err, "squeue: fatal: {e}")?;
+        return Err(crate::Failed.into());
+    }
     let cluster = target.cluster(io.env).await?;
     let tz = TimeZone::system();
     // Bad -S lists fail before anything is printed, even with -i.
@@ -542,7 +551,7 @@ pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
         }
         // As squeue.c: the date heads every report of -i and of -l (unless -h).
         if !args.noheader && (args.iterate.is_some() || args.long) {
-            writeln!(io.out, "{}", date_line(now, &tz))?;
+            writeln!(io.out, "{}", format::date_line(now, &tz))?;
         }
         let Some(secs) = args.iterate else {
             write!(io.out, "{text}")?;

@@ -104,10 +104,21 @@ fn stand_in_operator(client: Client) -> tokio::task::JoinHandle<()> {
 }
 
 async fn run(client: &Client, argv: &[&str]) -> (bool, String, String) {
+    run_env(client, argv, &[]).await
+}
+
+/// [`run`] with these environment variables set (besides `USER`).
+async fn run_env(client: &Client, argv: &[&str], vars: &[(&str, &str)]) -> (bool, String, String) {
     let mut out = Vec::new();
     let mut err = Vec::new();
     let mut stdin: &[u8] = b"#!/bin/bash\n#SBATCH -J from-stdin\nhostname\n";
-    let env = |k: &str| (k == "USER").then(|| "dana".to_string());
+    let env = |k: &str| {
+        (k == "USER").then(|| "dana".to_string()).or_else(|| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    };
     let mut io = muster_cli::Io {
         out: &mut out,
         err: &mut err,
@@ -414,19 +425,52 @@ async fn squeue_iterates() {
     for r in reports {
         let lines: Vec<&str> = r.lines().collect();
         assert_eq!(lines.len(), 3, "{r}");
-        // C's ctime: `Mon Jan  5 10:00:00 2026`.
+        // Slurm's ctime: `Mon Jan 05 10:00:00 2026`.
         assert_eq!(lines[0].len(), 24, "{r}");
         assert_eq!(&lines[1..], ["JOBID STATE", "1001 PENDING"], "{r}");
     }
 
-    // -l heads its one report with the date too; -h drops both.
-    let (ok, out, err) = run(&client, &["muster", "squeue", "-l", "-o", "%i %T"]).await;
+    // -l heads its one report with the date too, in its own format whatever SQUEUE_FORMAT
+    // says (which otherwise replaces the default); -h drops both; -o with -l is refused.
+    let fmt = [("SQUEUE_FORMAT", "%i %T")];
+    let (ok, out, err) = run_env(&client, &["muster", "squeue"], &fmt).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "JOBID STATE\n1001 PENDING\n");
+    let (ok, out, err) = run_env(&client, &["muster", "squeue", "-l"], &fmt).await;
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 3, "{out}");
     assert_eq!(lines[0].len(), 24, "{out}");
-    assert_eq!(&lines[1..], ["JOBID STATE", "1001 PENDING"], "{out}");
-    let (ok, out, err) = run(&client, &["muster", "squeue", "-l", "-h", "-o", "%i %T"]).await;
+    assert!(lines[1].ends_with("STATE       TIME TIME_LIMI  NODES NODELIST(REASON)"));
+    assert!(lines[2].contains(" PENDING "), "{out}");
+    let (ok, out, err) = run(&client, &["muster", "squeue", "-l", "-h"]).await;
     assert!(ok, "{err}");
-    assert_eq!(out, "1001 PENDING\n");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains(" PENDING "), "{out}");
+    let (ok, out, err) = run(&client, &["muster", "squeue", "-l", "-o", "%i %T"]).await;
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"
+    );
+
+    // sinfo -l: the date, then the long report; SINFO_FORMAT replaces the format even then.
+    let (ok, out, err) = run_env(
+        &client,
+        &["muster", "sinfo", "-l"],
+        &[("SINFO_FORMAT", "%P")],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0].len(), 24, "{out}");
+    assert_eq!(lines[1], "PARTITION", "{out}");
+    let (ok, out, err) = run(&client, &["muster", "sinfo", "-l", "-o", "%P"]).await;
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert!(
+        err.starts_with("sinfo: fatal: Options -o(--format) and -l"),
+        "{err}"
+    );
 }

@@ -209,10 +209,10 @@ gpu*   idle 1 gpu:h100:8 gpu006
     );
     assert_eq!(
         sinfo(&["-s"]),
-        "PARTITION   AVAIL  TIMELIMIT   NODES(A/I/O/T)  NODELIST
-debug        down   infinite          0/0/0/0  
-gpu*           up 1-00:00:00          4/1/2/7  gpu[001-004,006-008]
-interactive    up    1:00:00          1/0/0/1  gpu005
+        "PARTITION   AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST
+debug        down   infinite          0/0/0/0 
+gpu*           up 1-00:00:00          4/1/2/7 gpu[001-004,006-008]
+interactive    up    1:00:00          1/0/0/1 gpu005
 "
     );
     assert_eq!(
@@ -226,6 +226,63 @@ interactive mixed 96 1056000 (null) 4/92/0/96 none
         sinfo(&["-n", "gpu[007-008]", "-o", "%N %t %E", "-h"]),
         "gpu007 down* Not responding\ngpu008 drain Cordoned\n"
     );
+}
+
+/// `-l` with `-N` and `-R`, as Slurm 22.05 prints them: CPUS left-justified; the reasons with
+/// the state, each state its own line.
+#[test]
+fn sinfo_long_views() {
+    assert_eq!(
+        sinfo(&["-N", "-l", "-n", "gpu00[5-8]"]),
+        "NODELIST   NODES   PARTITION       STATE CPUS    S:C:T MEMORY TMP_DISK WEIGHT AVAIL_FE REASON              
+gpu005         1 interactive       mixed 96      *:*:* 105600        0      1   (null) none                
+gpu006         1        gpu*        idle 96      *:*:* 105600        0      1 ib,nvlin none                
+gpu007         1        gpu*       down* 96      *:*:* 105600        0      1 ib,nvlin Not responding      
+gpu008         1        gpu*     drained 96      *:*:* 105600        0      1 ib,nvlin Cordoned            
+"
+    );
+    assert_eq!(
+        sinfo(&["-R", "-l"]),
+        "REASON               USER         TIMESTAMP           STATE  NODELIST
+Not responding       Unknown      Unknown             down*  gpu007
+Cordoned             Unknown      Unknown             drain  gpu008
+"
+    );
+}
+
+/// `-o` with `-l` is refused; `-N`, `-R` and `-s` set `SINFO_FORMAT` aside, `-l` does not
+/// (as Slurm 22.05 does).
+#[test]
+fn sinfo_format_sources() {
+    let args = |argv: &[&str], env: Option<&str>| {
+        let mut full = vec!["sinfo"];
+        full.extend_from_slice(argv);
+        let muster_cli::Command::Sinfo(mut a) = cli(&full) else {
+            panic!()
+        };
+        a.env_format = env.map(str::to_string);
+        muster_cli::sinfo::format_of(&a)
+    };
+    assert_eq!(
+        args(&["-l", "-o", "%P"], None).unwrap_err(),
+        "Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."
+    );
+    assert_eq!(args(&["-l"], Some("%P")).unwrap(), "%P");
+    assert_eq!(args(&[], Some("%P")).unwrap(), "%P");
+    assert_eq!(args(&["-N", "-o", "%N"], Some("%P")).unwrap(), "%N");
+    assert_eq!(
+        args(&["-N"], Some("%P")).unwrap(),
+        muster_cli::sinfo::NODE_FORMAT
+    );
+    assert_eq!(
+        args(&["-s"], Some("%P")).unwrap(),
+        muster_cli::sinfo::SUMMARIZE_FORMAT
+    );
+    assert_eq!(
+        args(&["-R", "-l"], Some("%P")).unwrap(),
+        muster_cli::sinfo::REASONS_LONG_FORMAT
+    );
+    assert_eq!(args(&["-l"], None).unwrap(), muster_cli::sinfo::LONG_FORMAT);
 }
 
 /// `--nodelist`, `--exclude` and `--exclusive=user` as squeue (`%n`, `%x`, `%h`) and scontrol
@@ -435,10 +492,39 @@ fn squeue_sort_keys() {
 }
 
 #[test]
-fn squeue_iterate_date_line_is_ctime() {
+fn date_line_pads_the_day_with_a_zero_as_slurm_does() {
     let t: jiff::Timestamp = "2026-01-05T10:00:00Z".parse().unwrap();
     assert_eq!(
-        muster_cli::squeue::date_line(t, &TimeZone::UTC),
-        "Mon Jan  5 10:00:00 2026"
+        muster_cli::format::date_line(t, &TimeZone::UTC),
+        "Mon Jan 05 10:00:00 2026"
+    );
+}
+
+/// `-o` with `-l` is refused; `-l` and `--start` set `SQUEUE_FORMAT` aside, which otherwise
+/// replaces the default (as Slurm 22.05 does).
+#[test]
+fn squeue_format_sources() {
+    let args = |argv: &[&str], env: Option<&str>| {
+        let mut full = vec!["squeue"];
+        full.extend_from_slice(argv);
+        let muster_cli::Command::Squeue(mut a) = cli(&full) else {
+            panic!()
+        };
+        a.env_format = env.map(str::to_string);
+        muster_cli::squeue::format_of(&a)
+    };
+    assert_eq!(
+        args(&["-l", "-o", "%i"], None).unwrap_err(),
+        "Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry."
+    );
+    assert_eq!(args(&[], Some("%i")).unwrap(), "%i");
+    assert_eq!(args(&["-o", "%j"], Some("%i")).unwrap(), "%j");
+    assert_eq!(
+        args(&["-l"], Some("%i")).unwrap(),
+        muster_cli::squeue::LONG_FORMAT
+    );
+    assert_eq!(
+        args(&["--start"], Some("%i")).unwrap(),
+        muster_cli::squeue::START_FORMAT
     );
 }
