@@ -135,6 +135,9 @@ const COLUMNS: &[(&str, i32)] = &[
     ("AllocTRES", -10),
     ("Comment", 15),
     ("Constraints", 19),
+    ("CPUTime", 10),
+    ("CPUTimeRAW", 10),
+    ("DerivedExitCode", 15),
     ("Elapsed", 10),
     ("ElapsedRaw", 10),
     ("Eligible", 19),
@@ -148,6 +151,7 @@ const COLUMNS: &[(&str, i32)] = &[
     ("NodeList", 15),
     ("NTasks", 8),
     ("Partition", 10),
+    ("Priority", 10),
     ("Reason", 22),
     ("ReqTRES", -10),
     ("Restarts", 8),
@@ -155,7 +159,9 @@ const COLUMNS: &[(&str, i32)] = &[
     ("State", 10),
     ("Submit", 19),
     ("Timelimit", 10),
+    ("TimelimitRaw", 10),
     ("User", 9),
+    ("WorkDir", 20),
 ];
 
 /// Parse `-o`: names (any case), each optionally `%WIDTH`.
@@ -203,6 +209,14 @@ fn tres(cpus: u32, gpus: u32, nodes: u32) -> String {
     s
 }
 
+fn cpu_secs(r: &JobRow, started: bool) -> i64 {
+    if started {
+        i64::from(r.num_cpus) * r.elapsed_secs
+    } else {
+        0
+    }
+}
+
 /// The value of one field for a job.
 pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
     // Given an allocation: a job cancelled while pending has a start time (its end, as
@@ -221,6 +235,11 @@ pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
         }
         "Comment" => r.comment.clone().unwrap_or_default(),
         "Constraints" => r.features.clone().unwrap_or_default(),
+        // CPUs held times the time held, as sacct's CPUTime.
+        "CPUTime" => format::secs_long(cpu_secs(r, started)),
+        "CPUTimeRAW" => cpu_secs(r, started).to_string(),
+        // The highest exit code of the job's steps; the batch script is its only one here.
+        "DerivedExitCode" => format!("{}:{}", r.exit_code, r.exit_signal),
         "Elapsed" => format::secs_long(r.elapsed_secs),
         "ElapsedRaw" => r.elapsed_secs.to_string(),
         "Eligible" => date(r.eligible_time, tz),
@@ -239,6 +258,7 @@ pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
         }
         "NTasks" => r.num_tasks.to_string(),
         "Partition" => r.partition.clone(),
+        "Priority" => r.priority.map(|p| p.to_string()).unwrap_or_default(),
         "Reason" => r.reason.clone(),
         "ReqTRES" => tres(r.num_cpus, r.num_gpus, r.num_nodes),
         "Restarts" => r.restarts.to_string(),
@@ -250,7 +270,13 @@ pub fn value(col: &str, r: &JobRow, tz: &TimeZone) -> String {
             Some(TimeLimit::Unlimited) => "UNLIMITED".to_string(),
             Some(l) => format::secs_long(l.seconds().unwrap_or(0) as i64),
         },
+        "TimelimitRaw" => match r.time_limit {
+            None => "Partition_Limit".to_string(),
+            Some(TimeLimit::Unlimited) => "UNLIMITED".to_string(),
+            Some(l) => (l.seconds().unwrap_or(0) / 60).to_string(),
+        },
         "User" => r.user.clone(),
+        "WorkDir" => r.work_dir.clone().unwrap_or_default(),
         _ => String::new(),
     }
 }
@@ -333,22 +359,10 @@ pub fn render(
     out
 }
 
-/// Parse a -S/-E time: `now`, `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM[:SS]` (local time).
+/// Parse a -S/-E time as sacct does: Slurm's time forms, looking back (`now-2hours`,
+/// `09:00` today, `11/30` this year or last; see `muster_crds::slurm::begin`).
 pub fn parse_time(s: &str, now: Timestamp, tz: &TimeZone) -> Result<Timestamp, String> {
-    if s.eq_ignore_ascii_case("now") {
-        return Ok(now);
-    }
-    // A date alone would also parse a date-time (dropping the time): try date-time first.
-    let dt: jiff::civil::DateTime = if s.contains('T') {
-        s.parse::<jiff::civil::DateTime>()
-    } else {
-        s.parse::<jiff::civil::Date>()
-            .map(|d| d.to_datetime(jiff::civil::Time::midnight()))
-    }
-    .map_err(|_| format!("invalid time '{s}': use now, YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]"))?;
-    dt.to_zoned(tz.clone())
-        .map(|z| z.timestamp())
-        .map_err(|e| e.to_string())
+    muster_crds::slurm::begin::parse_past(s, &now.to_zoned(tz.clone())).map_err(|e| e.to_string())
 }
 
 /// Select, order and format jobs for the arguments.

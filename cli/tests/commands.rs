@@ -160,10 +160,23 @@ fn sacct_time_window() {
         parse_time("2024-05-01T10:02", now, &tz).unwrap(),
         "2024-05-01T10:02:00Z".parse().unwrap()
     );
+    // Slurm's other forms, looking back from now (2024-05-01T10:05:03Z).
+    assert_eq!(
+        parse_time("now-2hours", now, &tz).unwrap(),
+        "2024-05-01T08:05:03Z".parse().unwrap()
+    );
+    assert_eq!(
+        parse_time("11:00", now, &tz).unwrap(),
+        "2024-05-01T11:00:00Z".parse().unwrap()
+    );
+    assert_eq!(
+        parse_time("12/24", now, &tz).unwrap(),
+        "2023-12-24T00:00:00Z".parse().unwrap()
+    );
+    let err = parse_time("yesterday", now, &tz).unwrap_err();
     assert!(
-        parse_time("yesterday", now, &tz)
-            .unwrap_err()
-            .contains("YYYY-MM-DD")
+        err.starts_with("invalid time \"yesterday\": ") && err.contains("YYYY-MM-DD"),
+        "{err}"
     );
 }
 

@@ -450,6 +450,26 @@ fn sacct_default_and_parsable() {
     );
 }
 
+/// CPUTime (CPUs held x time held), the raw limit in minutes, the derived exit code and the
+/// priority, as sacct names and sizes them.
+#[test]
+fn sacct_cpu_time_raw_limit_and_derived_exit_code() {
+    assert_eq!(
+        sacct(&[
+            "-j",
+            "101,106,102",
+            "-o",
+            "JobID,CPUTime,CPUTimeRAW,TimelimitRaw,DerivedExitCode"
+        ]),
+        "JobID           CPUTime CPUTimeRAW TimelimitR DerivedExitCode 
+------------ ---------- ---------- ---------- --------------- 
+101            01:20:48       4848         60             0:0 
+102            00:00:00          0         10             0:0 
+106            00:02:30        150         30             3:0 
+"
+    );
+}
+
 #[test]
 fn sacct_refuses_unknown_fields() {
     let muster_cli::Command::Sacct(args) = cli(&["sacct", "-o", "jobid,bogus"]) else {
