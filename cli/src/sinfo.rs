@@ -110,7 +110,7 @@ pub struct Record<'a> {
 
 /// The letters sinfo prints here.
 pub fn valid_code(c: char) -> bool {
-    "aACcdDEfFGghHlLmMNpPRstTuUwz".contains(c)
+    "aACcdDEfFGghHlLmMNpPrRstTuUwz".contains(c)
 }
 
 fn limit(l: Option<TimeLimit>, unset: &str) -> String {
@@ -158,6 +158,7 @@ fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> Strin
             'H' => "TIMESTAMP",
             'u' | 'U' => "USER",
             'h' => "OVERSUBSCRIBE",
+            'r' => "ROOT",
             'l' => "TIMELIMIT",
             'L' => "DEFAULTTIME",
             'm' => "MEMORY",
@@ -219,6 +220,8 @@ fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> Strin
             .unwrap_or_else(|| "(null)".to_string()),
         'g' => r.part.map(|_| "all".to_string()).unwrap_or_else(na),
         'h' => r.part.map(|_| "NO".to_string()).unwrap_or_else(na),
+        // No partition is kept for root alone (Slurm's RootOnly).
+        'r' => r.part.map(|_| "no".to_string()).unwrap_or_else(na),
         'l' => r
             .part
             .map(|p| limit(p.max_time, "infinite"))

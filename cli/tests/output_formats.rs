@@ -228,6 +228,49 @@ interactive mixed 96 1056000 (null) 4/92/0/96 none
     );
 }
 
+/// `-l`, every field known (Slurm 22.05's columns).
+#[test]
+fn sinfo_long() {
+    assert_eq!(
+        sinfo(&["-l", "-p", "interactive"]),
+        "PARTITION   AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST
+interactive    up    1:00:00 1-infinite   no       NO        all      1       mixed gpu005
+"
+    );
+}
+
+/// Every format the commands choose by themselves prints only fields they know.
+#[test]
+fn built_in_formats_know_every_field() {
+    use muster_cli::{format::parse_format, sinfo, squeue};
+    for f in [
+        sinfo::DEFAULT_FORMAT,
+        sinfo::NODE_FORMAT,
+        sinfo::LONG_FORMAT,
+        sinfo::NODE_LONG_FORMAT,
+        sinfo::SUMMARIZE_FORMAT,
+        sinfo::REASONS_FORMAT,
+        sinfo::REASONS_LONG_FORMAT,
+    ] {
+        assert_eq!(
+            parse_format(f, sinfo::valid_code).1,
+            Vec::<String>::new(),
+            "{f}"
+        );
+    }
+    for f in [
+        squeue::DEFAULT_FORMAT,
+        squeue::LONG_FORMAT,
+        squeue::START_FORMAT,
+    ] {
+        assert_eq!(
+            parse_format(f, squeue::valid_code).1,
+            Vec::<String>::new(),
+            "{f}"
+        );
+    }
+}
+
 /// `-l` with `-N` and `-R`, as Slurm 22.05 prints them: CPUS left-justified; the reasons with
 /// the state, each state its own line.
 #[test]
