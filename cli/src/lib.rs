@@ -27,6 +27,7 @@ pub mod scontrol;
 pub mod scontrol_node;
 pub mod scontrol_requeue;
 pub mod scontrol_update;
+pub mod scontrol_write;
 pub mod simulate;
 pub mod sinfo;
 pub mod squeue;

@@ -26,6 +26,10 @@ pub struct ScontrolArgs {
     #[arg(short = 'o', long = "oneliner", global = true)]
     pub oneliner: bool,
 
+    /// More detail: a running job's GPUs on each of its nodes (`GRES=gpu:h100:8(IDX:0-7)`).
+    #[arg(short = 'd', long = "details", global = true)]
+    pub details: bool,
+
     /// Look for jobs in every namespace (default: the current namespace).
     #[arg(
         short = 'a',
@@ -76,6 +80,17 @@ pub enum ScontrolCommand {
         #[arg(required = true, value_delimiter = ',')]
         job_ids: Vec<String>,
     },
+    /// Write a job's batch script to `slurm-JOBID.sh`, to FILE, or to standard output (`-`):
+    /// `write batch_script JOBID [FILE]`.
+    Write {
+        /// What to write (`batch_script`).
+        #[arg(value_enum, ignore_case = true)]
+        what: WriteWhat,
+        /// The job.
+        job_id: String,
+        /// Where (default `slurm-JOBID.sh`; `-` for standard output).
+        file: Option<String>,
+    },
     /// Change what pending jobs ask for: `update JobId=12 TimeLimit=2:00:00 Partition=big`;
     /// or drain and resume nodes: `update NodeName=gpu[001-002] State=DRAIN Reason="bad fan"`,
     /// `State=RESUME` (administrators: it cordons and uncordons the Nodes).
@@ -89,6 +104,14 @@ pub enum ScontrolCommand {
         #[arg(required = true, num_args = 1.., value_name = "KEY=VALUE")]
         specs: Vec<String>,
     },
+}
+
+/// What `scontrol write` writes.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteWhat {
+    /// The job's batch script.
+    #[value(name = "batch_script")]
+    BatchScript,
 }
 
 /// What `scontrol show` shows.
@@ -155,6 +178,63 @@ fn record(lines: Vec<String>, oneliner: bool) -> String {
 
 /// One job in `scontrol show job`'s layout.
 pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
+    show_job_with(r, tz, oneliner, false)
+}
+
+/// `scontrol -d`'s lines for a job holding nodes: `JOB_GRES=`, then one `Nodes=` line per run
+/// of nodes holding the same (Slurm's layout). The CPUs' ids are the kubelet's to choose and
+/// not known here (`CPU_IDs=N/A`); `Mem=` is MiB, GRES the GPU indices on each node.
+pub fn detail_lines(r: &JobRow) -> Vec<String> {
+    if r.node_allocs.is_empty() || r.state.is_terminal() {
+        return Vec::new();
+    }
+    let gpu = |n: usize| match &r.gpu_type {
+        Some(t) => format!("gpu:{t}:{n}"),
+        None => format!("gpu:{n}"),
+    };
+    let total: usize = r.node_allocs.iter().map(|a| a.gpus.len()).sum();
+    let mut lines = vec![format!(
+        "JOB_GRES={}",
+        if total > 0 {
+            gpu(total)
+        } else {
+            "(null)".into()
+        }
+    )];
+    let mut runs: Vec<(Vec<&str>, &crate::rows::NodeAlloc)> = Vec::new();
+    for a in &r.node_allocs {
+        match runs.last_mut() {
+            Some((names, last))
+                if last.gpus == a.gpus
+                    && last.memory_mib == a.memory_mib
+                    && last.cpu_millis == a.cpu_millis =>
+            {
+                names.push(&a.node)
+            }
+            _ => runs.push((vec![&a.node], a)),
+        }
+    }
+    for (names, a) in runs {
+        let gres = if a.gpus.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{}(IDX:{})",
+                gpu(a.gpus.len()),
+                crate::rows::index_list(&a.gpus)
+            )
+        };
+        lines.push(format!(
+            "  Nodes={} CPU_IDs=N/A Mem={} GRES={gres}",
+            muster_crds::slurm::hostlist::compress(names),
+            a.memory_mib
+        ));
+    }
+    lines
+}
+
+/// [`show_job`], with `scontrol -d`'s per-node lines when `details`.
+pub fn show_job_with(r: &JobRow, tz: &TimeZone, oneliner: bool, details: bool) -> String {
     let id = r.job_id.map(|i| i.to_string()).unwrap_or("N/A".into());
     let mut first = format!("JobId={id}");
     if let Some(a) = r.array_job_id {
@@ -240,6 +320,9 @@ pub fn show_job(r: &JobRow, tz: &TimeZone, oneliner: bool) -> String {
         tres.push_str(&format!(",gres/gpu={}", r.num_gpus));
     }
     lines.push(format!("TRES={tres}"));
+    if details {
+        lines.extend(detail_lines(r));
+    }
     lines.push(format!(
         "Features={} OverSubscribe={}",
         r.features.as_deref().unwrap_or("(null)"),
@@ -557,7 +640,7 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
             }
             let text: Vec<String> = rows
                 .iter()
-                .map(|r| show_job(r, &tz, args.oneliner))
+                .map(|r| show_job_with(r, &tz, args.oneliner, args.details))
                 .collect();
             write!(io.out, "{}", join_records(&text, args.oneliner))?;
             Ok(())
@@ -649,6 +732,21 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
             let cluster = target.cluster(io.env).await?;
             if !crate::scontrol_requeue::run(&cluster, args.all_namespaces, job_ids, hold, io)
                 .await?
+            {
+                return Err(crate::Failed.into());
+            }
+            Ok(())
+        }
+        ScontrolCommand::Write { job_id, file, .. } => {
+            let cluster = target.cluster(io.env).await?;
+            if !crate::scontrol_write::run(
+                &cluster,
+                args.all_namespaces,
+                job_id,
+                file.as_deref(),
+                io,
+            )
+            .await?
             {
                 return Err(crate::Failed.into());
             }

@@ -99,6 +99,49 @@ pub struct Update {
     pub fields: Vec<(&'static str, Value)>,
     /// A new `ArrayTaskThrottle`.
     pub throttle: Option<u32>,
+    /// `TimeLimit=+N` / `-N`: minutes added to (taken from) each job's current limit.
+    pub time_delta: Option<i64>,
+}
+
+/// `+TIME` / `-TIME` as Slurm's scontrol reads a relative `TimeLimit` (`-1` is a minute less,
+/// not unlimited as in sbatch); `None` for an absolute value.
+fn time_delta(v: &str) -> Option<Result<i64, String>> {
+    let sign = match v.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    Some(match muster_crds::slurm::TimeLimit::parse(&v[1..]) {
+        Ok(muster_crds::slurm::TimeLimit::Minutes(m)) => Ok(sign * i64::from(m)),
+        _ => Err(format!(
+            "Invalid TimeLimit value: {v}: expected +TIME or -TIME, TIME as MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+        )),
+    })
+}
+
+/// The limit, in minutes, `delta` makes of a job's current one (Slurm's messages).
+pub fn shifted_limit(
+    current: Option<muster_crds::slurm::TimeLimit>,
+    delta: i64,
+) -> Result<i64, String> {
+    let cur = match current {
+        Some(muster_crds::slurm::TimeLimit::Minutes(m)) => i64::from(m),
+        Some(muster_crds::slurm::TimeLimit::Unlimited) => {
+            return Err("TimeLimit increment/decrement of a job without a time limit".into());
+        }
+        None => {
+            return Err(
+                "TimeLimit increment/decrement of a job whose time limit is not set yet".into(),
+            );
+        }
+    };
+    if cur + delta < 1 {
+        return Err(format!(
+            "TimeLimit decrement larger than current time limit ({} > {cur})",
+            -delta
+        ));
+    }
+    Ok(cur + delta)
 }
 
 /// Parses `JobId=ID KEY=VALUE...` (keys in any case, in any order); the error is the line
@@ -108,6 +151,7 @@ pub fn parse(args: &[String]) -> Result<Update, String> {
         ids: Vec::new(),
         fields: Vec::new(),
         throttle: None,
+        time_delta: None,
     };
     for a in args {
         let Some((k, v)) = a.split_once('=') else {
@@ -136,14 +180,21 @@ pub fn parse(args: &[String]) -> Result<Update, String> {
                 KEYS.iter().map(|k| k.0[0]).collect::<Vec<_>>().join(", ")
             ));
         };
-        let value = convert(v).map_err(|e| format!("Invalid {} value: {v}: {e}", names[0]))?;
         u.fields.retain(|f| f.0 != *field);
+        if *field == "time" {
+            u.time_delta = None;
+            if let Some(d) = time_delta(v) {
+                u.time_delta = Some(d?);
+                continue;
+            }
+        }
+        let value = convert(v).map_err(|e| format!("Invalid {} value: {v}: {e}", names[0]))?;
         u.fields.push((field, value));
     }
     if u.ids.is_empty() {
         return Err("No job identification provided: give JobId=ID".into());
     }
-    if u.fields.is_empty() && u.throttle.is_none() {
+    if u.fields.is_empty() && u.throttle.is_none() && u.time_delta.is_none() {
         return Err("No changes specified: give KEY=VALUE after JobId".into());
     }
     Ok(u)
@@ -222,7 +273,8 @@ pub async fn run(
             let is_array = j.spec.array.is_some();
             // A whole array's started elements keep what they asked for; its elements are
             // not arrays, so a throttle alone leaves them be.
-            if whole_array && !is_array && (j.state() != JobState::Pending || u.fields.is_empty()) {
+            let changes_fields = !u.fields.is_empty() || u.time_delta.is_some();
+            if whole_array && !is_array && (j.state() != JobState::Pending || !changes_fields) {
                 continue;
             }
             if u.throttle.is_some() && !is_array && !whole_array {
@@ -241,6 +293,17 @@ pub async fn run(
                 let mut spec = serde_json::Map::new();
                 for (f, v) in &u.fields {
                     spec.insert((*f).to_string(), v.clone());
+                }
+                if let Some(d) = u.time_delta {
+                    // Relative to the limit asked for, as read (its status may not show
+                    // the last change yet), else the partition's default it runs under.
+                    let current = crate::rows::limit_of(&job.spec.time).or_else(|| {
+                        job.status
+                            .as_ref()
+                            .and_then(|s| s.time_limit.as_deref())
+                            .and_then(|t| muster_crds::slurm::TimeLimit::parse(t).ok())
+                    });
+                    spec.insert("time".into(), json!(shifted_limit(current, d)?));
                 }
                 if let (Some(t), Some(a)) = (u.throttle, crate::rows::int_or_str(&job.spec.array)) {
                     spec.insert("array".into(), json!(throttled(&a, t)?));
@@ -303,10 +366,36 @@ mod tests {
             p(&["JobId=1", "TimeLimit=30"]).unwrap().fields,
             [("time", json!(30))]
         );
+        // Relative, as Slurm's scontrol: -1 is a minute less (not sbatch's unlimited).
+        let u = p(&["JobId=1", "TimeLimit=-1"]).unwrap();
+        assert_eq!((u.fields.len(), u.time_delta), (0, Some(-1)));
         assert_eq!(
-            p(&["JobId=1", "TimeLimit=-1"]).unwrap().fields,
-            [("time", json!("UNLIMITED"))]
+            p(&["JobId=1", "TimeLimit=+1-0"]).unwrap().time_delta,
+            Some(1440)
         );
+        assert_eq!(
+            p(&["JobId=1", "TimeLimit=+1:30:00"]).unwrap().time_delta,
+            Some(90)
+        );
+        let u = p(&["JobId=1", "TimeLimit=+5", "TimeLimit=UNLIMITED"]).unwrap();
+        assert_eq!(
+            (u.fields, u.time_delta),
+            (vec![("time", json!("UNLIMITED"))], None)
+        );
+        assert!(
+            p(&["JobId=1", "TimeLimit=+soon"])
+                .unwrap_err()
+                .starts_with("Invalid TimeLimit value: +soon: expected +TIME or -TIME")
+        );
+        use muster_crds::slurm::TimeLimit::{Minutes, Unlimited};
+        assert_eq!(shifted_limit(Some(Minutes(20)), -1), Ok(19));
+        assert_eq!(shifted_limit(Some(Minutes(30)), 1440), Ok(1470));
+        assert_eq!(
+            shifted_limit(Some(Minutes(19)), -100).unwrap_err(),
+            "TimeLimit decrement larger than current time limit (100 > 19)"
+        );
+        assert!(shifted_limit(Some(Unlimited), 5).is_err());
+        assert!(shifted_limit(None, 5).is_err());
     }
 
     #[test]

@@ -879,6 +879,33 @@ async fn scontrol_update_keys_reach_the_job_they_change() {
         .await;
     run(update(later, &["StartTime=now"])).await;
     sim.until_state(later, "RUNNING").await;
+
+    // A time limit moved by +/- as Slurm's scontrol does (-1 is a minute less), and a
+    // decrement past it refused with Slurm's words; a running job takes the lower one.
+    let timed = sbatch(&sim, held(&["-t", "30"])).await;
+    run(update(timed, &["TimeLimit=-10"])).await;
+    run(update(timed, &["TimeLimit=-1"])).await;
+    run(update(timed, &["TimeLimit=+1-0"])).await;
+    sim.until_squeue(timed, "%l", |l| l == "1-00:19:00").await;
+    run(vec!["scontrol".into(), "release".into(), timed.to_string()]).await;
+    sim.until_state(timed, "RUNNING").await;
+    run(update(timed, &["TimeLimit=-1-0"])).await;
+    sim.until_squeue(timed, "%l", |l| l == "19:00").await;
+    let (ok, _, err) = sim
+        .run(&[
+            "scontrol",
+            "update",
+            &format!("JobId={timed}"),
+            "TimeLimit=-100",
+        ])
+        .await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!(
+            "scontrol: error: job {timed}: TimeLimit decrement larger than current time limit (100 > 19)\n"
+        )
+    );
     sim.stop().await;
 }
 
@@ -1059,6 +1086,69 @@ async fn an_arrays_waiting_tasks_wait_for_the_throttle_only_while_it_is_full() {
     assert!(ok, "{err}");
     sim.until_output(&folded, |o| o == format!("{a}_[2-3%2] JobArrayTaskLimit"))
         .await;
+    sim.stop().await;
+}
+
+/// `scontrol -d show job` (the flag before or after `show`) names each node's GPUs as Slurm's
+/// `GRES=gpu:4(IDX:0-3)`; `scontrol write batch_script` gives back the script submitted, to a
+/// file (with Slurm's message) or to standard output, and names a job that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scontrol_details_and_the_batch_script_come_back() {
+    let sim = Sim::start().await;
+    let script = "#!/bin/bash\n#SBATCH -N 2 --gpus-per-node=4\nsrun hostname\n";
+    let (ok, out, err) = sim
+        .run_stdin(&["sbatch", "--parsable"], script.as_bytes())
+        .await;
+    assert!(ok, "{err}");
+    let id: u64 = out.trim().parse().unwrap();
+    sim.until_state(id, "RUNNING").await;
+    for argv in [
+        vec!["scontrol", "-d", "show", "job", &id.to_string()[..]],
+        vec!["scontrol", "show", "job", "-d", &id.to_string()[..]],
+    ] {
+        let (ok, out, err) = sim.run(&argv).await;
+        assert!(ok, "{err}");
+        assert!(out.contains("\n   JOB_GRES=gpu:8\n"), "{out}");
+        let nodes: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("     Nodes="))
+            .collect();
+        assert_eq!(nodes.len(), 1, "{out}");
+        assert!(
+            nodes[0].ends_with(" GRES=gpu:4(IDX:0-3)") && nodes[0].contains(" CPU_IDs=N/A Mem="),
+            "{out}"
+        );
+    }
+    let (ok, out, _) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
+    assert!(ok);
+    assert!(!out.contains("JOB_GRES"), "{out}");
+
+    let (ok, out, err) = sim
+        .run(&["scontrol", "write", "batch_script", &id.to_string(), "-"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, script);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("again.sh");
+    let file = file.to_str().unwrap();
+    let (ok, out, err) = sim
+        .run(&["scontrol", "write", "batch_script", &id.to_string(), file])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        format!("batch script for job {id} written to {file}\n")
+    );
+    assert_eq!(std::fs::read_to_string(file).unwrap(), script);
+    let (ok, out, err) = sim
+        .run(&["scontrol", "write", "batch_script", "9999"])
+        .await;
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "job script retrieval failed: Invalid job id specified\n"
+    );
     sim.stop().await;
 }
 

@@ -111,6 +111,10 @@ pub struct JobRow {
     pub work_dir: Option<String>,
     /// Where rank 0 runs (Slurm's BatchHost).
     pub batch_host: Option<String>,
+    /// What the job holds on each node, in rank order (`scontrol -d show job`).
+    pub node_allocs: Vec<NodeAlloc>,
+    /// The GPU type asked for, if any (`h100` of `--gpus-per-node=h100:8`).
+    pub gpu_type: Option<String>,
     /// Human-readable reason detail.
     pub message: Option<String>,
     /// Requested memory per node/cpu/gpu as given (`--mem=16G` → `16G`).
@@ -204,6 +208,43 @@ fn gres_tres(ty: Option<String>, n: u32) -> String {
     }
 }
 
+/// What a job holds on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeAlloc {
+    /// The node.
+    pub node: String,
+    /// CPU millicores of its tasks there.
+    pub cpu_millis: u64,
+    /// Memory of its tasks there, MiB.
+    pub memory_mib: u64,
+    /// The node's GPU indices its tasks hold.
+    pub gpus: BTreeSet<u32>,
+}
+
+/// Per node, in rank order, what the tasks hold.
+fn node_allocs(tasks: &[muster_crds::v1alpha1::TaskAllocation]) -> Vec<NodeAlloc> {
+    let mut ranked: Vec<&muster_crds::v1alpha1::TaskAllocation> = tasks.iter().collect();
+    ranked.sort_by_key(|t| t.rank);
+    let mut out: Vec<NodeAlloc> = Vec::new();
+    for t in ranked {
+        let i = match out.iter().position(|a| a.node == t.node) {
+            Some(i) => i,
+            None => {
+                out.push(NodeAlloc {
+                    node: t.node.clone(),
+                    ..Default::default()
+                });
+                out.len() - 1
+            }
+        };
+        let a = &mut out[i];
+        a.cpu_millis += t.cpu_millis;
+        a.memory_mib += t.memory_mib;
+        a.gpus.extend(t.gpus.iter().copied());
+    }
+    out
+}
+
 /// Build the row of one BatchJob as of `now`.
 pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
     let spec = &bj.spec;
@@ -232,6 +273,11 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
         .or(job_gpus.as_ref().map(|(_, n)| *n))
         .unwrap_or(0);
 
+    let gpu_type = spec.gpu_type.clone().or_else(|| {
+        [&per_node_gpus, &per_task_gpus, &job_gpus]
+            .into_iter()
+            .find_map(|g| g.as_ref().and_then(|(t, _)| t.clone()))
+    });
     let time_limit = st
         .time_limit
         .as_deref()
@@ -328,6 +374,8 @@ pub fn job_row(bj: &BatchJob, now: Timestamp) -> JobRow {
             .iter()
             .find(|t| t.rank == 0)
             .map(|t| t.node.clone()),
+        node_allocs: node_allocs(&st.tasks),
+        gpu_type,
         message: st.message.clone(),
         mem: spec
             .mem
