@@ -70,6 +70,37 @@ pub fn parse_format(s: &str, valid: impl Fn(char) -> bool) -> (Format, Vec<Strin
     (format, errors)
 }
 
+/// A `-O/--Format` field's width when none is given (squeue's and sinfo's).
+pub const LONG_FIELD_WIDTH: usize = 20;
+
+/// Parse a `-O/--Format` list as squeue/sinfo do: `name[:[.][size][suffix]]`, comma
+/// separated, names in any case (`names` maps each to the `%` letter printing it), each field
+/// `size` wide (20 by default) with nothing between fields but the suffixes. Unknown names
+/// are dropped with a message each, as Slurm's `Invalid job format specification`.
+pub fn parse_long_format(s: &str, names: &[(&str, char)], what: &str) -> (Format, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut format = Format::default();
+    for item in s.split(',').filter(|i| !i.is_empty()) {
+        let (name, spec) = item.split_once(':').unwrap_or((item, ""));
+        let Some(&(_, code)) = names.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)) else {
+            errors.push(format!("Invalid {what} format specification: {name}"));
+            continue;
+        };
+        let mut chars = spec.chars().peekable();
+        let right = chars.next_if_eq(&'.').is_some();
+        let digits: String = std::iter::from_fn(|| chars.next_if(char::is_ascii_digit)).collect();
+        let width = digits.parse().unwrap_or(LONG_FIELD_WIDTH);
+        format.fields.push(Field {
+            code,
+            width,
+            right,
+            suffix: chars.collect(),
+            auto: false,
+        });
+    }
+    (format, errors)
+}
+
 /// Slurm's `_print_str`: right-justified values are padded to `width` and, when `cut`, cut
 /// to its first `width` characters; left-justified values are always cut to `width` and
 /// padded. Width 0 prints the value unchanged.

@@ -64,6 +64,11 @@ pub struct SinfoArgs {
     #[arg(short = 'o', long = "format", value_name = "FORMAT")]
     pub format: Option<String>,
 
+    /// Output format by field names, Slurm's `name[:[.][size][suffix]]`, comma separated
+    /// (`-O NodeList,Gres,GresUsed`; not with `-l`); over `-o` and the views' formats.
+    #[arg(short = 'O', long = "Format", value_name = "FORMAT")]
+    pub format_long: Option<String>,
+
     /// `SINFO_FORMAT`: the format when neither `-o`, `-N`, `-R` nor `-s` gives one.
     #[arg(skip)]
     pub env_format: Option<String>,
@@ -110,8 +115,48 @@ pub struct Record<'a> {
 
 /// The letters sinfo prints here.
 pub fn valid_code(c: char) -> bool {
-    "aACcdDEfFGghHlLmMNpPrRstTuUwz".contains(c)
+    "aACcdDEfFGghHlLmMnNopPrRstTuUwz".contains(c)
 }
+
+/// GresUsed, which `-O` alone names (no `%` letter prints it in Slurm 22.05): a code no
+/// format string can give.
+const GRES_USED: char = '\u{e000}';
+
+/// sinfo's `-O` field names and the letters printing them.
+pub const LONG_NAMES: &[(&str, char)] = &[
+    ("Available", 'a'),
+    ("CPUs", 'c'),
+    ("CPUsState", 'C'),
+    ("DefaultTime", 'L'),
+    ("Disk", 'd'),
+    ("Features", 'f'),
+    ("Gres", 'G'),
+    ("GresUsed", GRES_USED),
+    ("Groups", 'g'),
+    ("Memory", 'm'),
+    ("NodeAddr", 'o'),
+    ("NodeAI", 'A'),
+    ("NodeAIOT", 'F'),
+    ("NodeHost", 'n'),
+    ("NodeList", 'N'),
+    ("Nodes", 'D'),
+    ("OverSubscribe", 'h'),
+    ("Partition", 'P'),
+    ("PartitionName", 'R'),
+    ("PreemptMode", 'M'),
+    ("PriorityTier", 'p'),
+    ("Reason", 'E'),
+    ("Root", 'r'),
+    ("Size", 's'),
+    ("SocketCoreThread", 'z'),
+    ("StateCompact", 't'),
+    ("StateLong", 'T'),
+    ("Time", 'l'),
+    ("TimeStamp", 'H'),
+    ("User", 'u'),
+    ("UserLong", 'U'),
+    ("Weight", 'w'),
+];
 
 fn limit(l: Option<TimeLimit>, unset: &str) -> String {
     match l {
@@ -164,6 +209,9 @@ fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> Strin
             'm' => "MEMORY",
             'M' => "PREEMPT_MODE",
             'N' => "NODELIST",
+            'n' => "HOSTNAMES",
+            'o' => "NODE_ADDR",
+            GRES_USED => "GRES_USED",
             'p' => "PRIO_TIER",
             'P' | 'R' => "PARTITION",
             's' => "JOB_SIZE",
@@ -232,10 +280,12 @@ fn field(code: char, rec: Option<&Record<'_>>, tz: &jiff::tz::TimeZone) -> Strin
             .unwrap_or_else(na),
         'm' => min_max(r.nodes.iter().map(|n| n.memory_mb)),
         'M' => r.part.map(|p| p.preempt_mode.clone()).unwrap_or_else(na),
-        'N' => {
+        // A Kubernetes node's name is its host name and address as Slurm means them.
+        'N' | 'n' | 'o' => {
             let names: Vec<String> = r.nodes.iter().map(|n| n.name.clone()).collect();
             hostlist::compress_sorted(&names)
         }
+        GRES_USED => first.map(|n| n.gres_used()).unwrap_or_else(na),
         'p' => r
             .part
             .map(|p| p.priority_tier.to_string())
@@ -319,6 +369,7 @@ fn group_key(n: &NodeRow, format: &Format) -> Vec<String> {
             'c' => key.push(n.cpus.to_string()),
             'm' => key.push(n.memory_mb.to_string()),
             'G' => key.push(n.gres()),
+            GRES_USED => key.push(n.gres_used()),
             'f' => key.push(n.features.join(",")),
             'E' => key.push(n.reason.clone().unwrap_or_default()),
             'u' | 'U' => key.push(n.reason_user.clone().unwrap_or_default()),
@@ -424,7 +475,7 @@ fn reasons<'a>(parts: &[PartRow], nodes: &'a [NodeRow], format: &Format) -> Vec<
 /// `-s`'s or `-N`'s, else `SINFO_FORMAT`, else the partition view's (checked against Slurm
 /// 22.05: those three set the environment's format aside, `-l` does not).
 pub fn format_of(args: &SinfoArgs) -> Result<String, String> {
-    if args.long && args.format.is_some() {
+    if args.long && (args.format.is_some() || args.format_long.is_some()) {
         return Err(format::FORMAT_WITH_LONG.to_string());
     }
     let fixed = match (args.list_reasons, args.summarize, args.node, args.long) {
@@ -475,7 +526,10 @@ pub fn report(
         .cloned()
         .collect();
     let fmt = format_of(args)?;
-    let (format, warnings) = format::parse_format(&fmt, valid_code);
+    let (format, warnings) = match &args.format_long {
+        Some(f) => format::parse_long_format(f, LONG_NAMES, "node"),
+        None => format::parse_format(&fmt, valid_code),
+    };
     if args.list_reasons {
         let recs = reasons(&parts, &nodes, &format);
         return Ok((render(&recs, &format, !args.noheader, tz), warnings));

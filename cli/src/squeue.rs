@@ -40,6 +40,11 @@ pub struct SqueueArgs {
     #[arg(short = 'o', long = "format", value_name = "FORMAT")]
     pub format: Option<String>,
 
+    /// Output format by field names, Slurm's `name[:[.][size][suffix]]`, comma separated
+    /// (`-O JobID,Name:30,State`); over `-o`, `-l` and `--start`.
+    #[arg(short = 'O', long = "Format", value_name = "FORMAT")]
+    pub format_long: Option<String>,
+
     /// `SQUEUE_FORMAT`: the format when neither `-o`, `-l` nor `--start` gives one.
     #[arg(skip)]
     pub env_format: Option<String>,
@@ -226,6 +231,42 @@ pub struct SortKey {
     /// `-` given.
     pub descending: bool,
 }
+
+/// squeue's `-O` field names and the `-o` letters printing them. `Priority` prints the
+/// integer priority (Slurm's is a fraction of the highest possible).
+pub const LONG_NAMES: &[(&str, char)] = &[
+    ("Account", 'a'),
+    ("ArrayJobID", 'F'),
+    ("ArrayTaskID", 'K'),
+    ("Dependency", 'E'),
+    ("EndTime", 'e'),
+    ("ExcNodes", 'x'),
+    ("Feature", 'f'),
+    ("JobArrayID", 'i'),
+    ("JobID", 'A'),
+    ("Name", 'j'),
+    ("Nice", 'y'),
+    ("NodeList", 'N'),
+    ("NumCPUs", 'C'),
+    ("NumNodes", 'D'),
+    ("OverSubscribe", 'h'),
+    ("Partition", 'P'),
+    ("Priority", 'Q'),
+    ("PriorityLong", 'Q'),
+    ("Reason", 'r'),
+    ("ReasonList", 'R'),
+    ("ReqNodes", 'n'),
+    ("SchedNodes", 'Y'),
+    ("StartTime", 'S'),
+    ("State", 'T'),
+    ("StateCompact", 't'),
+    ("SubmitTime", 'V'),
+    ("TimeLeft", 'L'),
+    ("TimeLimit", 'l'),
+    ("TimeUsed", 'M'),
+    ("tres-per-node", 'b'),
+    ("UserName", 'u'),
+];
 
 /// Format letters `-S` sorts by (the letters squeue prints, plus `p`, priority, which a
 /// queue's job ids follow).
@@ -509,8 +550,10 @@ pub fn report(
     } else {
         sort_default(&mut rows);
     }
-    let fmt = format_of(args)?;
-    let (format, warnings) = format::parse_format(&fmt, valid_code);
+    let (format, warnings) = match &args.format_long {
+        Some(f) => format::parse_long_format(f, LONG_NAMES, "job"),
+        None => format::parse_format(&format_of(args)?, valid_code),
+    };
     Ok((render(&rows, &format, !args.noheader, tz), warnings))
 }
 

@@ -1090,7 +1090,7 @@ async fn an_arrays_waiting_tasks_wait_for_the_throttle_only_while_it_is_full() {
 }
 
 /// `scontrol -d show job` (the flag before or after `show`) names each node's GPUs as Slurm's
-/// `GRES=gpu:4(IDX:0-3)`; `scontrol write batch_script` gives back the script submitted, to a
+/// `GRES=gpu:4(IDX:0-3)`, and `sinfo -O GresUsed` the same per node; `scontrol write batch_script` gives back the script submitted, to a
 /// file (with Slurm's message) or to standard output, and names a job that does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scontrol_details_and_the_batch_script_come_back() {
@@ -1122,6 +1122,33 @@ async fn scontrol_details_and_the_batch_script_come_back() {
     let (ok, out, _) = sim.run(&["scontrol", "show", "job", &id.to_string()]).await;
     assert!(ok);
     assert!(!out.contains("JOB_GRES"), "{out}");
+    // The same GPUs as sinfo -O GresUsed shows them on the job's nodes, and squeue -O.
+    let (ok, out, err) = sim
+        .run(&["sinfo", "-h", "-N", "-O", "NodeList:8,GresUsed:.24"])
+        .await;
+    assert!(ok, "{err}");
+    let used: Vec<&str> = out.lines().filter(|l| l.contains("IDX:0-3")).collect();
+    assert_eq!(used.len(), 2, "{out}");
+    assert!(used[0].ends_with("     gpu:h100:4(IDX:0-3)"), "{out}");
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.ends_with("gpu:h100:0(IDX:N/A)"))
+            .count(),
+        6,
+        "{out}"
+    );
+    let (ok, out, err) = sim
+        .run(&[
+            "squeue",
+            "-h",
+            "-j",
+            &id.to_string(),
+            "-O",
+            "JobID:6,tres-per-node,NumNodes:.3",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("{id:<6}gres:gpu:4            2\n"));
 
     let (ok, out, err) = sim
         .run(&["scontrol", "write", "batch_script", &id.to_string(), "-"])

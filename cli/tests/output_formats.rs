@@ -239,6 +239,32 @@ interactive    up    1:00:00 1-infinite   no       NO        all      1       mi
     );
 }
 
+/// `-O` names fields as Slurm's squeue and sinfo do: 20 wide unless sized, `.` to the
+/// right, suffixes, nothing between; an unknown name is named.
+#[test]
+fn long_formats_by_field_name() {
+    assert_eq!(
+        squeue(&["-j", "101", "-O", "JobID:5,Name:.10,State:.12 ,TimeLimit"]),
+        "JOBID      NAME       STATE TIME_LIMIT          \n101       train     RUNNING 1:00:00             \n"
+    );
+    assert_eq!(
+        sinfo(&[
+            "-N",
+            "-n",
+            "gpu00[3-4]",
+            "-O",
+            "NodeList:10,Gres:12,GresUsed"
+        ]),
+        "NODELIST  GRES        GRES_USED           \ngpu003    gpu:h100:8  gpu:h100:1(IDX:0)   \ngpu004    gpu:h100:8  gpu:h100:1(IDX:0)   \n"
+    );
+    let muster_cli::Command::Squeue(args) = cli(&["squeue", "-O", "JobID,Bogus"]) else {
+        panic!()
+    };
+    let rows = job_rows(&fixtures::jobs(), fixtures::now(), false);
+    let (_, warnings) = muster_cli::squeue::report(&args, rows, "alice", &TimeZone::UTC).unwrap();
+    assert_eq!(warnings, ["Invalid job format specification: Bogus"]);
+}
+
 /// Every format the commands choose by themselves prints only fields they know.
 #[test]
 fn built_in_formats_know_every_field() {

@@ -102,6 +102,8 @@ pub struct NodeRow {
     pub gpus: u32,
     /// GPUs held by running jobs.
     pub gpus_alloc: u32,
+    /// The indices of the GPUs running jobs hold.
+    pub gpus_used: BTreeSet<u32>,
     /// GPU type as a Slurm gres type (`h100`).
     pub gpu_type: Option<String>,
     /// Features (labels `muster.dev/feature.NAME`).
@@ -143,6 +145,23 @@ impl NodeRow {
             self.state.long(),
             if self.not_responding { "*" } else { "" }
         )
+    }
+
+    /// Slurm's GresUsed: `gpu:h100:4(IDX:0-3)`, `gpu:h100:0(IDX:N/A)` when none is held.
+    pub fn gres_used(&self) -> String {
+        if self.gpus == 0 {
+            return "(null)".to_string();
+        }
+        let n = self.gpus_used.len();
+        let idx = if n == 0 {
+            "N/A".to_string()
+        } else {
+            super::index_list(&self.gpus_used)
+        };
+        match &self.gpu_type {
+            Some(t) => format!("gpu:{t}:{n}(IDX:{idx})"),
+            None => format!("gpu:{n}(IDX:{idx})"),
+        }
     }
 
     /// GPUs as Slurm's Gres (`gpu:h100:8`), or `(null)`.
@@ -459,6 +478,10 @@ pub fn cluster_rows(
                     .unwrap_or(0),
                 gpus,
                 gpus_alloc: g_alloc,
+                gpus_used: gpus_alloc
+                    .get(n.metadata.name.as_deref().unwrap_or(""))
+                    .cloned()
+                    .unwrap_or_default(),
                 gpu_type: model.as_deref().and_then(gres_type),
                 features,
                 reason,
