@@ -162,7 +162,11 @@ async fn kubectl_apply_refuses_invalid_and_impossible_specs() {
             json!({"array": "0-1000000"}),
             "array indices must be at most 1000",
         ),
-        ("zero", json!({"gpusPerNode": 0}), "COUNT >= 1"),
+        (
+            "eight",
+            json!({"gpusPerNode": "eight"}),
+            "GPU counts must be COUNT or TYPE:COUNT",
+        ),
         (
             long.as_str(),
             json!({}),

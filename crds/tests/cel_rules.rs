@@ -107,15 +107,22 @@ fn field_cases() -> Vec<(&'static str, Vec<Value>, Vec<Value>, &'static str)> {
         ),
         (
             "gpusPerNode",
-            vec![json!(8), json!("8"), json!("a100:8"), json!("h100-80gb:4")],
+            // 0 asks for no GPUs, as Slurm's --gpus-per-node=0.
+            vec![
+                json!(8),
+                json!("8"),
+                json!("a100:8"),
+                json!("h100-80gb:4"),
+                json!(0),
+                json!("a100:0"),
+                json!("00"),
+            ],
             vec![
                 json!("8:a100"),
                 json!(-1),
                 json!("a100"),
                 json!("a100:"),
-                json!(0),
-                json!("a100:0"),
-                json!("00"),
+                json!("eight"),
             ],
             "GPU counts must be COUNT or TYPE:COUNT",
         ),
@@ -675,17 +682,8 @@ fn cel_rules_and_slurm_parsers_agree() {
             "time" => TimeLimit::parse(&s).map(drop),
             "nodes" => NodeRange::parse(&s).map(drop),
             "mem" => MemSize::parse(&s).map(drop),
-            // The count's syntax is Slurm's (which parses 0); the operator needs at least 1
-            // (`parse_job`), as the CEL rule says at apply time.
-            "gpusPerNode" => GpuCount::parse(&s)
-                .and_then(|c| {
-                    if c.count == 0 {
-                        GpuCount::parse("a100:")
-                    } else {
-                        Ok(c)
-                    }
-                })
-                .map(drop),
+            // Slurm's count syntax; 0 asks for no GPUs (the operator's translation).
+            "gpusPerNode" => GpuCount::parse(&s).map(drop),
             "gres" => parse_gres(&s).and_then(|g| gpus_from_gres(&g)).map(drop),
             "constraint" => Constraint::parse(&s).map(drop),
             "array" => ArraySpec::parse(&s).map(drop),

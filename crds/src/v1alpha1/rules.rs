@@ -31,11 +31,11 @@ pub const MEM: &str = "self.matches('^[0-9]+([KMGTkmgt][Bb]?)?$')";
 pub const MEM_MSG: &str =
     "memory must be an integer with an optional unit K, M, G or T (default M), e.g. 16G or 64000";
 
-/// `--gpus*`: `[TYPE:]COUNT` with COUNT >= 1.
-pub const GPUS: &str = "string(self).matches('^([A-Za-z0-9_.-]+:)?[0-9]*[1-9][0-9]*$')";
+/// `--gpus*`: `[TYPE:]COUNT`; 0 asks for none, as Slurm takes `--gpus=0`.
+pub const GPUS: &str = "string(self).matches('^([A-Za-z0-9_.-]+:)?[0-9]+$')";
 /// Message for [`GPUS`].
 pub const GPUS_MSG: &str =
-    "GPU counts must be COUNT or TYPE:COUNT with COUNT >= 1 (e.g. 8 or \"a100:8\")";
+    "GPU counts must be COUNT or TYPE:COUNT (e.g. 8 or \"a100:8\"; 0 asks for none)";
 
 /// `--gres`: only the gpu resource is scheduled.
 pub const GRES: &str = "self.matches('^gpu(:[A-Za-z0-9_.-]+)?(:[0-9]+)?$')";

@@ -65,6 +65,15 @@ pub(super) fn rows() -> Vec<Row> {
             },
         ),
         row(
+            "-n 2 --gpus-per-node=0: no GPUs, as Slurm takes it",
+            &["ntasks", "gpusPerNode"],
+            job(
+                &["-n", "2", "--gpus-per-node=0"],
+                json!({"ntasks": 2, "gpusPerNode": 0}),
+            ),
+            runs("gpu001", &[("gpu001", &[]), ("gpu001", &[])]),
+        ),
+        row(
             "-n 2 --gpus-per-node=2",
             &["ntasks", "gpusPerNode"],
             job(

@@ -184,34 +184,19 @@ pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
             req.memory = Some(MemoryRequest::PerGpu(m.mib()));
         }
     }
-    if req
-        .memory
-        .is_some_and(|m| matches!(m, MemoryRequest::PerGpu(_)))
-        && spec.gpus.is_none()
-        && spec.gpus_per_node.is_none()
-        && spec.gpus_per_task.is_none()
-        && spec.gres.is_none()
-    {
-        errs.push(FieldError::new(
-            "spec.memPerGpu",
-            "needs a GPU request (gpus, gpusPerNode, gpusPerTask or gres)",
-        ));
-    }
 
     // GPUs and their type.
     let mut types: Vec<(&str, String)> = Vec::new();
     if let Some(t) = &spec.gpu_type {
         types.push(("spec.gpuType", t.clone()));
     }
+    // A count of 0 asks for no GPUs, as Slurm reads `--gpus=0` and `--gres=gpu:0` (its type
+    // then constrains nothing).
     let mut gpu_count = |field: &'static str, v: &Option<IntOrString>, errs: &mut Vec<_>| {
-        let c: Option<GpuCount> = parse_ios(field, v, GpuCount::from_int, GpuCount::parse, errs);
-        if let Some(c) = &c {
-            if let Some(t) = &c.gpu_type {
-                types.push((field, t.clone()));
-            }
-            if c.count == 0 {
-                errs.push(FieldError::new(field, "GPU count must be at least 1"));
-            }
+        let c: Option<GpuCount> =
+            parse_ios(field, v, GpuCount::from_int, GpuCount::parse, errs).filter(|c| c.count > 0);
+        if let Some(t) = c.as_ref().and_then(|c| c.gpu_type.clone()) {
+            types.push((field, t));
         }
         c.map(|c| c.count)
     };
@@ -221,6 +206,7 @@ pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
     let mut gpus_per_node_echo = spec.gpus_per_node.as_ref().map(int_or_string);
     if let Some(g) = &spec.gres {
         match parse_gres(g).and_then(|items| gpus_from_gres(&items)) {
+            Ok(Some(c)) if c.count == 0 => {}
             Ok(Some(c)) => {
                 if req.gpus_per_node.is_some() {
                     errs.push(FieldError::new(
@@ -241,6 +227,18 @@ pub fn job_request(spec: &BatchJobSpec) -> Result<ParsedJob, Vec<FieldError>> {
             Ok(None) => {}
             Err(e) => errs.push(FieldError::syntax("spec.gres", e)),
         }
+    }
+    if req
+        .memory
+        .is_some_and(|m| matches!(m, MemoryRequest::PerGpu(_)))
+        && req.gpus.is_none()
+        && req.gpus_per_node.is_none()
+        && req.gpus_per_task.is_none()
+    {
+        errs.push(FieldError::new(
+            "spec.memPerGpu",
+            "needs a GPU request (gpus, gpusPerNode, gpusPerTask or gres)",
+        ));
     }
     if let Some((f0, t0)) = types.first() {
         if let Some((f1, t1)) = types.iter().find(|(_, t)| !t.eq_ignore_ascii_case(t0)) {
@@ -590,6 +588,50 @@ mod tests {
         let time = e.iter().find(|e| e.field == "spec.time").unwrap();
         assert!(time.message.contains("expected"), "{time}");
         assert!(join_errors(&e).contains("spec.time: "));
+    }
+
+    /// A count of 0 asks for no GPUs, as Slurm takes `--gpus=0` and `--gres=gpu:0`.
+    #[test]
+    fn zero_gpus_are_none() {
+        for spec in [
+            BatchJobSpec {
+                gpus: i(0),
+                ..Default::default()
+            },
+            BatchJobSpec {
+                gpus_per_node: s("h100:0"),
+                ..Default::default()
+            },
+            BatchJobSpec {
+                gres: Some("gpu:0".into()),
+                ..Default::default()
+            },
+            BatchJobSpec {
+                gpus_per_task: s("0"),
+                ntasks: Some(2),
+                ..Default::default()
+            },
+        ] {
+            let p = job_request(&spec).unwrap();
+            let r = &p.request;
+            assert_eq!(
+                (
+                    r.gpus,
+                    r.gpus_per_node,
+                    r.gpus_per_task,
+                    r.gpu_type.as_deref()
+                ),
+                (None, None, None, None),
+                "{spec:?}"
+            );
+        }
+        let e = job_request(&BatchJobSpec {
+            gpus: i(0),
+            mem_per_gpu: Some("10G".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e[0].field, "spec.memPerGpu");
     }
 
     #[test]
