@@ -632,7 +632,8 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
             if let Some(id) = name {
                 rows.retain(|r| r.matches_id(id));
                 if rows.is_empty() {
-                    anyhow::bail!("slurm_load_jobs error: Invalid job id specified");
+                    writeln!(io.err, "{}", crate::squeue::NO_SUCH_JOB)?;
+                    return Err(crate::Failed.into());
                 }
             } else if rows.is_empty() {
                 writeln!(io.out, "No jobs in the system")?;
@@ -664,7 +665,11 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
                     .collect();
                 if sel.is_empty() {
                     match name {
-                        Some(n) => anyhow::bail!("Partition {n} not found"),
+                        Some(n) => {
+                            // Slurm's words, unprefixed.
+                            writeln!(io.err, "Partition {n} not found")?;
+                            return Err(crate::Failed.into());
+                        }
                         None => {
                             writeln!(io.out, "No partitions in the system")?;
                             return Ok(());
@@ -685,7 +690,10 @@ pub async fn run(args: &ScontrolArgs, target: &Target<'_>, io: &mut Io<'_>) -> a
                     .collect();
                 if sel.is_empty() {
                     match name {
-                        Some(n) => anyhow::bail!("Node {n} not found"),
+                        Some(n) => {
+                            writeln!(io.err, "Node {n} not found")?;
+                            return Err(crate::Failed.into());
+                        }
                         None => {
                             writeln!(io.out, "No nodes in the system")?;
                             return Ok(());

@@ -510,6 +510,9 @@ pub fn format_of(args: &SqueueArgs) -> Result<String, String> {
     })
 }
 
+/// What squeue says, and exits 1 with, for `-j ID` of no job (Slurm's words, unprefixed).
+pub const NO_SUCH_JOB: &str = "slurm_load_jobs error: Invalid job id specified";
+
 /// Choose rows and format for the arguments: returns the text, and format warnings.
 pub fn report(
     args: &SqueueArgs,
@@ -519,6 +522,14 @@ pub fn report(
 ) -> Result<(String, Vec<String>), String> {
     let jobs =
         crate::rows::ids::expand(&args.jobs).map_err(|bad| format!("Invalid job id: {bad}"))?;
+    // One job asked for by its plain id, and no such job: Slurm's squeue loads that job
+    // alone and fails (a list, or an array task, just shows nothing).
+    if let [one] = jobs.as_slice()
+        && one.parse::<u64>().is_ok()
+        && !rows.iter().any(|r| r.matches_id(one))
+    {
+        return Err(NO_SUCH_JOB.to_string());
+    }
     let mut states = parse_states(&args.states)?;
     if args.states.is_empty() {
         states = Some(if args.start {
@@ -587,8 +598,14 @@ pub async fn run(args: &SqueueArgs, target: &Target<'_>, io: &mut Io<'_>) -> any
                 }
             }
         }
-        let (text, warnings) =
-            report(args, rows, &cluster.user, &tz).map_err(|e| anyhow::anyhow!(e))?;
+        let (text, warnings) = match report(args, rows, &cluster.user, &tz) {
+            Ok(r) => r,
+            Err(e) if e == NO_SUCH_JOB => {
+                writeln!(io.err, "{e}")?;
+                return Err(crate::Failed.into());
+            }
+            Err(e) => return Err(anyhow::anyhow!(e)),
+        };
         for w in warnings {
             writeln!(io.err, "squeue: error: {w}")?;
         }

@@ -297,10 +297,27 @@ async fn submit_queue_cancel_account() {
     );
     let (ok, _, err) = run(&client, &["muster", "scontrol", "show", "job", "4242"]).await;
     assert!(!ok);
+    assert_eq!(err, "slurm_load_jobs error: Invalid job id specified\n");
+    // squeue -j of one job that does not exist fails the same way (Slurm 22.05); a list,
+    // or an array task, shows nothing.
+    let (ok, out, err) = run(&client, &["muster", "squeue", "-j", "4242"]).await;
+    assert!(!ok);
     assert_eq!(
-        err,
-        "scontrol: error: slurm_load_jobs error: Invalid job id specified\n"
+        (out.as_str(), err.as_str()),
+        ("", "slurm_load_jobs error: Invalid job id specified\n")
     );
+    for ids in ["4242,4243", "4242_1"] {
+        let (ok, out, err) = run(&client, &["muster", "squeue", "-h", "-j", ids]).await;
+        assert!(ok, "{ids}: {err}");
+        assert_eq!(out, "", "{ids}");
+    }
+    let (ok, _, err) = run(
+        &client,
+        &["muster", "scontrol", "show", "partition", "nope"],
+    )
+    .await;
+    assert!(!ok);
+    assert_eq!(err, "Partition nope not found\n");
 }
 
 #[tokio::test]
