@@ -31,6 +31,15 @@ pub const BRIEF_FIELDS: &str = "jobid,state,exitcode";
     about = "Show accounting data of jobs (Slurm's sacct)"
 )]
 pub struct SacctArgs {
+    /// Only jobs charged to these accounts.
+    #[arg(
+        short = 'A',
+        long = "accounts",
+        value_name = "ACCOUNTS",
+        value_delimiter = ','
+    )]
+    pub accounts: Vec<String>,
+
     /// Every user's jobs (default: mine, unless -j or -u is given).
     #[arg(short = 'a', long = "allusers")]
     pub allusers: bool,
@@ -42,6 +51,14 @@ pub struct SacctArgs {
     /// Brief listing: jobid, state, exitcode.
     #[arg(short = 'b', long = "brief")]
     pub brief: bool,
+
+    /// What separates fields with -p or -P (default `|`).
+    #[arg(long = "delimiter", value_name = "CHARS")]
+    pub delimiter: Option<String>,
+
+    /// List the fields -o takes, and do nothing else.
+    #[arg(short = 'e', long = "helpformat")]
+    pub helpformat: bool,
 
     /// Jobs that ended (or run) before this time (YYYY-MM-DD[THH:MM[:SS]] or now).
     #[arg(short = 'E', long = "endtime", value_name = "TIME")]
@@ -308,20 +325,33 @@ pub enum Layout {
     Parsable2,
 }
 
-/// Format rows as sacct prints them.
+/// `sacct -e`: the fields `-o` takes, four to a line, each 20 wide (as Slurm lists its own).
+pub fn help_format() -> String {
+    let mut out = String::new();
+    for chunk in COLUMNS.chunks(4) {
+        for (name, _) in chunk {
+            out.push_str(&format!("{name:<20}"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Format rows as sacct prints them; `delimiter` separates `-p`/`-P` fields.
 pub fn render(
     rows: &[JobRow],
     cols: &[Column],
     layout: Layout,
     header: bool,
+    delimiter: &str,
     tz: &TimeZone,
 ) -> String {
     let mut out = String::new();
     let join = |cells: Vec<String>| -> String {
         match layout {
             Layout::Fixed => cells.concat(),
-            Layout::Parsable => cells.iter().map(|c| format!("{c}|")).collect(),
-            Layout::Parsable2 => cells.join("|"),
+            Layout::Parsable => cells.iter().map(|c| format!("{c}{delimiter}")).collect(),
+            Layout::Parsable2 => cells.join(delimiter),
         }
     };
     if header {
@@ -407,6 +437,7 @@ pub fn report(
     };
     rows.retain(|r| {
         filter.keep(r)
+            && (args.accounts.is_empty() || args.accounts.iter().any(|a| *a == r.account))
             && r.end_time.is_none_or(|e| e >= start)
             && r.submit_time.is_none_or(|s| s <= end)
     });
@@ -427,11 +458,16 @@ pub fn report(
     } else {
         Layout::Fixed
     };
-    Ok(render(&rows, &cols, layout, !args.noheader, tz))
+    let delimiter = args.delimiter.as_deref().unwrap_or("|");
+    Ok(render(&rows, &cols, layout, !args.noheader, delimiter, tz))
 }
 
 /// Run `muster sacct`.
 pub async fn run(args: &SacctArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    if args.helpformat {
+        write!(io.out, "{}", help_format())?;
+        return Ok(());
+    }
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let now = Timestamp::now();

@@ -539,6 +539,49 @@ fn sacct_cpu_time_raw_limit_and_derived_exit_code() {
     );
 }
 
+/// `-e` lists the fields, `--delimiter` replaces `|`, `-A` keeps an account's jobs.
+#[test]
+fn sacct_field_list_delimiter_and_accounts() {
+    let list = muster_cli::sacct::help_format();
+    assert_eq!(
+        list.lines().next(),
+        Some("Account             AllocCPUS           AllocNodes          AllocTRES           ")
+    );
+    for name in ["CPUTime", "DerivedExitCode", "WorkDir", "Reason"] {
+        assert!(list.contains(&format!("{name} ")), "{name}: {list}");
+    }
+    assert_eq!(
+        sacct(&[
+            "-P",
+            "-n",
+            "--delimiter=,",
+            "-j",
+            "106,107",
+            "-o",
+            "JobID,State,ExitCode"
+        ]),
+        "106,FAILED,3:0\n107,CANCELLED,0:15\n"
+    );
+    assert_eq!(
+        sacct(&[
+            "-p",
+            "-n",
+            "--delimiter",
+            "::",
+            "-j",
+            "106",
+            "-o",
+            "JobID,State"
+        ]),
+        "106::FAILED::\n"
+    );
+    assert_eq!(sacct(&["-a", "-n", "-A", "nobody-account"]), "");
+    assert_eq!(
+        sacct(&["-a", "-n", "-A", "team-b", "-o", "JobID,Account"]),
+        "105              team-b \n"
+    );
+}
+
 #[test]
 fn sacct_refuses_unknown_fields() {
     let muster_cli::Command::Sacct(args) = cli(&["sacct", "-o", "jobid,bogus"]) else {
