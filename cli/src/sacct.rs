@@ -437,7 +437,7 @@ pub fn report(
     };
     rows.retain(|r| {
         filter.keep(r)
-            && (args.accounts.is_empty() || args.accounts.iter().any(|a| *a == r.account))
+            && (args.accounts.is_empty() || args.accounts.contains(&r.account))
             && r.end_time.is_none_or(|e| e >= start)
             && r.submit_time.is_none_or(|s| s <= end)
     });
