@@ -196,6 +196,11 @@ pub(super) fn step_parent(
 
     // The array's own state.
     let st = &mut w.st;
+    // Eligible, as Slurm's pending record of an array shows it, from when it may create
+    // elements: its id given, not held or cancelled, no dependency in the way.
+    if st.eligible_time.is_none() && has_id && !cancel && !hold && dep_wait.is_none() {
+        st.eligible_time = Some(time(now));
+    }
     st.array_tasks = Some(sum.clone());
     st.start_time = min_start.map(time);
     let done = sum.completed + sum.failed + sum.cancelled;

@@ -105,6 +105,10 @@ fn arrays_run_each_index_as_its_own_gang_under_the_throttle() {
     let st = h.cluster.job("sweep").status.unwrap();
     assert_eq!(st.job_id, Some(1));
     assert_eq!(st.array_tasks.as_ref().unwrap().total, 6);
+    h.cycle();
+    // Its elements not yet created are eligible from when the array may create them.
+    let eligible = h.cluster.job("sweep").status.unwrap().eligible_time;
+    assert!(eligible.is_some());
     let mut max_active = 0;
     for _ in 0..40 {
         h.step(5);
@@ -212,6 +216,28 @@ fn higher_tier_preempts_and_victims_requeue() {
 
 /// An array whose spec cannot run ends FAILED (it never had elements); cancelled, it ends
 /// CANCELLED — never pending forever.
+#[test]
+fn a_held_array_is_not_eligible_until_released() {
+    let mut h = harness(4, 8);
+    let mut spec = gpus(1);
+    spec.array = Some(IntOrString::String("0-3".into()));
+    spec.hold = Some(true);
+    h.cluster.submit(job("held", spec, 30, None));
+    h.cycle();
+    h.cycle();
+    assert_eq!(h.cluster.job("held").status.unwrap().eligible_time, None);
+    h.cluster.edit("held", |j| j.spec.hold = Some(false));
+    h.cycle();
+    assert!(
+        h.cluster
+            .job("held")
+            .status
+            .unwrap()
+            .eligible_time
+            .is_some()
+    );
+}
+
 #[test]
 fn an_invalid_array_ends_and_a_cancelled_one_is_cancelled() {
     let mut h = harness(2, 8);
