@@ -272,6 +272,63 @@ async fn exported_run_time_ends_the_job() {
     sim.stop().await;
 }
 
+/// sacct's fields, window and filters over what the operator recorded of an ended job: its
+/// derived exit code, limit in minutes, CPU time (CPUs times the time held), directory;
+/// `-S now-1hour` keeps it and `-E now-1hour` does not; `-A` keeps its account's jobs alone;
+/// `--delimiter` separates the fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sacct_reports_an_ended_job_as_slurm_names_it() {
+    use muster_e2e::kubelet::{ENV_EXIT_CODE, ENV_RUN_SECONDS};
+    let sim = Sim::start().await;
+    let export = format!("--export=ALL,{ENV_RUN_SECONDS}=2,{ENV_EXIT_CODE}=3");
+    let id = sbatch(
+        &sim,
+        vec![
+            "-n",
+            "2",
+            "-t",
+            "10",
+            "--chdir=/tmp",
+            &export,
+            "--wrap",
+            "exit 3",
+        ],
+    )
+    .await
+    .to_string();
+    sim.until_sacct(&id, "State", |o| o.contains("FAILED"))
+        .await;
+    let sacct = |extra: &[&str]| {
+        let mut a = vec!["sacct", "-n", "-P", "--delimiter=,", "-j", &id];
+        a.extend_from_slice(extra);
+        a.extend([
+            "-o",
+            "JobID,DerivedExitCode,TimelimitRaw,WorkDir,AllocCPUS,ElapsedRaw,CPUTimeRAW",
+        ]);
+        let s = &sim;
+        let a: Vec<String> = a.iter().map(|x| x.to_string()).collect();
+        async move {
+            let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+            let (ok, out, err) = s.run(&refs).await;
+            assert!(ok, "{err}");
+            out
+        }
+    };
+    let out = sacct(&["-S", "now-1hour", "-A", "default"]).await;
+    let cells: Vec<&str> = out.trim_end().split(',').collect();
+    assert_eq!(cells[..5], [id.as_str(), "3:0", "10", "/tmp", "2"], "{out}");
+    let (cpus, elapsed, cpu_time): (i64, i64, i64) = (
+        cells[4].parse().unwrap(),
+        cells[5].parse().unwrap(),
+        cells[6].parse().unwrap(),
+    );
+    assert!(elapsed >= 2, "{out}");
+    assert_eq!(cpu_time, cpus * elapsed, "{out}");
+    assert_eq!(sacct(&["-E", "now-1hour"]).await, "");
+    assert_eq!(sacct(&["-A", "someone-else"]).await, "");
+    sim.stop().await;
+}
+
 /// `sbatch --parsable ARGS`, which must succeed; the job's id.
 async fn sbatch(sim: &Sim, args: Vec<&str>) -> u64 {
     let mut all = vec!["sbatch", "--parsable"];
