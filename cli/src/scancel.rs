@@ -1,5 +1,9 @@
 //! `scancel`: cancel jobs by id, name, user, partition or state. Sets `spec.cancel` (a merge
-//! patch); the operator stops the tasks and keeps the record as CANCELLED.
+//! patch); the operator stops the tasks and keeps the record as CANCELLED. With `-s SIGNAL`
+//! it signals running jobs instead (`-b` the batch shell, `-f` the batch shell with its
+//! children and every step; by default every step's tasks): a request in the job's
+//! annotation [`muster_crds::signals::ANNOTATION`], which reaches each node's step runtime
+//! through the pods (see [`muster_crds::signals`]). `-s KILL` cancels, as in Slurm.
 
 use clap::Args;
 use kube::Api;
@@ -13,6 +17,7 @@ use crate::Io;
 use crate::cluster::Target;
 use crate::rows::JobRow;
 use crate::squeue::{Filter, parse_states};
+use muster_crds::signals::Target as SignalTarget;
 
 /// `muster scancel`
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -46,6 +51,19 @@ pub struct ScancelArgs {
     /// Only jobs in this partition.
     #[arg(short = 'p', long = "partition", value_name = "PARTITION")]
     pub partition: Option<String>,
+
+    /// Send this signal (a name such as USR1 or a number) to running jobs instead of
+    /// cancelling them; KILL cancels.
+    #[arg(short = 's', long = "signal", value_name = "SIGNAL")]
+    pub signal: Option<String>,
+
+    /// With --signal: the batch shell only, not its children or the steps.
+    #[arg(short = 'b', long = "batch")]
+    pub batch: bool,
+
+    /// With --signal: the batch shell and its children, and every step.
+    #[arg(short = 'f', long = "full")]
+    pub full: bool,
 
     /// Say nothing about jobs that cannot be cancelled.
     #[arg(short = 'Q', long = "quiet")]
@@ -210,8 +228,59 @@ async fn drop_array_tasks(
     .await
 }
 
+/// What `-s` asks for: `None` to cancel (no signal, or KILL), else the signal and whom it
+/// goes to (`-f` wins over `-b`, as in Slurm). `Err`: scancel's message for an unknown signal.
+pub fn signal_request(args: &ScancelArgs) -> Result<Option<(String, SignalTarget)>, String> {
+    let Some(sig) = args.signal.as_deref() else {
+        return Ok(None);
+    };
+    let (number, name) = muster_crds::slurm::signal::signal_number(sig)
+        .ok_or_else(|| format!("Unknown job signal: {sig}"))?;
+    if number == 9 {
+        return Ok(None);
+    }
+    let target = if args.full {
+        SignalTarget::Full
+    } else if args.batch {
+        SignalTarget::Batch
+    } else {
+        SignalTarget::Steps
+    };
+    Ok(Some((name, target)))
+}
+
+/// Adds the request to a running job's annotation, from the version read.
+async fn signal_job(
+    api: &Api<BatchJob>,
+    name: &str,
+    signal: &str,
+    to: SignalTarget,
+) -> Result<(), String> {
+    use kube::ResourceExt;
+    use muster_crds::signals::{ANNOTATION, with_request};
+    use muster_crds::v1alpha1::JobState;
+    crate::job_patch::update(api, name, |job| {
+        match job.state() {
+            JobState::Running => {}
+            s if s.is_terminal() => return Err("Job/step already completing or completed".into()),
+            _ => return Err("Job can not be altered now, try again later".into()),
+        }
+        let existing = job.annotations().get(ANNOTATION).map(String::as_str);
+        let text = with_request(existing, signal, to, jiff::Timestamp::now())?;
+        Ok(serde_json::json!({ "metadata": { "annotations": { ANNOTATION: text } } }))
+    })
+    .await
+}
+
 /// Run `muster scancel`.
 pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> anyhow::Result<()> {
+    let signal = match signal_request(args) {
+        Ok(s) => s,
+        Err(e) => {
+            writeln!(io.err, "{e}")?;
+            return Err(crate::Failed.into());
+        }
+    };
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
@@ -226,6 +295,49 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
     let mut failed = false;
     for (ns, name, id) in &plan.cancel {
         let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), ns);
+        if let Some((sig, to)) = &signal {
+            let row = rows.iter().find(|r| &r.namespace == ns && &r.name == name);
+            if let Some(r) = row.filter(|r| r.array_record) {
+                // An array's tasks not started yet: nothing runs to be signalled. Said only
+                // when none of its elements was signalled either.
+                let elements = plan.cancel.iter().any(|(n, m, _)| {
+                    rows.iter().any(|e| {
+                        &e.namespace == n
+                            && &e.name == m
+                            && !e.array_record
+                            && e.array_job_id.is_some()
+                            && e.array_job_id == r.array_job_id
+                    })
+                });
+                if !elements {
+                    failed = true;
+                    writeln!(
+                        io.err,
+                        "scancel: error: Kill job error on job id {id}: Job can not be altered now, try again later"
+                    )?;
+                }
+                continue;
+            }
+            match signal_job(&api, name, sig, *to).await {
+                Ok(()) => {
+                    if args.verbose {
+                        let whom = match to {
+                            SignalTarget::Steps => "",
+                            SignalTarget::Batch => "batch ",
+                            SignalTarget::Full => "full ",
+                        };
+                        let number =
+                            muster_crds::slurm::signal::signal_number(sig).map_or(0, |(n, _)| n);
+                        writeln!(io.err, "scancel: Signal {number} to {whom}job {id}")?;
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    writeln!(io.err, "scancel: error: Kill job error on job id {id}: {e}")?;
+                }
+            }
+            continue;
+        }
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -242,6 +354,17 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
         }
     }
     for (ns, name, array_id, drop) in &plan.drop_tasks {
+        if signal.is_some() {
+            // Tasks not created yet have nothing running to signal.
+            failed = true;
+            for i in drop {
+                writeln!(
+                    io.err,
+                    "scancel: error: Kill job error on job id {array_id}_{i}: Job can not be altered now, try again later"
+                )?;
+            }
+            continue;
+        }
         let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), ns);
         if let Err(e) = drop_array_tasks(&api, name, drop).await {
             failed = true;
@@ -266,4 +389,51 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
         return Err(crate::Failed.into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: ScancelArgs,
+    }
+
+    fn req(argv: &[&str]) -> Result<Option<(String, SignalTarget)>, String> {
+        let c =
+            Cmd::try_parse_from(std::iter::once("scancel").chain(argv.iter().copied())).unwrap();
+        signal_request(&c.args)
+    }
+
+    #[test]
+    fn the_signal_and_whom_it_goes_to_are_slurms() {
+        assert_eq!(req(&["1"]), Ok(None));
+        assert_eq!(
+            req(&["-s", "usr1", "1"]),
+            Ok(Some(("USR1".into(), SignalTarget::Steps)))
+        );
+        assert_eq!(
+            req(&["--signal=SIGUSR2", "-b", "1"]),
+            Ok(Some(("USR2".into(), SignalTarget::Batch)))
+        );
+        // -f wins over -b, as Slurm's man page says.
+        assert_eq!(
+            req(&["-s", "15", "-b", "-f", "1"]),
+            Ok(Some(("TERM".into(), SignalTarget::Full)))
+        );
+        // KILL cancels.
+        assert_eq!(req(&["-s", "KILL", "1"]), Ok(None));
+        assert_eq!(req(&["-s", "9", "-b", "1"]), Ok(None));
+        assert_eq!(
+            req(&["-s", "FOO", "1"]),
+            Err("Unknown job signal: FOO".into())
+        );
+        assert_eq!(
+            req(&["-s", "65", "1"]),
+            Err("Unknown job signal: 65".into())
+        );
+    }
 }

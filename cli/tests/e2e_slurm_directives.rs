@@ -244,6 +244,141 @@ async fn the_warning_signal_comes_before_the_time_limit() {
     sim.stop().await;
 }
 
+/// Waits until `path` exists and `done` holds for its text (at most two minutes); on timeout
+/// says where the jobs and their pods were.
+async fn until_file(sim: &Sim, path: &Path, done: impl Fn(&str) -> bool) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if done(&text) {
+            return text;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let (_, jobs, _) = sim.run(&["squeue", "-t", "all"]).await;
+            let pods = sim
+                .kubectl(
+                    true,
+                    &[
+                        "get",
+                        "pods",
+                        "-A",
+                        "-o",
+                        "custom-columns=NAME:.metadata.name,PHASE:.status.phase,SIGNALS:.metadata.annotations.muster\\.dev/signals",
+                    ],
+                    None,
+                )
+                .await;
+            panic!("{}: {text:?}\n{jobs}\n{pods:?}", path.display());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// `scancel --signal` as real Slurm 22.05's scancel does it (checked on a slurmctld): by
+/// default the steps' tasks get the signal and the batch shell does not; `-b` the batch shell
+/// alone; `-v` says `Signal N to [batch ]job ID`; the job's state does not change. A job that
+/// is not running cannot be signalled (`Job can not be altered now, try again later`, exit 1),
+/// an unknown signal is refused before anything is done, and `-s KILL` cancels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scancel_signals_the_steps_or_the_batch_shell_of_a_running_job() {
+    let shared = tempfile::tempdir().unwrap();
+    let image = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let sim = exec_sim(shared.path(), image.path()).await;
+    // The batch shell has no USR2 trap: were USR2 sent to it, it would die of it and the job
+    // would fail.
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "sig.sh",
+        "#!/bin/bash\n#SBATCH -o /shared/sig-%j.out\n\
+         trap 'echo batch got USR1; exit 0' USR1\n\
+         srun bash -c 'trap \"echo step got USR2; exit 0\" USR2; touch /shared/ready-$SLURM_JOB_ID; while true; do sleep 0.1; done'\n\
+         echo srun exited $?\n\
+         for i in $(seq 1 1200); do sleep 0.1; done\necho no signal\nexit 3\n",
+    )
+    .await;
+    until_file(&sim, &shared.path().join(format!("ready-{id}")), |_| true).await;
+    let (ok, _, err) = sim
+        .run(&["scancel", "-v", "--signal=USR2", &id.to_string()])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(err, format!("scancel: Signal 12 to job {id}\n"));
+    let out = shared.path().join(format!("sig-{id}.out"));
+    until_file(&sim, &out, |t| t.contains("srun exited")).await;
+    let line = sim.until_squeue(id, "%T", |l| !l.is_empty()).await;
+    assert_eq!(line, "RUNNING", "a signal changes no state");
+    let (ok, _, err) = sim
+        .run(&["scancel", "-v", "-b", "-s", "SIGUSR1", &id.to_string()])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(err, format!("scancel: Signal 10 to batch job {id}\n"));
+    let done = until_ended_within(&sim, id, 120).await;
+    assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    // The step's whole process group gets the signal, as Slurm signals every process of a
+    // step: bash may also report its `sleep` child killed by it.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("User defined signal 2"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["step got USR2", "srun exited 0", "batch got USR1"],
+        "{text:?}"
+    );
+
+    // -f: the batch shell and its children, and every step.
+    let (full, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "full.sh",
+        "#!/bin/bash\n#SBATCH -o /shared/full-%j.out\n\
+         trap 'echo batch got USR1' USR1\n\
+         srun bash -c 'trap \"echo step got USR1; exit 0\" USR1; touch /shared/ready-$SLURM_JOB_ID; while true; do sleep 0.1; done'\n\
+         echo srun exited $?\n",
+    )
+    .await;
+    until_file(&sim, &shared.path().join(format!("ready-{full}")), |_| true).await;
+    let (ok, _, err) = sim
+        .run(&["scancel", "-v", "-f", "-s", "10", &full.to_string()])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(err, format!("scancel: Signal 10 to full job {full}\n"));
+    let done = until_ended_within(&sim, full, 120).await;
+    assert!(done.contains(&format!("{full}|COMPLETED|0:0")), "{done}");
+    let text = std::fs::read_to_string(shared.path().join(format!("full-{full}.out"))).unwrap();
+    assert!(
+        text.contains("step got USR1\n")
+            && text.contains("batch got USR1\n")
+            && text.ends_with("srun exited 0\n"),
+        "{text:?}"
+    );
+
+    // Not running: nothing to signal.
+    let (ok, out, err) = sim
+        .run(&["sbatch", "--parsable", "--hold", "--wrap=sleep 600"])
+        .await;
+    assert!(ok, "{err}");
+    let held = submitted(&out);
+    let (ok, _, err) = sim.run(&["scancel", "-s", "USR1", &held.to_string()]).await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        format!(
+            "scancel: error: Kill job error on job id {held}: Job can not be altered now, try again later\n"
+        )
+    );
+    let (ok, _, err) = sim.run(&["scancel", "-s", "FOO", &held.to_string()]).await;
+    assert!(!ok);
+    assert_eq!(err, "Unknown job signal: FOO\n");
+    let (ok, _, err) = sim.run(&["scancel", "-s", "KILL", &held.to_string()]).await;
+    assert!(ok, "{err}");
+    let line = sim.until_squeue(held, "%T", |l| l == "CANCELLED").await;
+    assert_eq!(line, "CANCELLED");
+    sim.stop().await;
+}
+
 /// `--begin=now+1hour`: pending with reason `BeginTime` (as squeue shows it in Slurm); once
 /// the operator's clock passes the time, the job starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

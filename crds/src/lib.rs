@@ -6,9 +6,11 @@
 //! - [`slurm`]: small, exhaustively tested types for Slurm's value syntaxes (time limits,
 //!   hostlists, arrays, dependencies, constraints, GPU binding, memory sizes, …) used by the
 //!   API, the scheduler and the command line alike.
+//! - [`signals`]: signals sent to a running job (`scancel --signal`), as annotations carry them.
 //! - [`crds`]: every CRD as YAML, as `crdgen` writes it to `crds/yaml/`.
 
 pub mod labels;
+pub mod signals;
 pub mod slurm;
 pub mod step;
 pub mod v1alpha1;

@@ -76,6 +76,16 @@ pub const ENV_OPEN_MODE: &str = "MUSTER_STEP_OPEN_MODE";
 /// Environment variable (batch host): the mount paths of the partition's writable shared
 /// filesystems, `:`-joined: output files are written only under one of them.
 pub const ENV_SHARED_DIRS: &str = "MUSTER_STEP_SHARED_DIRS";
+/// The volume (a downward-API view of the pod's [`crate::signals::ANNOTATION`]) through
+/// which the step runtime hears of `scancel --signal` requests.
+pub const SIGNALS_VOLUME: &str = "muster-signals";
+/// Where [`SIGNALS_VOLUME`] is mounted in the task container.
+pub const SIGNALS_DIR: &str = "/var/run/muster/signals";
+/// The requests' file (`SIGNALS_DIR/requests`), which the kubelet rewrites as the pod's
+/// annotation changes: the default of [`ENV_SIGNALS_FILE`].
+pub const SIGNALS_FILE: &str = "/var/run/muster/signals/requests";
+/// Environment variable (every node): the file of signal requests to watch.
+pub const ENV_SIGNALS_FILE: &str = "MUSTER_STEP_SIGNALS_FILE";
 /// Environment variable (every node): `--signal` as `[B:]NUMBER@SECONDS`.
 pub const ENV_SIGNAL: &str = "MUSTER_STEP_SIGNAL";
 /// Environment variable (every node): when the job's time limit ends, in seconds since the

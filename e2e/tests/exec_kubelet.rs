@@ -508,3 +508,77 @@ async fn deletion_sends_sigterm_then_sigkill_at_the_grace_period() {
     }
     cleanup(&c, &ns).await;
 }
+
+/// As with the kubelet, a running pod's downwardAPI files (plain and projected) follow its
+/// annotations and labels; a file mounted by `subPath` keeps what it was started with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downward_api_files_follow_the_pods_metadata() {
+    let c = exec_cluster(Vec::new()).await;
+    let ns = namespace(&c, "exec-downward").await;
+    let pods: Api<Pod> = Api::namespaced(c.client(), &ns);
+    // Prints each value of the annotation it sees; done (0) once the annotation and the label
+    // have their new values, failing (1) after a minute without them.
+    let script = r#"
+        last=""
+        for i in $(seq 1 1200); do
+          v=$(cat /meta/x)
+          if [ "$v" != "$last" ]; then echo "x=$v"; last=$v; fi
+          if [ "$v" = second ] && grep -q 'stage="two"' /proj/labels; then
+            echo "sub=$(cat /sub/x)"
+            exit 0
+          fi
+          sleep 0.05
+        done
+        exit 1"#;
+    let mut p = shell_pod(
+        "watcher",
+        script,
+        json!({
+            "volumes": [
+                {"name": "meta", "downwardAPI": {"items": [
+                    {"path": "x", "fieldRef": {"fieldPath": "metadata.annotations['example.com/x']"}}]}},
+                {"name": "proj", "projected": {"sources": [{"downwardAPI": {"items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}},
+            ],
+            "containers0": {"volumeMounts": [
+                {"name": "meta", "mountPath": "/meta"},
+                {"name": "proj", "mountPath": "/proj"},
+                {"name": "meta", "mountPath": "/sub/x", "subPath": "x"},
+            ]},
+        }),
+    );
+    p.metadata.annotations = Some([("example.com/x".into(), "first".into())].into());
+    p.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("stage".into(), "one".into());
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    // The container has read the first value before the pod changes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = pods
+            .logs("watcher", &Default::default())
+            .await
+            .unwrap_or_default();
+        if out.contains("x=first\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never read: {out:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pods.patch(
+        "watcher",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {
+            "annotations": {"example.com/x": "second"},
+            "labels": {"stage": "two"},
+        }})),
+    )
+    .await
+    .unwrap();
+    let done = finished(&pods, "watcher", 90).await;
+    let out = log(&pods, "watcher", "main").await;
+    assert_eq!(phase(&done), "Succeeded", "{out}");
+    assert_eq!(out, "x=first\nx=second\nsub=first\n");
+    cleanup(&c, &ns).await;
+}

@@ -40,6 +40,27 @@ const NAMES: &[(&str, i32)] = &[
     ("WINCH", 28),
 ];
 
+/// A signal by number (1–64) or by name, with or without `SIG`, in any case (`USR1`,
+/// `sigusr1`, `10`), as Slurm's `sig_name2num` reads `--signal` and `scancel -s`: its number
+/// and its name (`USR1`; the number for an unnamed one). `None` for anything else.
+pub fn signal_number(sig: &str) -> Option<(i32, String)> {
+    if let Some(n) = parse_digits_u32(sig) {
+        let n = i32::try_from(n).ok().filter(|n| (1..=64).contains(n))?;
+        let name = NAMES
+            .iter()
+            .find(|(_, v)| *v == n)
+            .map(|(k, _)| k.to_string())
+            .unwrap_or_else(|| n.to_string());
+        return Some((n, name));
+    }
+    let up = sig.to_ascii_uppercase();
+    let bare = up.strip_prefix("SIG").unwrap_or(&up);
+    NAMES
+        .iter()
+        .find(|(k, _)| *k == bare)
+        .map(|(k, v)| (*v, k.to_string()))
+}
+
 /// The default warning time (seconds before the time limit).
 pub const DEFAULT_SECS: u32 = 60;
 
@@ -88,23 +109,7 @@ impl WarnSignal {
                 .ok_or_else(err)?,
             None => DEFAULT_SECS,
         };
-        let (number, name) = if let Some(n) = parse_digits_u32(sig) {
-            let n = i32::try_from(n)
-                .ok()
-                .filter(|n| (1..=64).contains(n))
-                .ok_or_else(err)?;
-            let name = NAMES
-                .iter()
-                .find(|(_, v)| *v == n)
-                .map(|(k, _)| k.to_string())
-                .unwrap_or_else(|| n.to_string());
-            (n, name)
-        } else {
-            let up = sig.to_ascii_uppercase();
-            let bare = up.strip_prefix("SIG").unwrap_or(&up);
-            let (k, v) = NAMES.iter().find(|(k, _)| *k == bare).ok_or_else(err)?;
-            (*v, k.to_string())
-        };
+        let (number, name) = signal_number(sig).ok_or_else(err)?;
         Ok(WarnSignal {
             number,
             name,

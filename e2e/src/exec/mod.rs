@@ -12,7 +12,9 @@
 //! - `/etc/hosts`, `/etc/hostname` and `/etc/resolv.conf` as the kubelet writes them, the
 //!   last pointing at the cluster DNS server ([`dns`]) with the search path of the pod's
 //!   `dnsPolicy`/`dnsConfig` and `ndots`;
-//! - its volumes ([`volumes`]) bind-mounted at their `mountPath`s (`subPath`, `readOnly`);
+//! - its volumes ([`volumes`]) bind-mounted at their `mountPath`s (`subPath`, `readOnly`),
+//!   their downwardAPI files following the pod's labels and annotations as it is updated
+//!   (not where mounted by `subPath`, as with the kubelet);
 //! - the environment of its containers ([`mod@env`]): `envFrom`, `env` with `valueFrom`,
 //!   `$(VAR)` expansion, and `PATH`/`HOSTNAME`/`HOME` defaults as an image and runc give;
 //! - stdout and stderr (together, as `kubectl logs` shows them) as the container's log,
@@ -23,7 +25,8 @@
 //! statuses written are the simulated kubelet's, with the real exit codes (128 + signal when
 //! killed). Not done: resource limits (no cgroups), users and capabilities (everything runs
 //! as root), probes, image pulls, the termination-message file, ephemeral containers, a
-//! shared `/dev/shm` or process namespace between the containers of a pod.
+//! shared `/dev/shm` or process namespace between the containers of a pod, propagating
+//! changes of Secrets and ConfigMaps into volumes.
 
 pub mod container;
 pub mod dns;
@@ -38,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
@@ -324,6 +328,11 @@ impl Runtime {
     /// Runs the pod's containers again.
     pub fn restart(&self, uid: &str) {
         self.send(uid, PodCmd::Restart);
+    }
+
+    /// The pod's labels or annotations changed: its downwardAPI files follow.
+    pub fn update(&self, uid: &str, pod: Pod) {
+        self.send(uid, PodCmd::Update(Box::new(pod)));
     }
 
     /// SIGTERM now, SIGKILL after `grace`.

@@ -28,6 +28,9 @@ pub enum PodCmd {
     Terminate(Duration),
     /// The pod is gone: kill everything and clean up.
     Forget,
+    /// The pod's labels or annotations changed (the pod as now seen): its downwardAPI files
+    /// follow, as the kubelet's re-sync of an updated pod rewrites them.
+    Update(Box<Pod>),
 }
 
 /// What the supervisor was started with.
@@ -176,6 +179,15 @@ struct Prepared {
     objs: Objects,
     facts: PodFacts,
     files: Vec<(PathBuf, &'static str)>,
+}
+
+/// Rewrites the pod's downwardAPI files for `pod`'s current labels and annotations.
+fn refresh(p: &Prepared, pod: &Pod) {
+    match volumes::refresh_downward(pod, &p.facts, &p.volumes) {
+        Ok(0) => {}
+        Ok(files) => tracing::debug!(pod = %pod.name_any(), files, "downwardAPI files updated"),
+        Err(e) => tracing::warn!(pod = %pod.name_any(), "updating downwardAPI files: {e}"),
+    }
 }
 
 /// The directory of the longest image name prefix of `map` that `image` starts with.
@@ -414,6 +426,7 @@ async fn run_all(
                     return Outcome::Forgotten;
                 }
                 Some(PodCmd::Restart) => {}
+                Some(PodCmd::Update(new)) => refresh(p, &new),
             },
             _ = tokio::time::sleep_until(sleep), if kill_at.is_some() => {
                 kill_at = None;
@@ -510,10 +523,19 @@ async fn supervise_inner(
             (hn, "/etc/hostname"),
         ]
     };
-    // Volumes and referenced objects; missing ones are retried, as the kubelet does.
+    // Volumes and referenced objects; missing ones are retried, as the kubelet does, with
+    // the metadata as last seen (downwardAPI files are written from it).
+    let mut latest = pod.clone();
     let (objs, vols) = loop {
         let (objs, claims) = fetch(&ctx.client, pod).await;
-        match volumes::materialize(pod, dir, &ctx.state.join("claims"), &objs, &claims, &facts) {
+        match volumes::materialize(
+            &latest,
+            dir,
+            &ctx.state.join("claims"),
+            &objs,
+            &claims,
+            &facts,
+        ) {
             Ok(v) => break (objs, v),
             Err(e) => {
                 warn(&ctx.client, pod, "FailedMount", &e.to_string(), &ctx.clock).await;
@@ -527,6 +549,7 @@ async fn supervise_inner(
                         }
                         Some(PodCmd::Forget) | None => return None,
                         Some(PodCmd::Restart) => {}
+                        Some(PodCmd::Update(new)) => latest = *new,
                     },
                     _ = tokio::time::sleep(Duration::from_secs(2)) => {}
                 }
@@ -614,6 +637,7 @@ async fn supervise_inner(
             match cmds.recv().await {
                 Some(PodCmd::Restart) => break,
                 Some(PodCmd::Terminate(_)) => {}
+                Some(PodCmd::Update(new)) => refresh(&p, &new),
                 Some(PodCmd::Forget) | None => return None,
             }
         }

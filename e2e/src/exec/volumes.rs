@@ -2,10 +2,16 @@
 //! directory per pod), `hostPath`, `secret`, `configMap`, `downwardAPI` and `projected`
 //! (their keys written as files, with `items`, `defaultMode` and `mode`), and
 //! `persistentVolumeClaim` (one shared host directory per claim, so pods of a job share
-//! files as on a shared file system). Files are written once when the pod starts; later
-//! changes to Secrets and ConfigMaps are not propagated.
+//! files as on a shared file system). Files are written when the pod starts. Afterwards
+//! downwardAPI files (plain and projected) follow the pod's labels and annotations, as the
+//! kubelet's re-sync on a pod update keeps them ([`refresh_downward`]): a changed file is
+//! replaced by a rename, so a reader sees the old or the new text, never part of one, and a
+//! file mounted by `subPath` keeps what it had (the mount holds the old file), as with the
+//! kubelet (a `subPath` naming a directory of the volume does see new files, unlike with
+//! the kubelet). Later changes to Secrets and ConfigMaps are not propagated.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -73,17 +79,26 @@ pub fn needs(pod: &Pod) -> Needs {
     n
 }
 
-fn write_file(root: &Path, rel: &str, data: &[u8], mode: i32, vol: &str) -> Result<(), MountError> {
-    let err = |m: String| MountError {
+fn mount_error(vol: &str) -> impl Fn(String) -> MountError + '_ {
+    move |m| MountError {
         volume: vol.into(),
         message: m,
-    };
+    }
+}
+
+/// `root/rel`, refusing a `rel` that would leave `root`.
+fn file_path(root: &Path, rel: &str, vol: &str) -> Result<PathBuf, MountError> {
     if rel.is_empty() || rel.starts_with('/') || rel.split('/').any(|c| c == "..") {
-        return Err(err(format!(
+        return Err(mount_error(vol)(format!(
             "invalid path {rel:?}: must be relative and may not contain '..'"
         )));
     }
-    let p = root.join(rel);
+    Ok(root.join(rel))
+}
+
+fn write_file(root: &Path, rel: &str, data: &[u8], mode: i32, vol: &str) -> Result<(), MountError> {
+    let err = mount_error(vol);
+    let p = file_path(root, rel, vol)?;
     if let Some(parent) = p.parent() {
         std::fs::create_dir_all(parent).map_err(|e| err(format!("{}: {e}", parent.display())))?;
     }
@@ -138,18 +153,24 @@ fn project(
     Ok(())
 }
 
-fn downward(
+/// A downwardAPI file: its path in the volume, its text and its mode.
+struct DownwardFile {
+    path: String,
+    text: String,
+    mode: i32,
+}
+
+/// What the downwardAPI `items` hold for `pod`: the one place their text is made, for the
+/// first write and for every refresh alike.
+fn downward_files(
     pod: &Pod,
     facts: &PodFacts,
-    root: &Path,
     vol: &str,
     items: &[DownwardAPIVolumeFile],
     default_mode: i32,
-) -> Result<(), MountError> {
-    let err = |m: String| MountError {
-        volume: vol.into(),
-        message: m,
-    };
+) -> Result<Vec<DownwardFile>, MountError> {
+    let err = mount_error(vol);
+    let mut out = Vec::with_capacity(items.len());
     for it in items {
         let text = if let Some(f) = &it.field_ref {
             let map_text = |m: Option<&BTreeMap<String, String>>| {
@@ -186,15 +207,108 @@ fn downward(
         } else {
             String::new()
         };
-        write_file(
-            root,
-            &it.path,
-            text.as_bytes(),
-            it.mode.unwrap_or(default_mode),
-            vol,
-        )?;
+        out.push(DownwardFile {
+            path: it.path.clone(),
+            text,
+            mode: it.mode.unwrap_or(default_mode),
+        });
+    }
+    Ok(out)
+}
+
+fn downward(
+    pod: &Pod,
+    facts: &PodFacts,
+    root: &Path,
+    vol: &str,
+    items: &[DownwardAPIVolumeFile],
+    default_mode: i32,
+) -> Result<(), MountError> {
+    for f in downward_files(pod, facts, vol, items, default_mode)? {
+        write_file(root, &f.path, f.text.as_bytes(), f.mode, vol)?;
     }
     Ok(())
+}
+
+/// Replaces `root/rel` with `data` by renaming a temporary file of the same directory over
+/// it: a reader sees the old or the new content, never part of either.
+fn replace_file(
+    root: &Path,
+    rel: &str,
+    data: &[u8],
+    mode: i32,
+    vol: &str,
+) -> Result<(), MountError> {
+    let err = mount_error(vol);
+    let p = file_path(root, rel, vol)?;
+    let dir = p.parent().unwrap_or(root);
+    std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    // Dot-named, as the kubelet's own `..data` entries are, so listing the volume skips it.
+    let mut tmp = tempfile::Builder::new()
+        .prefix("..")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    let at = tmp.path().display().to_string();
+    let io = |e: std::io::Error| err(format!("{at}: {e}"));
+    tmp.write_all(data).map_err(io)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode((mode & 0o7777) as u32))
+        .map_err(io)?;
+    tmp.persist(&p)
+        .map_err(|e| err(format!("{}: {}", p.display(), e.error)))?;
+    Ok(())
+}
+
+/// Brings the downwardAPI files of `pod`'s volumes (plain `downwardAPI` volumes and the
+/// downwardAPI sources of `projected` ones) up to date with `pod`'s metadata, as the kubelet
+/// does when it re-syncs a pod on an update: only files whose text changed are rewritten,
+/// each atomically and with the mode it was first written with. `volumes` are the host paths
+/// [`materialize`] returned. Returns how many files were rewritten.
+pub fn refresh_downward(
+    pod: &Pod,
+    facts: &PodFacts,
+    volumes: &BTreeMap<String, PathBuf>,
+) -> Result<usize, MountError> {
+    let mut rewritten = 0;
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let Some(root) = volumes.get(&v.name) else {
+            continue;
+        };
+        let vol = v.name.as_str();
+        let mut sources = Vec::new();
+        if let Some(d) = &v.downward_api {
+            sources.push((d.items.as_deref(), d.default_mode));
+        }
+        if let Some(p) = &v.projected {
+            for d in p
+                .sources
+                .iter()
+                .flatten()
+                .filter_map(|s| s.downward_api.as_ref())
+            {
+                sources.push((d.items.as_deref(), p.default_mode));
+            }
+        }
+        for (items, mode) in sources {
+            let items = items.unwrap_or_default();
+            for f in downward_files(pod, facts, vol, items, mode.unwrap_or(0o644))? {
+                let p = file_path(root, &f.path, vol)?;
+                if std::fs::read(&p).is_ok_and(|old| old == f.text.as_bytes()) {
+                    continue;
+                }
+                replace_file(root, &f.path, f.text.as_bytes(), f.mode, vol)?;
+                rewritten += 1;
+            }
+        }
+    }
+    Ok(rewritten)
 }
 
 /// Sets up every volume of `pod` under `dir` (claims under `claims_root`); returns the host
@@ -490,5 +604,67 @@ mod tests {
                 .contains("persistentvolumeclaim \"shared\" not found"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn downward_files_follow_the_metadata_atomically_keeping_their_modes() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1"},
+                         "annotations": {"example.com/x": "first"}},
+            "spec": {"containers": [], "volumes": [
+                {"name": "meta", "downwardAPI": {"defaultMode": 0o600, "items": [
+                    {"path": "x", "fieldRef": {"fieldPath": "metadata.annotations['example.com/x']"}},
+                    {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                ]}},
+                {"name": "proj", "projected": {"sources": [{"downwardAPI": {"items": [
+                    {"path": "info/labels", "mode": 0o640, "fieldRef": {"fieldPath": "metadata.labels"}},
+                ]}}]}},
+            ]}
+        }))
+        .unwrap();
+        let facts = PodFacts::default();
+        let v = materialize(
+            &pod,
+            d.path(),
+            d.path(),
+            &Objects::default(),
+            &BTreeMap::new(),
+            &facts,
+        )
+        .unwrap();
+        let (x, name, labels) = (
+            v["meta"].join("x"),
+            v["meta"].join("name"),
+            v["proj"].join("info/labels"),
+        );
+        let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let (x0, name0) = (ino(&x), ino(&name));
+        assert_eq!(
+            refresh_downward(&pod, &facts, &v).unwrap(),
+            0,
+            "nothing changed"
+        );
+        assert_eq!(ino(&x), x0);
+
+        pod.metadata.annotations = Some([("example.com/x".into(), "second".into())].into());
+        pod.metadata.labels = Some([("a".into(), "2".into()), ("b".into(), "3".into())].into());
+        assert_eq!(refresh_downward(&pod, &facts, &v).unwrap(), 2);
+        assert_eq!(std::fs::read_to_string(&x).unwrap(), "second");
+        assert_eq!(
+            std::fs::read_to_string(&labels).unwrap(),
+            "a=\"2\"\nb=\"3\"\n"
+        );
+        assert_ne!(ino(&x), x0, "replaced by a rename, not rewritten in place");
+        assert_eq!(ino(&name), name0, "unchanged files are left alone");
+        assert_eq!((mode(&x), mode(&labels)), (0o600, 0o640));
+        let mut left: Vec<_> = std::fs::read_dir(&v["meta"])
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["name", "x"], "no temporary files left behind");
     }
 }

@@ -138,6 +138,18 @@ impl Sim {
                 _ => {}
             }
             if let Some(x) = &mut p.exec {
+                // As the kubelet re-syncs an updated pod: new labels or annotations reach its
+                // downwardAPI files. A supervisor not launched yet starts from the snapshot.
+                let meta_changed = x.snapshot.as_ref().is_some_and(|old| {
+                    old.metadata.labels != pod.metadata.labels
+                        || old.metadata.annotations != pod.metadata.annotations
+                });
+                if meta_changed
+                    && x.supervisor
+                    && let Some(rt) = &self.exec
+                {
+                    rt.update(&uid, pod.clone());
+                }
                 x.snapshot = Some(pod.clone());
                 if let (Some((_, g)), Some(rt)) = (p.deleting, &self.exec)
                     && x.supervisor

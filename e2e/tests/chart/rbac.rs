@@ -55,7 +55,12 @@ fn operator_cluster_perms() -> BTreeSet<Perm> {
         ),
         ("muster.dev", "batchjobs/status", &["patch"], "*"),
         ("muster.dev", "partitions/status", &["patch"], "*"),
-        ("", "pods", &["list", "watch", "create", "delete"], "*"),
+        (
+            "",
+            "pods",
+            &["list", "watch", "create", "delete", "patch"],
+            "*",
+        ),
         ("", "services", &["create"], "*"),
         // Each job's step credential Secret, in the job's namespace: create only, never read.
         ("", "secrets", &["create"], "*"),

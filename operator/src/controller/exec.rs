@@ -130,6 +130,15 @@ pub trait ClusterApi: Send + Sync {
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Deletes a pod (its own grace period).
     fn delete_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), ApiError>>;
+    /// Sets (or, with `None`, removes) one annotation of a pod (a merge patch; a pod that is
+    /// gone is no error).
+    fn annotate_pod<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        key: &'a str,
+        value: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Creates a Secret (one that exists is kept as it is: its key is the job's).
     fn create_secret<'a>(&'a self, secret: &'a Secret) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Creates a Service.
@@ -170,6 +179,8 @@ pub enum WriteKind {
     PodCreate,
     /// Pod deleted.
     PodDelete,
+    /// Pod annotated (signal requests).
+    PodAnnotate,
     /// Service created.
     Service,
     /// Step credential Secret created.
@@ -202,6 +213,7 @@ impl WriteKind {
             WriteKind::Status => "status",
             WriteKind::PodCreate => "pod_create",
             WriteKind::PodDelete => "pod_delete",
+            WriteKind::PodAnnotate => "pod_annotate",
             WriteKind::Service => "service",
             WriteKind::Secret => "secret",
             WriteKind::ClaimCreate => "claim_create",
@@ -586,6 +598,26 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         true
     });
     if futures::future::join_all(deletes)
+        .await
+        .iter()
+        .any(|ok| !ok)
+    {
+        return;
+    }
+    let annotates = jp.annotate_pods.iter().map(|(p, v)| async move {
+        if ctx.gate(WriteKind::PodAnnotate, p).is_err() {
+            return false;
+        }
+        if let Err(e) = ctx
+            .api
+            .annotate_pod(ns, p, muster_crds::signals::ANNOTATION, v.as_deref())
+            .await
+        {
+            ctx.fail(&e);
+        }
+        true
+    });
+    if futures::future::join_all(annotates)
         .await
         .iter()
         .any(|ok| !ok)

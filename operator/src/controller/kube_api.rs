@@ -246,6 +246,30 @@ impl ClusterApi for KubeApi {
         .boxed()
     }
 
+    fn annotate_pod<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+        key: &'a str,
+        value: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), ApiError>> {
+        async move {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+            let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) => match api_error(e) {
+                    ApiError::NotFound(_) => Ok(()),
+                    e => Err(e),
+                },
+            }
+        }
+        .boxed()
+    }
+
     fn create_claim<'a>(&'a self, claim: &'a ResourceClaim) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
             let ns = claim.metadata.namespace.as_deref().unwrap_or("default");

@@ -5,6 +5,7 @@
 mod launch;
 mod lifecycle;
 mod serve;
+mod signals;
 
 pub use serve::connect;
 
@@ -206,6 +207,7 @@ async fn run(args: NodeArgs) -> i32 {
     if let Some(w) = super::warn::from_env(|k| std::env::var(k).ok()) {
         tokio::spawn(d.clone().warn_before_limit(w));
     }
+    tokio::spawn(d.clone().watch_signals(signals::file_from_env()));
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => return fail(&format!("installing the SIGTERM handler: {e}")),

@@ -247,6 +247,44 @@ fn started_change(old: &BatchJob, new: &BatchJob) -> String {
     )
 }
 
+/// Why the signal requests (`scancel --signal`, annotation [`muster_crds::signals::ANNOTATION`])
+/// of `job` are refused, if they are: malformed, or a new one for a job that is not running
+/// (its pods would take it as sent before they started, and it would reach nothing; Slurm's
+/// scancel refuses that too). Removing requests is always allowed.
+fn signal_refusal(old: Option<&BatchJob>, job: &BatchJob) -> Option<String> {
+    use muster_crds::signals::{self, ANNOTATION};
+    let get = |j: &BatchJob| {
+        j.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION).cloned())
+    };
+    let new = get(job)?;
+    if old.and_then(get).as_deref() == Some(new.as_str()) {
+        return None;
+    }
+    let reqs = match signals::parse(&new) {
+        Ok(r) => r,
+        Err(e) => return Some(format!("metadata.annotations[{ANNOTATION}]: {e}")),
+    };
+    let before = old
+        .and_then(get)
+        .and_then(|t| signals::parse(&t).ok())
+        .unwrap_or_default();
+    let state = old.map(BatchJob::state).unwrap_or(JobState::Pending);
+    let added = reqs.iter().any(|r| !before.iter().any(|b| b.id == r.id));
+    if added && job.spec.array.is_some() {
+        return Some(format!(
+            "metadata.annotations[{ANNOTATION}]: an array's elements are signalled one by one, not the array"
+        ));
+    }
+    (added && state != JobState::Running).then(|| {
+        format!(
+            "metadata.annotations[{ANNOTATION}]: a signal goes only to a running job; this job is {state}"
+        )
+    })
+}
+
 /// The validating BatchJob webhook: see the [module docs](self). `admins` may raise a
 /// job's priority ([`privilege`]).
 pub fn validate_batchjob(
@@ -267,6 +305,9 @@ pub fn validate_batchjob(
         Operation::Create if trusted => return ok,
         Operation::Create => {
             if let Some(e) = privilege::raise(None, &job.spec, admins).filter(|_| !admin) {
+                return deny(req, e);
+            }
+            if let Some(e) = signal_refusal(None, &job) {
                 return deny(req, e);
             }
         }
@@ -294,6 +335,9 @@ pub fn validate_batchjob(
                 return deny(req, e);
             }
             if let Some(e) = requeue_refusal(&old, &job) {
+                return deny(req, e);
+            }
+            if let Some(e) = signal_refusal(Some(&old), &job) {
                 return deny(req, e);
             }
             if request_part(&old.spec) == request_part(&job.spec) {
@@ -868,6 +912,68 @@ mod tests {
             judge(job(array, "RUNNING"), job(array_asked, "RUNNING"))
                 .unwrap()
                 .contains("element by element")
+        );
+    }
+
+    #[test]
+    fn a_signal_goes_only_to_a_running_job_and_must_be_well_formed() {
+        let w = test_world();
+        let judge = |op: &str, old: Value, new: Value| {
+            let r = validate_batchjob(&request(op, "alice", new, old), None, &Admins::default(), w);
+            (!r.allowed).then_some(r.result.message)
+        };
+        let job = |signals: Option<&str>, state: &str| {
+            let ann = match signals {
+                Some(s) => json!({"muster.dev/signals": s}),
+                None => json!({}),
+            };
+            let mut v = bj(ann, json!({"script": "x"}));
+            v["status"] = json!({"state": state});
+            v
+        };
+        let one = "2026-12-02T10:00:00Z USR1 batch\n";
+        let two = "2026-12-02T10:00:00Z USR1 batch\n2026-12-02T10:00:05Z TERM steps\n";
+        assert_eq!(
+            judge("UPDATE", job(None, "RUNNING"), job(Some(one), "RUNNING")),
+            None
+        );
+        assert_eq!(
+            judge(
+                "UPDATE",
+                job(Some(one), "RUNNING"),
+                job(Some(two), "RUNNING")
+            ),
+            None
+        );
+        for state in ["PENDING", "COMPLETED"] {
+            let e = judge("UPDATE", job(Some(one), state), job(Some(two), state)).unwrap();
+            assert_eq!(
+                e,
+                format!(
+                    "metadata.annotations[muster.dev/signals]: a signal goes only to a running job; this job is {state}"
+                )
+            );
+            // Taking requests away, or leaving them, is always allowed.
+            assert_eq!(
+                judge("UPDATE", job(Some(two), state), job(Some(one), state)),
+                None
+            );
+            assert_eq!(
+                judge("UPDATE", job(Some(two), state), job(Some(two), state)),
+                None
+            );
+        }
+        let e = judge("CREATE", Value::Null, job(Some(one), "PENDING")).unwrap();
+        assert!(e.contains("a signal goes only to a running job"), "{e}");
+        let e = judge(
+            "UPDATE",
+            job(None, "RUNNING"),
+            job(Some("2026-12-02T10:00:00Z FOO batch"), "RUNNING"),
+        )
+        .unwrap();
+        assert_eq!(
+            e,
+            "metadata.annotations[muster.dev/signals]: line 1: signal \"FOO\": expected a name (USR1, SIGTERM, ...) or a number 1-64"
         );
     }
 

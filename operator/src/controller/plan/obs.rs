@@ -51,6 +51,9 @@ pub struct PodObs {
     pub init_failed: bool,
     /// The allocation the pod records (annotation `muster.dev/task`), the part read.
     pub alloc: Option<PodAlloc>,
+    /// The signal requests the pod carries (annotation `muster.dev/signals`, copied from its
+    /// BatchJob): absent on nearly every pod.
+    pub signals: Option<Box<str>>,
 }
 
 /// What the planner reads of the allocation a pod records: where its resources are held. The
@@ -178,6 +181,10 @@ impl PodObs {
                 .annotations()
                 .get(pods::TASK_ANNOTATION)
                 .and_then(|a| serde_json::from_str(a).ok()),
+            signals: p
+                .annotations()
+                .get(muster_crds::signals::ANNOTATION)
+                .map(|v| v.as_str().into()),
             ..PodObs::new(
                 p.metadata.namespace.as_deref().unwrap_or_default(),
                 p.metadata.name.as_deref().unwrap_or_default(),
@@ -213,6 +220,7 @@ impl PodObs {
             exit: None,
             init_failed: false,
             alloc: None,
+            signals: None,
         }
     }
 

@@ -114,6 +114,19 @@ pub(super) fn step_job(
                 delete_cur(w);
                 return;
             }
+            // `scancel --signal`: the pods carry the job's requests, and the kubelet hands
+            // them to the step runtime on each node.
+            let signals = job
+                .annotations()
+                .get(muster_crds::signals::ANNOTATION)
+                .map(String::as_str);
+            for p in &cur {
+                if p.live() && !p.deleting && p.signals.as_deref() != signals {
+                    w.plan
+                        .annotate_pods
+                        .push((p.name().to_string(), signals.map(str::to_string)));
+                }
+            }
             if let Some(stop) = core::enforce::stop_for(snap, &rj, now) {
                 match stop.state {
                     JobState::Timeout => {

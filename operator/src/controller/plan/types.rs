@@ -234,6 +234,9 @@ pub struct JobPlan {
     pub create: PodsToCreate,
     /// Pods to delete (names; each with its own grace period).
     pub delete: Vec<String>,
+    /// Running pods whose signal requests (annotation `muster.dev/signals`) to set to the
+    /// job's: (pod name, value; `None` removes it).
+    pub annotate_pods: Vec<(String, Option<String>)>,
     /// Muster's ResourceClaims to delete (names): those of other attempts, and the current
     /// attempt's once the job stops holding its allocation.
     pub delete_claims: Vec<String>,
@@ -260,6 +263,7 @@ impl JobPlan {
             && self.group.is_none()
             && self.create.is_empty()
             && self.delete.is_empty()
+            && self.annotate_pods.is_empty()
             && self.delete_claims.is_empty()
             && self.delete_groups.is_empty()
             && self.children.is_empty()

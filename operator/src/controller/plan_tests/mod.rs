@@ -360,6 +360,51 @@ fn deleting_a_running_job_releases_its_allocation_first() {
     assert_eq!(h.cluster.state("next"), JobState::Running);
 }
 
+/// `scancel --signal`: the job's signal requests reach every node pod of the running job
+/// (the kubelet then hands them to the step runtime), new pods start with them, and the
+/// operator writes nothing more once the pods agree.
+#[test]
+fn a_running_jobs_pods_carry_its_signal_requests() {
+    const KEY: &str = muster_crds::signals::ANNOTATION;
+    let mut h = harness(4, 8);
+    h.cluster.submit(job("g", gang(2, 8, 1), 3600, None));
+    h.cycle();
+    h.step(5);
+    assert_eq!(h.cluster.state("g"), JobState::Running);
+    let signals = |h: &Harness| -> Vec<Option<String>> {
+        h.cluster
+            .pods_of("g")
+            .iter()
+            .map(|p| p.annotations().get(KEY).cloned())
+            .collect()
+    };
+    assert_eq!(signals(&h), vec![None, None]);
+    let req = "2026-12-02T10:00:00Z USR1 batch\n";
+    h.cluster.edit("g", |j| {
+        j.annotations_mut().insert(KEY.into(), req.into());
+    });
+    let r = h.step(1);
+    assert_eq!(
+        r.writes.get(&WriteKind::PodAnnotate),
+        Some(&2),
+        "{:?}",
+        r.writes
+    );
+    assert_eq!(signals(&h), vec![Some(req.to_string()); 2]);
+    let r = h.step(1);
+    assert_eq!(
+        r.writes.get(&WriteKind::PodAnnotate),
+        None,
+        "{:?}",
+        r.writes
+    );
+    assert_eq!(
+        h.cluster.state("g"),
+        JobState::Running,
+        "a signal changes no state"
+    );
+}
+
 #[test]
 fn a_new_job_gets_the_finalizer_at_first_sight_and_loses_it_when_deleted_pending() {
     let mut h = harness(1, 8);

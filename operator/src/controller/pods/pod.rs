@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EmptyDirVolumeSource, KeyToPath, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodDNSConfig, ResourceRequirements,
-    SecretVolumeSource, Volume, VolumeMount,
+    Affinity, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource,
+    KeyToPath, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    ObjectFieldSelector, Pod, PodDNSConfig, ResourceRequirements, SecretVolumeSource, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -200,7 +201,28 @@ pub fn build_pod_in(
         ..Default::default()
     };
     let volumes = spec.volumes.get_or_insert_with(Vec::new);
-    volumes.retain(|v| v.name != step::BIN_VOLUME && v.name != step::KEY_VOLUME);
+    volumes.retain(|v| {
+        v.name != step::BIN_VOLUME && v.name != step::KEY_VOLUME && v.name != step::SIGNALS_VOLUME
+    });
+    // `scancel --signal`: the pod's signal requests as a file the kubelet keeps current.
+    volumes.push(Volume {
+        name: step::SIGNALS_VOLUME.into(),
+        downward_api: Some(DownwardAPIVolumeSource {
+            items: Some(vec![DownwardAPIVolumeFile {
+                path: "requests".into(),
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: format!(
+                        "metadata.annotations['{}']",
+                        muster_crds::signals::ANNOTATION
+                    ),
+                    api_version: None,
+                }),
+                ..Default::default()
+            }]),
+            default_mode: None,
+        }),
+        ..Default::default()
+    });
     volumes.push(Volume {
         name: step::BIN_VOLUME.into(),
         empty_dir: Some(Default::default()),
@@ -236,8 +258,18 @@ pub fn build_pod_in(
     {
         let c = &mut spec.containers[0];
         let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
-        mounts.retain(|m| m.mount_path != step::BIN_DIR && m.mount_path != step::KEY_DIR);
+        mounts.retain(|m| {
+            m.mount_path != step::BIN_DIR
+                && m.mount_path != step::KEY_DIR
+                && m.mount_path != step::SIGNALS_DIR
+        });
         mounts.push(bin_mount.clone());
+        mounts.push(VolumeMount {
+            name: step::SIGNALS_VOLUME.into(),
+            mount_path: step::SIGNALS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
         mounts.push(VolumeMount {
             name: step::KEY_VOLUME.into(),
             mount_path: step::KEY_DIR.into(),
@@ -321,6 +353,10 @@ pub fn build_pod_in(
     let mut lbl = meta.labels.take().unwrap_or_default();
     lbl.extend(pod_labels(ctx, node));
     let mut ann = meta.annotations.take().unwrap_or_default();
+    // The job's signal requests so far: the step runtime treats these as already sent.
+    if let Some(s) = ctx.job.annotations().get(muster_crds::signals::ANNOTATION) {
+        ann.insert(muster_crds::signals::ANNOTATION.into(), s.clone());
+    }
     let mut record = share.clone();
     record.pod = None;
     ann.insert(
