@@ -244,6 +244,37 @@ async fn the_warning_signal_comes_before_the_time_limit() {
     sim.stop().await;
 }
 
+/// `--signal`'s warning follows the time limit as it changes: `-t 10` with
+/// `--signal=B:USR1@170` is due 7m10s after the start; `scontrol update TimeLimit=3` on the
+/// running job brings it to 10 s after the start (as slurmctld, which checks the warning
+/// against the job's end as it is, does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warning_signal_follows_a_lowered_time_limit() {
+    let shared = tempfile::tempdir().unwrap();
+    let image = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let sim = exec_sim(shared.path(), image.path()).await;
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "lowered.sh",
+        "#!/bin/bash\n#SBATCH -t 10\n#SBATCH --signal=B:USR1@170\n#SBATCH -o /shared/lowered-%j.out\n\
+         trap 'echo batch got USR1; exit 0' USR1\ntouch /shared/started-$SLURM_JOB_ID\n\
+         for i in $(seq 1 2400); do sleep 0.25; done\necho no signal\nexit 3\n",
+    )
+    .await;
+    until_file(&sim, &shared.path().join(format!("started-{id}")), |_| true).await;
+    let (ok, _, err) = sim
+        .run(&["scontrol", "update", &format!("JobId={id}"), "TimeLimit=3"])
+        .await;
+    assert!(ok, "{err}");
+    let done = until_ended_within(&sim, id, 150).await;
+    assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    let text = std::fs::read_to_string(shared.path().join(format!("lowered-{id}.out"))).unwrap();
+    assert_eq!(text, "batch got USR1\n");
+    sim.stop().await;
+}
+
 /// Waits until `path` exists and `done` holds for its text (at most two minutes); on timeout
 /// says where the jobs and their pods were.
 async fn until_file(sim: &Sim, path: &Path, done: impl Fn(&str) -> bool) -> String {

@@ -86,6 +86,11 @@ pub const SIGNALS_DIR: &str = "/var/run/muster/signals";
 pub const SIGNALS_FILE: &str = "/var/run/muster/signals/requests";
 /// Environment variable (every node): the file of signal requests to watch.
 pub const ENV_SIGNALS_FILE: &str = "MUSTER_STEP_SIGNALS_FILE";
+/// Pod annotation (a job with `--signal`): when its time limit ends now, in seconds since the
+/// epoch; the operator keeps it current as the limit changes (`scontrol update TimeLimit=`).
+pub const END_TIME_ANNOTATION: &str = "muster.dev/end-time";
+/// [`END_TIME_ANNOTATION`] as a file in [`SIGNALS_DIR`]: `--signal`'s warning follows it.
+pub const END_TIME_FILE: &str = "/var/run/muster/signals/end-time";
 /// Environment variable (every node): `--signal` as `[B:]NUMBER@SECONDS`.
 pub const ENV_SIGNAL: &str = "MUSTER_STEP_SIGNAL";
 /// Environment variable (every node): when the job's time limit ends, in seconds since the

@@ -130,14 +130,13 @@ pub trait ClusterApi: Send + Sync {
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Deletes a pod (its own grace period).
     fn delete_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), ApiError>>;
-    /// Sets (or, with `None`, removes) one annotation of a pod (a merge patch; a pod that is
+    /// Sets (or, with `None`, removes) annotations of a pod (a merge patch; a pod that is
     /// gone is no error).
     fn annotate_pod<'a>(
         &'a self,
         ns: &'a str,
         name: &'a str,
-        key: &'a str,
-        value: Option<&'a str>,
+        annotations: &'a BTreeMap<String, Option<String>>,
     ) -> BoxFuture<'a, Result<(), ApiError>>;
     /// Creates a Secret (one that exists is kept as it is: its key is the job's).
     fn create_secret<'a>(&'a self, secret: &'a Secret) -> BoxFuture<'a, Result<(), ApiError>>;
@@ -608,11 +607,7 @@ async fn exec_job(ctx: &Ctx<'_>, jp: JobPlan, existing_finalizers: Vec<String>) 
         if ctx.gate(WriteKind::PodAnnotate, p).is_err() {
             return false;
         }
-        if let Err(e) = ctx
-            .api
-            .annotate_pod(ns, p, muster_crds::signals::ANNOTATION, v.as_deref())
-            .await
-        {
+        if let Err(e) = ctx.api.annotate_pod(ns, p, v).await {
             ctx.fail(&e);
         }
         true

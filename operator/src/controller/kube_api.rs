@@ -250,12 +250,11 @@ impl ClusterApi for KubeApi {
         &'a self,
         ns: &'a str,
         name: &'a str,
-        key: &'a str,
-        value: Option<&'a str>,
+        annotations: &'a std::collections::BTreeMap<String, Option<String>>,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            let patch = serde_json::json!({ "metadata": { "annotations": { key: value } } });
+            let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
             match api
                 .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await

@@ -55,13 +55,22 @@ impl Daemon {
 
     /// `--signal`: at the warning time, `B:` signals the batch shell alone; otherwise every
     /// step task on this node (their process groups), not the batch shell — as Slurm does.
+    /// The limit's end is read again every second from the pod's end-time file (the
+    /// operator keeps it current when the limit changes), so the warning moves with it.
     pub(super) async fn warn_before_limit(self: Arc<Self>, w: crate::step::warn::Warning) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        let wait = (w.at as f64 - now).max(0.0);
-        tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        use crate::step::warn::{due, end_from_file};
+        let end_file = std::path::Path::new(muster_crds::step::END_TIME_FILE);
+        loop {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            let wait = due(&w, end_from_file(end_file)) as f64 - now;
+            if wait <= 0.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs_f64(wait.min(1.0))).await;
+        }
         let Ok(sig) = Signal::try_from(w.signal) else {
             eprintln!("muster-step: --signal: {} is no signal here", w.signal);
             return;

@@ -130,17 +130,18 @@ impl ClusterApi for FakeCluster {
         &'a self,
         ns: &'a str,
         name: &'a str,
-        key: &'a str,
-        value: Option<&'a str>,
+        annotations: &'a std::collections::BTreeMap<String, Option<String>>,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         let mut s = self.lock();
         let rv = s.bump();
         if let Some(p) = s.pods.get_mut(&(ns.to_string(), name.to_string())) {
             let ann = p.metadata.annotations.get_or_insert_with(Default::default);
-            match value {
-                Some(v) => ann.insert(key.to_string(), v.to_string()),
-                None => ann.remove(key),
-            };
+            for (key, value) in annotations {
+                match value {
+                    Some(v) => ann.insert(key.clone(), v.clone()),
+                    None => ann.remove(key),
+                };
+            }
             p.metadata.resource_version = Some(rv);
         }
         done(Ok(()))

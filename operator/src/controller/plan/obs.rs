@@ -54,6 +54,9 @@ pub struct PodObs {
     /// The signal requests the pod carries (annotation `muster.dev/signals`, copied from its
     /// BatchJob): absent on nearly every pod.
     pub signals: Option<Box<str>>,
+    /// When the time limit ends as the pod was last told (annotation `muster.dev/end-time`,
+    /// set for jobs with `--signal`).
+    pub end_time: Option<Box<str>>,
 }
 
 /// What the planner reads of the allocation a pod records: where its resources are held. The
@@ -185,6 +188,10 @@ impl PodObs {
                 .annotations()
                 .get(muster_crds::signals::ANNOTATION)
                 .map(|v| v.as_str().into()),
+            end_time: p
+                .annotations()
+                .get(muster_crds::step::END_TIME_ANNOTATION)
+                .map(|v| v.as_str().into()),
             ..PodObs::new(
                 p.metadata.namespace.as_deref().unwrap_or_default(),
                 p.metadata.name.as_deref().unwrap_or_default(),
@@ -221,6 +228,7 @@ impl PodObs {
             init_failed: false,
             alloc: None,
             signals: None,
+            end_time: None,
         }
     }
 

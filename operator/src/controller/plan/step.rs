@@ -115,16 +115,32 @@ pub(super) fn step_job(
                 return;
             }
             // `scancel --signal`: the pods carry the job's requests, and the kubelet hands
-            // them to the step runtime on each node.
+            // them to the step runtime on each node; `--signal`'s warning follows the time
+            // limit as it is now (`scontrol update TimeLimit=`) the same way.
             let signals = job
                 .annotations()
                 .get(muster_crds::signals::ANNOTATION)
                 .map(String::as_str);
+            let end_at = pods::warning_end(job, pods::limit_end(&w.st));
             for p in &cur {
-                if p.live() && !p.deleting && p.signals.as_deref() != signals {
-                    w.plan
-                        .annotate_pods
-                        .push((p.name().to_string(), signals.map(str::to_string)));
+                if !p.live() || p.deleting {
+                    continue;
+                }
+                let mut set = BTreeMap::new();
+                if p.signals.as_deref() != signals {
+                    set.insert(
+                        muster_crds::signals::ANNOTATION.to_string(),
+                        signals.map(str::to_string),
+                    );
+                }
+                if p.end_time.as_deref() != end_at.as_deref() {
+                    set.insert(
+                        muster_crds::step::END_TIME_ANNOTATION.to_string(),
+                        end_at.clone(),
+                    );
+                }
+                if !set.is_empty() {
+                    w.plan.annotate_pods.push((p.name().to_string(), set));
                 }
             }
             if let Some(stop) = core::enforce::stop_for(snap, &rj, now) {

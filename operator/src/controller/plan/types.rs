@@ -234,9 +234,10 @@ pub struct JobPlan {
     pub create: PodsToCreate,
     /// Pods to delete (names; each with its own grace period).
     pub delete: Vec<String>,
-    /// Running pods whose signal requests (annotation `muster.dev/signals`) to set to the
-    /// job's: (pod name, value; `None` removes it).
-    pub annotate_pods: Vec<(String, Option<String>)>,
+    /// Running pods whose annotations to set: the job's signal requests
+    /// (`muster.dev/signals`) and when its time limit ends (`muster.dev/end-time`, for
+    /// `--signal`'s warning): (pod name, annotation → value; `None` removes it).
+    pub annotate_pods: Vec<(String, BTreeMap<String, Option<String>>)>,
     /// Muster's ResourceClaims to delete (names): those of other attempts, and the current
     /// attempt's once the job stops holding its allocation.
     pub delete_claims: Vec<String>,

@@ -75,7 +75,7 @@ pub use layout::{JobLayout, job_nodes, node_hosts, node_list, node_ranks, node_s
 pub(crate) use names::fit_label;
 pub use names::{hostname, pod_name, service_name};
 pub use objects::{build_secret, build_service, with_key};
-pub use pod::{build_pod, build_pod_in, owner_ref, pod_allocation, pod_labels};
+pub use pod::{build_pod, build_pod_in, owner_ref, pod_allocation, pod_labels, warning_end};
 pub use template::{check_buildable, check_name, container_without_image, task_template};
 
 use muster_crds::v1alpha1::{BatchJob, GpuBinding, Partition, TaskAllocation};

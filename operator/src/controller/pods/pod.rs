@@ -19,6 +19,13 @@ use muster_crds::v1alpha1::{BatchJob, GpuBinding, TaskAllocation};
 
 use super::env::set_env;
 use super::template::container_mounts;
+
+/// The pods' [`step::END_TIME_ANNOTATION`]: when the time limit ends (`limit_end`), for a job
+/// with `--signal` (whose warning follows it); `None` otherwise.
+pub fn warning_end(job: &BatchJob, limit_end: Option<i64>) -> Option<String> {
+    job.spec.signal.as_ref()?;
+    limit_end.map(|e| e.to_string())
+}
 use super::{
     BuildError, DEFAULT_MASTER_PORT, JobContext, JobLayout, MASTER_PORT_ANNOTATION,
     TASK_ANNOTATION, TASK_CONTAINER, check_name, hostname, node_env_in, pod_name, service_name,
@@ -208,17 +215,22 @@ pub fn build_pod_in(
     volumes.push(Volume {
         name: step::SIGNALS_VOLUME.into(),
         downward_api: Some(DownwardAPIVolumeSource {
-            items: Some(vec![DownwardAPIVolumeFile {
-                path: "requests".into(),
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: format!(
-                        "metadata.annotations['{}']",
-                        muster_crds::signals::ANNOTATION
-                    ),
-                    api_version: None,
-                }),
-                ..Default::default()
-            }]),
+            items: Some(
+                [
+                    ("requests", muster_crds::signals::ANNOTATION),
+                    ("end-time", step::END_TIME_ANNOTATION),
+                ]
+                .into_iter()
+                .map(|(path, key)| DownwardAPIVolumeFile {
+                    path: path.into(),
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: format!("metadata.annotations['{key}']"),
+                        api_version: None,
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ),
             default_mode: None,
         }),
         ..Default::default()
@@ -356,6 +368,9 @@ pub fn build_pod_in(
     // The job's signal requests so far: the step runtime treats these as already sent.
     if let Some(s) = ctx.job.annotations().get(muster_crds::signals::ANNOTATION) {
         ann.insert(muster_crds::signals::ANNOTATION.into(), s.clone());
+    }
+    if let Some(end) = warning_end(ctx.job, ctx.limit_end) {
+        ann.insert(step::END_TIME_ANNOTATION.into(), end);
     }
     let mut record = share.clone();
     record.pod = None;
