@@ -249,6 +249,62 @@ pub fn signal_request(args: &ScancelArgs) -> Result<Option<(String, SignalTarget
     Ok(Some((name, target)))
 }
 
+/// `ID.STEP` arguments apart from job ids: (job ids, (job id, step)).
+pub fn split_steps(ids: &[String]) -> (Vec<String>, Vec<(String, u32)>) {
+    let mut plain = Vec::new();
+    let mut steps = Vec::new();
+    for id in ids {
+        match id
+            .rsplit_once('.')
+            .and_then(|(j, s)| Some((j, s.parse::<u32>().ok()?)))
+            .filter(|(j, _)| !j.is_empty())
+        {
+            Some((j, s)) => steps.push((j.to_string(), s)),
+            None => plain.push(id.clone()),
+        }
+    }
+    (plain, steps)
+}
+
+/// `scancel [-s SIGNAL] ID.STEP`: the signal (SIGKILL without `-s`, which ends the step, as
+/// Slurm's scancel does) to one step of a running job. `Ok(Err(message))`: refused.
+async fn cancel_step(
+    args: &ScancelArgs,
+    cluster: &crate::cluster::Cluster,
+    rows: &[JobRow],
+    jid: &str,
+    step: u32,
+    io: &mut Io<'_>,
+) -> anyhow::Result<Result<(), String>> {
+    let sig = args.signal.clone().unwrap_or_else(|| "KILL".into());
+    let Some((number, name)) = muster_crds::slurm::signal::signal_number(&sig) else {
+        return Ok(Err(format!("Unknown job signal: {sig}")));
+    };
+    let matched: Vec<&JobRow> = rows
+        .iter()
+        .filter(|r| !r.array_record && r.matches_id(jid))
+        .collect();
+    let Some(r) = matched.iter().find(|r| !r.state.is_terminal()) else {
+        return Ok(Err(if matched.is_empty() {
+            "Invalid job id specified".into()
+        } else {
+            "Job/step already completing or completed".into()
+        }));
+    };
+    let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), &r.namespace);
+    if let Err(e) = signal_job(&api, &r.name, &name, SignalTarget::Step(step)).await {
+        return Ok(Err(e));
+    }
+    if args.verbose {
+        if args.signal.is_some() {
+            writeln!(io.err, "scancel: Signal {number} to step {jid}.{step}")?;
+        } else {
+            writeln!(io.err, "scancel: Terminating step {jid}.{step}")?;
+        }
+    }
+    Ok(Ok(()))
+}
+
 /// Adds the request to a running job's annotation, from the version read.
 async fn signal_job(
     api: &Api<BatchJob>,
@@ -281,10 +337,31 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
             return Err(crate::Failed.into());
         }
     };
+    let (plain, steps) = split_steps(&args.job_ids);
     let cluster = target.cluster(io.env).await?;
     let jobs = crate::fetch::batchjobs(&cluster, args.all_namespaces).await?;
     let rows = crate::rows::job_rows(&jobs, jiff::Timestamp::now(), true);
-    let plan = plan(args, &rows, &cluster.user).map_err(|e| anyhow::anyhow!(e))?;
+    let job_args = ScancelArgs {
+        job_ids: plain,
+        ..args.clone()
+    };
+    let plan = if job_args.job_ids.is_empty() && !steps.is_empty() {
+        Plan::default()
+    } else {
+        plan(&job_args, &rows, &cluster.user).map_err(|e| anyhow::anyhow!(e))?
+    };
+    let mut failed = false;
+    for (jid, step) in &steps {
+        if let Err(e) = cancel_step(args, &cluster, &rows, jid, *step, io).await? {
+            failed = true;
+            if !args.quiet {
+                writeln!(
+                    io.err,
+                    "scancel: error: Kill job error on job step id {jid}.{step}: {e}"
+                )?;
+            }
+        }
+    }
     if let Some(name) = &args.name
         && !rows.iter().any(|r| &r.job_name == name)
         && let Some(h) = crate::cluster::dash_n_hint(&cluster, "scancel", "job name", name).await
@@ -292,7 +369,6 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
         writeln!(io.err, "{h}")?;
     }
     let patch = serde_json::json!({ "spec": { "cancel": true } });
-    let mut failed = false;
     for (ns, name, id) in &plan.cancel {
         let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), ns);
         if let Some((sig, to)) = &signal {
@@ -322,7 +398,7 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
                 Ok(()) => {
                     if args.verbose {
                         let whom = match to {
-                            SignalTarget::Steps => "",
+                            SignalTarget::Steps | SignalTarget::Step(_) => "",
                             SignalTarget::Batch => "batch ",
                             SignalTarget::Full => "full ",
                         };

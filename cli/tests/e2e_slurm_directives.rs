@@ -244,6 +244,58 @@ async fn the_warning_signal_comes_before_the_time_limit() {
     sim.stop().await;
 }
 
+/// `scancel ID.STEP` ends that step alone (SIGKILL: its srun exits 137) and the batch script
+/// goes on; `scancel -s SIGNAL ID.STEP` signals that step's tasks; as Slurm 22.05's scancel
+/// (checked on a slurmctld: `Terminating step 7.1`, `Signal 10 to step 7.0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scancel_ends_or_signals_one_step() {
+    let shared = tempfile::tempdir().unwrap();
+    let image = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let sim = exec_sim(shared.path(), image.path()).await;
+    let (id, _) = submit_script(
+        &sim,
+        scripts.path(),
+        "steps.sh",
+        "#!/bin/bash\n#SBATCH -o /shared/steps-%j.out\n\
+         srun bash -c 'touch /shared/s0-$SLURM_JOB_ID; while true; do sleep 0.1; done'\n\
+         echo step 0 srun exited $?\n\
+         srun bash -c 'trap \"echo step 1 got USR1; exit 0\" USR1; touch /shared/s1-$SLURM_JOB_ID; while true; do sleep 0.1; done'\n\
+         echo step 1 srun exited $?\n",
+    )
+    .await;
+    until_file(&sim, &shared.path().join(format!("s0-{id}")), |_| true).await;
+    let (ok, _, err) = sim.run(&["scancel", "-v", &format!("{id}.0")]).await;
+    assert!(ok, "{err}");
+    assert_eq!(err, format!("scancel: Terminating step {id}.0\n"));
+    until_file(&sim, &shared.path().join(format!("s1-{id}")), |_| true).await;
+    let (ok, _, err) = sim
+        .run(&["scancel", "-v", "-s", "USR1", &format!("{id}.1")])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(err, format!("scancel: Signal 10 to step {id}.1\n"));
+    let done = until_ended_within(&sim, id, 120).await;
+    assert!(done.contains(&format!("{id}|COMPLETED|0:0")), "{done}");
+    let text = std::fs::read_to_string(shared.path().join(format!("steps-{id}.out"))).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(
+        lines,
+        [
+            "step 0 srun exited 137",
+            "step 1 got USR1",
+            "step 1 srun exited 0"
+        ],
+        "{text:?}"
+    );
+    let (ok, _, err) = sim.run(&["scancel", "999.0"]).await;
+    assert!(!ok);
+    assert_eq!(
+        err,
+        "scancel: error: Kill job error on job step id 999.0: Invalid job id specified\n"
+    );
+    sim.stop().await;
+}
+
 /// `--signal`'s warning follows the time limit as it changes: `-t 10` with
 /// `--signal=B:USR1@170` is due 7m10s after the start; `scontrol update TimeLimit=3` on the
 /// running job brings it to 10 s after the start (as slurmctld, which checks the warning
@@ -280,10 +332,13 @@ async fn the_warning_signal_follows_a_lowered_time_limit() {
 async fn until_file(sim: &Sim, path: &Path, done: impl Fn(&str) -> bool) -> String {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if done(&text) {
-            return text;
+        let read = std::fs::read_to_string(path);
+        if let Ok(text) = &read
+            && done(text)
+        {
+            return text.clone();
         }
+        let text = read.unwrap_or_default();
         if tokio::time::Instant::now() >= deadline {
             let (_, jobs, _) = sim.run(&["squeue", "-t", "all"]).await;
             let pods = sim

@@ -30,24 +30,33 @@ pub enum Target {
     Batch,
     /// The batch shell with its children, and every step (`-f/--full`).
     Full,
+    /// One step's tasks (`scancel [-s SIGNAL] ID.STEP`).
+    Step(u32),
+}
+
+impl fmt::Display for Target {
+    /// The word in the annotation: `steps`, `batch`, `full`, `step:N`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Steps => f.write_str("steps"),
+            Target::Batch => f.write_str("batch"),
+            Target::Full => f.write_str("full"),
+            Target::Step(n) => write!(f, "step:{n}"),
+        }
+    }
 }
 
 impl Target {
-    /// The word in the annotation.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Target::Steps => "steps",
-            Target::Batch => "batch",
-            Target::Full => "full",
-        }
-    }
-
     fn parse(s: &str) -> Option<Self> {
         match s {
             "steps" => Some(Target::Steps),
             "batch" => Some(Target::Batch),
             "full" => Some(Target::Full),
-            _ => None,
+            _ => s
+                .strip_prefix("step:")
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse().ok())
+                .map(Target::Step),
         }
     }
 }
@@ -67,7 +76,7 @@ pub struct SignalRequest {
 
 impl fmt::Display for SignalRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {}", self.id, self.name, self.target.as_str())
+        write!(f, "{} {} {}", self.id, self.name, self.target)
     }
 }
 
@@ -107,8 +116,11 @@ pub fn parse(text: &str) -> Result<Vec<SignalRequest>, SignalsError> {
                 "signal {sig:?}: expected a name (USR1, SIGTERM, ...) or a number 1-64"
             ))
         })?;
-        let target = Target::parse(target)
-            .ok_or_else(|| err(format!("target {target:?}: expected steps, batch or full")))?;
+        let target = Target::parse(target).ok_or_else(|| {
+            err(format!(
+                "target {target:?}: expected steps, batch, full or step:N"
+            ))
+        })?;
         out.push(SignalRequest {
             id: id.to_string(),
             number,
@@ -210,7 +222,8 @@ mod tests {
         assert!(e.to_string().contains("signal \"FOO\""), "{e}");
         let e = parse("x USR1 everyone").unwrap_err();
         assert!(
-            e.to_string().contains("expected steps, batch or full"),
+            e.to_string()
+                .contains("expected steps, batch, full or step:N"),
             "{e}"
         );
         let e = parse("x USR1").unwrap_err();
@@ -220,6 +233,11 @@ mod tests {
         );
         let e = parse("x USR1 batch\nx USR2 batch").unwrap_err();
         assert!(e.to_string().contains("appears twice"), "{e}");
+        let r = parse("x KILL step:3\n").unwrap();
+        assert_eq!((r[0].number, r[0].target), (9, Target::Step(3)));
+        assert_eq!(render(&r), "x KILL step:3\n");
+        assert!(parse("x KILL step:").is_err());
+        assert!(parse("x KILL step:-1").is_err());
         assert_eq!(
             with_request(None, "FOO", Target::Steps, ts("2026-12-02T10:00:00Z")).unwrap_err(),
             "Unknown job signal: FOO"

@@ -75,6 +75,7 @@ impl Daemon {
             for &pgid in &tasks.pgids {
                 match (r.target, batch) {
                     (Target::Steps, false) | (Target::Full, _) => signal_group(pgid, sig),
+                    (Target::Step(n), false) if key.0 == n => signal_group(pgid, sig),
                     (Target::Batch, true) if pgid > 1 => {
                         let _ = kill(Pid::from_raw(pgid), sig);
                     }
@@ -84,7 +85,7 @@ impl Daemon {
         }
         tracing::debug!(
             signal = r.number,
-            target = r.target.as_str(),
+            target = %r.target,
             "scancel --signal delivered"
         );
     }
