@@ -512,4 +512,16 @@ mod tests {
             Err("Unknown job signal: 65".into())
         );
     }
+
+    #[test]
+    fn step_ids_are_told_apart_from_job_ids() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            split_steps(&ids(&["7", "7.1", "8_3.0", "9_[1-2]", ".3", "7.x"])),
+            (
+                ids(&["7", "9_[1-2]", ".3", "7.x"]),
+                vec![("7".into(), 1), ("8_3".into(), 0)]
+            )
+        );
+    }
 }
