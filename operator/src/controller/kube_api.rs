@@ -76,6 +76,14 @@ impl<'a> StatusApply<'a> {
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "muster-operator";
 
+/// A write whose object is gone (deleted meanwhile) has nothing left to do.
+fn gone_is_done<T>(r: Result<T, kube::Error>) -> Result<(), ApiError> {
+    match r.map_err(api_error) {
+        Ok(_) | Err(ApiError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Maps a kube error.
 pub fn api_error(e: kube::Error) -> ApiError {
     match e {
@@ -164,17 +172,11 @@ impl ClusterApi for KubeApi {
                 { "op": "remove", "path": path },
             ]))
             .map_err(|e| ApiError::Transport(e.to_string()))?;
-            match self
-                .jobs(ns)
-                .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(e) => match api_error(e) {
-                    ApiError::NotFound(_) => Ok(()),
-                    e => Err(e),
-                },
-            }
+            gone_is_done(
+                self.jobs(ns)
+                    .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                    .await,
+            )
         }
         .boxed()
     }
@@ -235,13 +237,7 @@ impl ClusterApi for KubeApi {
     fn delete_pod<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(e) => match api_error(e) {
-                    ApiError::NotFound(_) => Ok(()),
-                    e => Err(e),
-                },
-            }
+            gone_is_done(api.delete(name, &DeleteParams::default()).await)
         }
         .boxed()
     }
@@ -255,16 +251,10 @@ impl ClusterApi for KubeApi {
         async move {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
             let patch = serde_json::json!({ "metadata": { "annotations": annotations } });
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(e) => match api_error(e) {
-                    ApiError::NotFound(_) => Ok(()),
-                    e => Err(e),
-                },
-            }
+            gone_is_done(
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await,
+            )
         }
         .boxed()
     }
@@ -289,13 +279,7 @@ impl ClusterApi for KubeApi {
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
             let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(e) => match api_error(e) {
-                    ApiError::NotFound(_) => Ok(()),
-                    e => Err(e),
-                },
-            }
+            gone_is_done(api.delete(name, &DeleteParams::default()).await)
         }
         .boxed()
     }
@@ -328,16 +312,11 @@ impl ClusterApi for KubeApi {
         name: &'a str,
     ) -> BoxFuture<'a, Result<(), ApiError>> {
         async move {
-            match group_api(&self.client, ns, api)
-                .delete(name, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => Ok(()),
-                Err(e) => match api_error(e) {
-                    ApiError::NotFound(_) => Ok(()),
-                    e => Err(e),
-                },
-            }
+            gone_is_done(
+                group_api(&self.client, ns, api)
+                    .delete(name, &DeleteParams::default())
+                    .await,
+            )
         }
         .boxed()
     }

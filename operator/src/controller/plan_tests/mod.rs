@@ -405,6 +405,59 @@ fn a_running_jobs_pods_carry_its_signal_requests() {
     );
 }
 
+/// `--signal`'s warning follows the limit: the pods of a job with `--signal` carry when its
+/// time limit ends, and a limit lowered while it runs reaches them.
+#[test]
+fn the_pods_of_a_job_with_a_warning_signal_know_when_its_limit_ends() {
+    const KEY: &str = muster_crds::step::END_TIME_ANNOTATION;
+    let mut h = harness(1, 8);
+    let spec = BatchJobSpec {
+        time: Some(IntOrString::String("10".into())),
+        signal: Some("B:USR1@90".into()),
+        ..gpus(8)
+    };
+    h.cluster.submit(job("w", spec, 3600, None));
+    h.cycle();
+    h.step(5);
+    assert_eq!(h.cluster.state("w"), JobState::Running);
+    let start = h
+        .cluster
+        .job("w")
+        .status
+        .unwrap()
+        .start_time
+        .unwrap()
+        .0
+        .as_second();
+    let ends = |h: &Harness| -> Vec<Option<String>> {
+        h.cluster
+            .pods_of("w")
+            .iter()
+            .map(|p| p.annotations().get(KEY).cloned())
+            .collect()
+    };
+    assert_eq!(ends(&h), vec![Some((start + 600).to_string())]);
+    h.cluster.edit("w", |j| {
+        j.spec.time = Some(IntOrString::String("5".into()));
+    });
+    h.step(1);
+    h.step(1);
+    assert_eq!(ends(&h), vec![Some((start + 300).to_string())]);
+    // No --signal: nothing to follow.
+    h.cluster.submit(job("plain", gpus(8), 3600, None));
+    for _ in 0..60 {
+        h.step(10);
+    }
+    assert_eq!(h.cluster.state("w"), JobState::Timeout);
+    assert_eq!(h.cluster.state("plain"), JobState::Running);
+    assert!(
+        h.cluster.pods_of("plain")[0]
+            .annotations()
+            .get(KEY)
+            .is_none()
+    );
+}
+
 #[test]
 fn a_new_job_gets_the_finalizer_at_first_sight_and_loses_it_when_deleted_pending() {
     let mut h = harness(1, 8);
