@@ -296,10 +296,11 @@ async fn cancel_step(
         return Ok(Err(e));
     }
     if args.verbose {
-        if args.signal.is_some() {
-            writeln!(io.err, "scancel: Signal {number} to step {jid}.{step}")?;
-        } else {
+        // Slurm's words: SIGKILL terminates the step, whether named or the default.
+        if number == 9 {
             writeln!(io.err, "scancel: Terminating step {jid}.{step}")?;
+        } else {
+            writeln!(io.err, "scancel: Signal {number} to step {jid}.{step}")?;
         }
     }
     Ok(Ok(()))

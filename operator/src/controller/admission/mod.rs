@@ -16,6 +16,8 @@
 //!   that has not run, a `requeue: false` one, an array or with `cancel` set.
 //!   A fixed priority or a negative nice is refused unless the user is one of the
 //!   [`Admins`] (Slurm's operators and administrators; [`privilege`]).
+//!   Signal requests (`scancel --signal`, the annotation `muster.dev/signals`) are refused
+//!   when malformed, and a new one for a job that is not running or for an array.
 //! - **Validating, Partition CREATE and UPDATE** ([`validate_partition`]): refuses a second
 //!   `default: true`.
 //!
