@@ -228,9 +228,20 @@ async fn drop_array_tasks(
     .await
 }
 
+/// A signal `-s` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalAsk {
+    /// Its number.
+    pub number: i32,
+    /// Its name (`USR1`).
+    pub name: String,
+    /// Whom it goes to.
+    pub target: SignalTarget,
+}
+
 /// What `-s` asks for: `None` to cancel (no signal, or KILL), else the signal and whom it
 /// goes to (`-f` wins over `-b`, as in Slurm). `Err`: scancel's message for an unknown signal.
-pub fn signal_request(args: &ScancelArgs) -> Result<Option<(String, SignalTarget)>, String> {
+pub fn signal_request(args: &ScancelArgs) -> Result<Option<SignalAsk>, String> {
     let Some(sig) = args.signal.as_deref() else {
         return Ok(None);
     };
@@ -246,7 +257,11 @@ pub fn signal_request(args: &ScancelArgs) -> Result<Option<(String, SignalTarget
     } else {
         SignalTarget::Steps
     };
-    Ok(Some((name, target)))
+    Ok(Some(SignalAsk {
+        number,
+        name,
+        target,
+    }))
 }
 
 /// `ID.STEP` arguments apart from job ids: (job ids, (job id, step)).
@@ -372,7 +387,12 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
     let patch = serde_json::json!({ "spec": { "cancel": true } });
     for (ns, name, id) in &plan.cancel {
         let api: Api<BatchJob> = Api::namespaced(cluster.client.clone(), ns);
-        if let Some((sig, to)) = &signal {
+        if let Some(SignalAsk {
+            number,
+            name: sig,
+            target: to,
+        }) = &signal
+        {
             let row = rows.iter().find(|r| &r.namespace == ns && &r.name == name);
             if let Some(r) = row.filter(|r| r.array_record) {
                 // An array's tasks not started yet: nothing runs to be signalled. Said only
@@ -403,8 +423,6 @@ pub async fn run(args: &ScancelArgs, target: &Target<'_>, io: &mut Io<'_>) -> an
                             SignalTarget::Batch => "batch ",
                             SignalTarget::Full => "full ",
                         };
-                        let number =
-                            muster_crds::slurm::signal::signal_number(sig).map_or(0, |(n, _)| n);
                         writeln!(io.err, "scancel: Signal {number} to {whom}job {id}")?;
                     }
                 }
@@ -482,7 +500,7 @@ mod tests {
     fn req(argv: &[&str]) -> Result<Option<(String, SignalTarget)>, String> {
         let c =
             Cmd::try_parse_from(std::iter::once("scancel").chain(argv.iter().copied())).unwrap();
-        signal_request(&c.args)
+        signal_request(&c.args).map(|a| a.map(|a| (a.name, a.target)))
     }
 
     #[test]

@@ -8,10 +8,10 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::step::proto::{Frame, Msg};
+use muster_crds::signals::Target;
 
 use super::launch::signal_group;
 use super::{BATCH_KEY, DEFAULT_NODE_WAIT, Daemon, connect, secs_env};
@@ -78,27 +78,16 @@ impl Daemon {
         // The job's clock starts at admission, its pods somewhat later: when nothing is there
         // to warn yet (the batch script or a step still starting), the first to appear gets
         // the warning, so a late start still hears that the limit is near.
+        let target = if w.batch_only {
+            Target::Batch
+        } else {
+            Target::Steps
+        };
         loop {
-            let targets: Vec<i32> = {
-                let st = self.state.lock().expect("state");
-                if st.terminating {
-                    return;
-                }
-                st.steps
-                    .iter()
-                    .filter(|(k, _)| (**k == BATCH_KEY) == w.batch_only)
-                    .flat_map(|(_, t)| t.pgids.iter().copied())
-                    .collect()
-            };
-            if !targets.is_empty() {
-                for pid in targets {
-                    if w.batch_only {
-                        // The batch shell only: its pid (the group leader), not its group.
-                        let _ = kill(Pid::from_raw(pid), sig);
-                    } else {
-                        signal_group(pid, sig);
-                    }
-                }
+            if self.state.lock().expect("state").terminating {
+                return;
+            }
+            if self.signal_target(target, sig) > 0 {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

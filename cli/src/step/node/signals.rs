@@ -58,9 +58,30 @@ impl Daemon {
         }
     }
 
-    /// Sends one request's signal to this node's targets: every step's tasks (their process
-    /// groups), the batch shell alone (its pid), or the batch shell's whole process group
-    /// and every step.
+    /// Sends `sig` to this node's processes of `target`: every step's tasks (their process
+    /// groups), the batch shell alone (its pid), the batch shell's whole process group and
+    /// every step, or one step's tasks. Returns how many it reached. One rule for
+    /// `scancel --signal` and `--signal`'s warning.
+    pub(super) fn signal_target(&self, target: Target, sig: Signal) -> usize {
+        let st = self.state.lock().expect("state");
+        let mut reached = 0;
+        for (key, tasks) in &st.steps {
+            let batch = *key == BATCH_KEY;
+            for &pgid in &tasks.pgids {
+                match (target, batch) {
+                    (Target::Steps, false) | (Target::Full, _) => signal_group(pgid, sig),
+                    (Target::Step(n), false) if key.0 == n => signal_group(pgid, sig),
+                    (Target::Batch, true) if pgid > 1 => {
+                        let _ = kill(Pid::from_raw(pgid), sig);
+                    }
+                    _ => continue,
+                }
+                reached += 1;
+            }
+        }
+        reached
+    }
+
     fn deliver(&self, r: &SignalRequest) {
         let Ok(sig) = Signal::try_from(r.number) else {
             eprintln!(
@@ -69,20 +90,7 @@ impl Daemon {
             );
             return;
         };
-        let st = self.state.lock().expect("state");
-        for (key, tasks) in &st.steps {
-            let batch = *key == BATCH_KEY;
-            for &pgid in &tasks.pgids {
-                match (r.target, batch) {
-                    (Target::Steps, false) | (Target::Full, _) => signal_group(pgid, sig),
-                    (Target::Step(n), false) if key.0 == n => signal_group(pgid, sig),
-                    (Target::Batch, true) if pgid > 1 => {
-                        let _ = kill(Pid::from_raw(pgid), sig);
-                    }
-                    _ => {}
-                }
-            }
-        }
+        self.signal_target(r.target, sig);
         tracing::debug!(
             signal = r.number,
             target = %r.target,

@@ -262,15 +262,15 @@ fn signal_refusal(old: Option<&BatchJob>, job: &BatchJob) -> Option<String> {
             .and_then(|a| a.get(ANNOTATION).cloned())
     };
     let new = get(job)?;
-    if old.and_then(get).as_deref() == Some(new.as_str()) {
+    let old_text = old.and_then(get);
+    if old_text.as_deref() == Some(new.as_str()) {
         return None;
     }
     let reqs = match signals::parse(&new) {
         Ok(r) => r,
         Err(e) => return Some(format!("metadata.annotations[{ANNOTATION}]: {e}")),
     };
-    let before = old
-        .and_then(get)
+    let before = old_text
         .and_then(|t| signals::parse(&t).ok())
         .unwrap_or_default();
     let state = old.map(BatchJob::state).unwrap_or(JobState::Pending);
@@ -965,6 +965,17 @@ mod tests {
                 None
             );
         }
+        // An array is signalled element by element.
+        let arr = |sig: Option<&str>| {
+            let mut v = job(sig, "RUNNING");
+            v["spec"]["array"] = json!("0-3");
+            v
+        };
+        let e = judge("UPDATE", arr(None), arr(Some(one))).unwrap();
+        assert!(
+            e.contains("an array's elements are signalled one by one"),
+            "{e}"
+        );
         let e = judge("CREATE", Value::Null, job(Some(one), "PENDING")).unwrap();
         assert!(e.contains("a signal goes only to a running job"), "{e}");
         let e = judge(
